@@ -1,0 +1,40 @@
+# kperf: `make up` runs the service on embedded defaults, `make test` runs every test.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed-stamp
+PKGS := runners kernel-builds service
+
+.PHONY: venv up test test-fast lint typecheck check clean
+
+$(STAMP): requirements.lock requirements-dev.txt service/pyproject.toml runners/pyproject.toml kernel-builds/pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "python3 is missing: apt-get install python3 python3-venv"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -c requirements.lock -r requirements-dev.txt $(addprefix -e ,$(PKGS))
+	touch $@
+
+venv: $(STAMP)
+
+up: venv
+	$(VENV)/bin/kperf-up
+
+# Everything: unit, service, runner, kernel build, QEMU boot and end-to-end tests.
+test: venv
+	$(VENV)/bin/pytest
+
+# Without the tests that build or boot kernels.
+test-fast: venv
+	$(VENV)/bin/pytest -m "not kernel"
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: venv
+	$(VENV)/bin/mypy
+
+check: lint typecheck test
+
+clean:
+	rm -rf $(VENV) .kperf

@@ -1,0 +1,232 @@
+"""`kperf`: the users' command line (login, submit, status, list).
+
+It talks to the REST API only, so it works against any kperf service.
+Settings come from ~/.config/kperf/config.json (written by `kperf login`),
+overridden by KPERF_SERVER and KPERF_TOKEN.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+
+FINAL = ("done", "failed")
+
+
+class CliError(Exception):
+    pass
+
+
+def config_path() -> Path:
+    return Path(os.environ.get("KPERF_CONFIG", Path.home() / ".config" / "kperf" / "config.json"))
+
+
+def load_config() -> dict[str, str]:
+    path = config_path()
+    cfg: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+    if os.environ.get("KPERF_SERVER"):
+        cfg["server"] = os.environ["KPERF_SERVER"]
+    if os.environ.get("KPERF_TOKEN"):
+        cfg["token"] = os.environ["KPERF_TOKEN"]
+    return cfg
+
+
+class Client:
+    def __init__(self, server: str, token: str | None) -> None:
+        self.server = server.rstrip("/")
+        self.session = requests.Session()
+        if token:
+            self.session.headers["Authorization"] = f"Bearer {token}"
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        url = f"{self.server}/api/v1{path}"
+        try:
+            resp = self.session.request(method, url, json=body, timeout=60)
+        except requests.RequestException as e:
+            raise CliError(f"cannot reach {self.server}: {e}") from None
+        if resp.status_code >= 400:
+            try:
+                detail = resp.json().get("detail", resp.text)
+            except ValueError:
+                detail = resp.text[:500]
+            raise CliError(f"{method} {path}: {resp.status_code}: {detail}")
+        return resp.json()
+
+
+def client_from_config(require_token: bool = True) -> Client:
+    cfg = load_config()
+    if "server" not in cfg:
+        raise CliError("no server configured: run `kperf login --server URL` or set KPERF_SERVER")
+    if require_token and not cfg.get("token"):
+        raise CliError("not logged in: run `kperf login` or set KPERF_TOKEN")
+    return Client(cfg["server"], cfg.get("token"))
+
+
+def cmd_login(args: argparse.Namespace) -> int:
+    cfg = load_config()
+    server = args.server or cfg.get("server") or "http://127.0.0.1:8000"
+    if args.token:
+        token = args.token
+        Client(server, token).call("GET", "/benchmarks")  # proves the token works
+    else:
+        user = args.user or input("user: ")
+        password = sys.stdin.readline().rstrip("\n") if args.password_stdin else getpass.getpass("password: ")
+        token = Client(server, None).call("POST", "/auth/token", {"username": user, "password": password})["token"]
+    path = config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"server": server, "token": token}, fh)
+    print(f"logged in to {server}; token saved in {path}")
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    client = client_from_config()
+    body = {
+        "tree": args.tree,
+        "branch": args.branch,
+        "base": args.base,
+        "benchmarks": args.bench or ["spawn"],
+        "grid": args.grid,
+        "arches": args.arch or ["x86_64"],
+    }
+    sub = client.call("POST", "/submissions", body)
+    print(f"submission {sub['id']}: {client.server}/submissions/{sub['id']}")
+    if args.wait:
+        return watch(client, sub["id"], args.json)
+    return 0
+
+
+def fmt_num(x: float | None, pct: bool = False) -> str:
+    if x is None:
+        return "n/a"
+    return f"{x:+.2f}%" if pct else f"{x:.2f}"
+
+
+def render_status(d: dict[str, Any]) -> str:
+    lines = [
+        f"#{d['id']} {d['branch']} ({(d['head_sha'] or '?')[:12]}) vs {d['base']} ({(d['base_sha'] or '?')[:12]})",
+        f"tree {d['tree']}  benchmarks {', '.join(d['benchmarks'])} ({d['grid']})  arches {', '.join(d['arches'])}",
+        f"status: {d['status']}" + (f"  queue position {d['queue_position']}" if d.get("queue_position") else ""),
+    ]
+    if d.get("error"):
+        lines.append(f"error: {d['error']}")
+    for b in d.get("builds", []):
+        extra = f" {b['phase']} {b['progress']}".rstrip() if b["status"] == "building" else ""
+        lines.append(f"  build {b['side']:4} {b['sha'][:12]} {b['arch']}: {b['status']}{extra}")
+    prog = d.get("progress", {})
+    if d.get("jobs"):
+        lines.append(
+            "  boots: base {}/{}, head {}/{}".format(
+                prog["base"]["boots_done"], prog["base"]["boots_total"], prog["head"]["boots_done"], prog["head"]["boots_total"]
+            )
+        )
+        running = [j for j in d["jobs"] if j["status"] == "leased"]
+        for j in running:
+            lines.append(f"  job {j['id']} ({j['side']}) on {j['runner']}: {j['phase']} {j['progress']}")
+    for c in d.get("comparisons", []):
+        lines.append("")
+        lines.append(f"{c['benchmark']} on {c['machine_class']} ({c['method']}, alpha {c['alpha']})")
+        lines.append(f"  {'metric':<22} {'base':>12} {'head':>12} {'change':>9} {'95% CI':>20} {'q':>8}  verdict")
+        for m in c["metrics"]:
+            ci = (
+                f"[{m['ci_low_pct']:+.1f}, {m['ci_high_pct']:+.1f}]%"
+                if m["ci_low_pct"] is not None
+                else "n/a"
+            )
+            q = f"{m['q_value']:.4f}" if m["q_value"] is not None else "n/a"
+            lines.append(
+                f"  {m['metric']:<22} {fmt_num(m['base_mean']):>12} {fmt_num(m['head_mean']):>12} "
+                f"{fmt_num(m['change_pct'], True):>9} {ci:>20} {q:>8}  {m['verdict']}"
+            )
+    return "\n".join(lines)
+
+
+def watch(client: Client, sub_id: int, as_json: bool) -> int:
+    last = ""
+    while True:
+        d = client.call("GET", f"/submissions/{sub_id}")
+        text = render_status(d)
+        if text != last and not as_json:
+            print(text, flush=True)
+            print("-" * 40, flush=True)
+            last = text
+        if d["status"] in FINAL:
+            if as_json:
+                print(json.dumps(d, indent=2))
+            return 0 if d["status"] == "done" else 1
+        time.sleep(5)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    client = client_from_config()
+    if args.watch:
+        return watch(client, args.id, args.json)
+    d = client.call("GET", f"/submissions/{args.id}")
+    print(json.dumps(d, indent=2) if args.json else render_status(d))
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    client = client_from_config()
+    for s in client.call("GET", f"/submissions?limit={args.limit}"):
+        print(f"#{s['id']:<5} {s['status']:<10} {s['branch']} vs {s['base']}  {', '.join(s['benchmarks'])}  {s['tree']}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kperf", description="Submit kernel branches to kperf and read verdicts.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    login = sub.add_parser("login", help="get an API token and save it")
+    login.add_argument("--server", help="e.g. http://127.0.0.1:8000")
+    login.add_argument("--user")
+    login.add_argument("--token", help="use an existing token instead of a password")
+    login.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
+    login.set_defaults(func=cmd_login)
+
+    s = sub.add_parser("submit", help="compare a branch against a base")
+    s.add_argument("--tree", required=True, help="git URL (https://, git://, ssh://) or local path")
+    s.add_argument("--branch", required=True, help="the branch (head) to test")
+    s.add_argument("--base", required=True, help="branch, tag or sha to compare against")
+    s.add_argument("--bench", action="append", help="benchmark (repeat for more; 'all' for every one)")
+    s.add_argument("--grid", default="quick", help="parameter grid: quick or full")
+    s.add_argument("--arch", action="append", help="x86_64 or arm64 (repeat for both)")
+    s.add_argument("--wait", action="store_true", help="follow the submission until it finishes")
+    s.add_argument("--json", action="store_true", help="with --wait: print the final result as JSON")
+    s.set_defaults(func=cmd_submit)
+
+    st = sub.add_parser("status", help="show a submission: builds, progress, verdicts")
+    st.add_argument("id", type=int)
+    st.add_argument("--watch", action="store_true", help="refresh until it finishes")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=cmd_status)
+
+    ls = sub.add_parser("list", help="recent submissions")
+    ls.add_argument("--limit", type=int, default=20)
+    ls.set_defaults(func=cmd_list)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except CliError as e:
+        print(f"kperf: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""Turn a submission's samples into comparisons (the ORM side of kperf.stats)."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from kperf import stats
+from kperf.core import benchmarks
+from kperf.core.models import Comparison, Job, MetricComparison, MetricDef, Sample, Submission
+
+log = logging.getLogger("kperf.analysis")
+
+
+def load_boots(sub: Submission) -> dict[tuple[int, str], dict[str, dict[str, list[list[float]]]]]:
+    """{(machine class id, benchmark): {metric: {"base": boots, "head": boots}}}, boots in run order."""
+    per_boot: dict[tuple[int, str, str, str, int], dict[int, float]] = defaultdict(dict)
+    rows = (
+        Sample.objects.filter(boot_record__job__submission=sub, boot_record__job__status=Job.Status.DONE)
+        .values_list(
+            "boot_record__job__machine_class_id",
+            "boot_record__job__benchmark",
+            "metric",
+            "boot_record__job__side",
+            "boot_record_id",
+            "iteration",
+            "value",
+        )
+        .order_by("boot_record__job__seq", "boot_record__boot", "iteration")
+    )
+    for mclass, bench, metric, side, boot_id, iteration, value in rows:
+        per_boot[(mclass, bench, metric, side, boot_id)][iteration] = value
+    out: dict[tuple[int, str], dict[str, dict[str, list[list[float]]]]] = defaultdict(
+        lambda: defaultdict(lambda: {"base": [], "head": []})
+    )
+    for (mclass, bench, metric, side, _), iters in per_boot.items():
+        out[(mclass, bench)][metric][side].append([iters[i] for i in sorted(iters)])
+    return out
+
+
+def analyse_submission(sub_id: int) -> None:
+    alpha = settings.KPERF_ALPHA
+    with transaction.atomic():
+        sub = Submission.objects.select_for_update().get(pk=sub_id)
+        if sub.status != Submission.Status.ANALYSING:
+            return
+        defs = {m.name: m for m in MetricDef.objects.all()}
+        Comparison.objects.filter(submission=sub).delete()
+        for (mclass_id, bench), metrics in load_boots(sub).items():
+            inputs = {
+                name: stats.MetricInput(
+                    base=sides["base"],
+                    head=sides["head"],
+                    higher_is_better=defs[name].higher_is_better,
+                    min_effect_pct=benchmarks.min_effect_pct(name),
+                )
+                for name, sides in metrics.items()
+            }
+            results = stats.compare_metrics(inputs, alpha=alpha)
+            comp = Comparison.objects.create(
+                submission=sub, machine_class_id=mclass_id, benchmark=bench, method=stats.abtest.METHOD, alpha=alpha
+            )
+            MetricComparison.objects.bulk_create(
+                [
+                    MetricComparison(
+                        comparison=comp,
+                        metric=name,
+                        unit=defs[name].unit,
+                        higher_is_better=defs[name].higher_is_better,
+                        verdict=str(r.verdict),
+                        base_mean=r.base_mean,
+                        head_mean=r.head_mean,
+                        change_pct=r.change_pct,
+                        ci_low_pct=r.ci_low_pct,
+                        ci_high_pct=r.ci_high_pct,
+                        p_value=r.p_value,
+                        q_value=r.q_value,
+                        min_effect_pct=r.min_effect_pct,
+                        base_boots=r.base_boots,
+                        head_boots=r.head_boots,
+                        base_samples=r.base_samples,
+                        head_samples=r.head_samples,
+                        values={"base": metrics[name]["base"], "head": metrics[name]["head"]},
+                        note=r.note,
+                    )
+                    for name, r in sorted(results.items())
+                ]
+            )
+        sub.status = Submission.Status.DONE
+        sub.finished = timezone.now()
+        sub.save(update_fields=["status", "finished", "updated"])
+    log.info("submission %s analysed", sub_id)
+
+
+def verdict_summary(sub: Submission) -> dict[str, int]:
+    counts: dict[str, int] = defaultdict(int)
+    for v in MetricComparison.objects.filter(comparison__submission=sub).values_list("verdict", flat=True):
+        counts[v] += 1
+    return dict(counts)

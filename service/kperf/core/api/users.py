@@ -1,0 +1,81 @@
+"""The API for people: tokens, benchmarks, submissions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import authenticate
+from django.http import HttpRequest
+from django.shortcuts import get_object_or_404
+from ninja import Router, Schema, Status
+
+from kperf.core import benchmarks, presenters, workflow
+from kperf.core.api.auth import USER_AUTH
+from kperf.core.api.errors import ApiError
+from kperf.core.models import ApiToken, Submission
+
+router = Router()
+
+
+class TokenIn(Schema):
+    username: str
+    password: str
+    name: str = "cli"
+
+
+class SubmissionIn(Schema):
+    tree: str
+    branch: str
+    base: str
+    benchmarks: list[str] = ["spawn"]
+    grid: str = "quick"
+    arches: list[str] = ["x86_64"]
+
+
+@router.get("/health", auth=None, tags=["service"])
+def health(request: HttpRequest) -> dict[str, str]:
+    Submission.objects.exists()  # touches the database: a broken connection is a 500
+    return {"status": "ok"}
+
+
+@router.post("/auth/token", auth=None, tags=["accounts"], response={201: dict[str, str]})
+def issue_token(request: HttpRequest, payload: TokenIn) -> Status:
+    user = authenticate(request, username=payload.username, password=payload.password)
+    if user is None:
+        raise ApiError(401, "bad-credentials", "wrong user name or password")
+    _, plain = ApiToken.issue(user, payload.name[:100] or "cli")
+    return Status(201, {"token": plain, "username": user.get_username()})
+
+
+@router.get("/benchmarks", auth=USER_AUTH, tags=["benchmarks"])
+def list_benchmarks(request: HttpRequest) -> list[dict[str, Any]]:
+    return benchmarks.describe()
+
+
+@router.post("/submissions", auth=USER_AUTH, tags=["submissions"], response={201: dict[str, Any]})
+def create_submission(request: HttpRequest, payload: SubmissionIn) -> Status:
+    req = workflow.SubmissionRequest(
+        tree_url=payload.tree,
+        head_ref=payload.branch,
+        base_ref=payload.base,
+        benchmarks=payload.benchmarks,
+        grid=payload.grid,
+        arches=payload.arches,
+    )
+    try:
+        sub = workflow.create_submission(request.auth, req)  # type: ignore[attr-defined]
+    except workflow.SubmissionError as e:
+        raise ApiError(400, "invalid-submission", str(e), field=e.field) from None
+    return Status(201, presenters.submission_detail(sub))
+
+
+@router.get("/submissions", auth=USER_AUTH, tags=["submissions"])
+def list_submissions(request: HttpRequest, limit: int = 50) -> list[dict[str, Any]]:
+    subs = Submission.objects.select_related("tree", "owner")[: max(1, min(limit, 500))]
+    return [presenters.submission_summary(s) for s in subs]
+
+
+@router.get("/submissions/{sub_id}", auth=USER_AUTH, tags=["submissions"])
+def get_submission(request: HttpRequest, sub_id: int) -> dict[str, Any]:
+    sub = get_object_or_404(Submission.objects.select_related("tree", "owner"), pk=sub_id)
+    return presenters.submission_detail(sub)

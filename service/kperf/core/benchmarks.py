@@ -1,0 +1,72 @@
+"""The service's view of the benchmark registry.
+
+The registry itself lives in the runner package (kperf_runner.benchmarks), the
+one place that knows how a benchmark is run, parsed and named; the service
+imports it (the runner never imports the service).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from kperf_runner import benchmarks as registry
+
+ALL = "all"
+
+
+class BenchmarkChoiceError(ValueError):
+    pass
+
+
+def known() -> list[str]:
+    return sorted(registry.BENCHMARKS)
+
+
+def expand(names: list[str]) -> list[str]:
+    """Validate benchmark names ('all' means every benchmark); keeps order, drops repeats."""
+    if not names:
+        raise BenchmarkChoiceError(f"no benchmark given: choose from {', '.join(known())} or 'all'")
+    out: list[str] = []
+    for name in names:
+        chosen = known() if name == ALL else [name]
+        for b in chosen:
+            if b not in registry.BENCHMARKS:
+                raise BenchmarkChoiceError(f"unknown benchmark {b!r}: choose from {', '.join(known())} or 'all'")
+            if b not in out:
+                out.append(b)
+    return out
+
+
+def grid_for(benchmark: str, grid: str) -> tuple[int, dict[str, Any]]:
+    """(boots per side, resolved parameters) for a benchmark's grid."""
+    bench = registry.get_benchmark(benchmark)
+    if grid not in bench.grids:
+        raise BenchmarkChoiceError(
+            f"benchmark {benchmark!r} has no grid {grid!r}: choose from {', '.join(sorted(bench.grids))}"
+        )
+    return bench.grids[grid].boots, registry.resolve_params(benchmark, grid)
+
+
+def min_effect_pct(metric: str) -> float:
+    """The smallest change (in %) that may be called a regression for a metric."""
+    overrides: dict[str, float] = getattr(settings, "KPERF_MIN_EFFECT_OVERRIDES", {})
+    for prefix, value in overrides.items():
+        if metric.startswith(prefix):
+            return value
+    return float(settings.KPERF_MIN_EFFECT_PCT)
+
+
+def describe() -> list[dict[str, Any]]:
+    """Benchmarks and grids as the API and the web form show them."""
+    out = []
+    for name in known():
+        bench = registry.get_benchmark(name)
+        out.append(
+            {
+                "name": name,
+                "description": bench.description,
+                "grids": {g: {"boots": spec.boots, "params": dict(spec.params)} for g, spec in bench.grids.items()},
+            }
+        )
+    return out

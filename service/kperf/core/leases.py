@@ -1,0 +1,319 @@
+"""The runner side of the lab: heartbeats, claims, leases, results, failures.
+
+A runner may only touch a job it holds: the job must be leased to it, at the
+attempt it names. Every state change happens under a row lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from kperf_runner import benchmarks as registry
+
+from kperf.core.models import BootRecord, Job, MetricDef, Runner, Sample
+from kperf.core.models.accounts import hash_token
+
+log = logging.getLogger("kperf.lab")
+
+
+class ProtocolError(Exception):
+    def __init__(self, status: int, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+
+
+def runner_for_token(token: str) -> Runner | None:
+    if not token.startswith(Runner.TOKEN_PREFIX):
+        return None
+    return Runner.objects.select_related("machine_class").filter(token_hash=hash_token(token)).first()
+
+
+def heartbeat(runner: Runner, data: dict[str, Any]) -> None:
+    arch, mclass = data.get("arch"), data.get("machine_class")
+    if arch and arch != runner.machine_class.arch:
+        raise ProtocolError(
+            409, "mismatch", f"runner {runner.name} is registered for {runner.machine_class.arch}, not {arch}"
+        )
+    if mclass and mclass != runner.machine_class.name:
+        raise ProtocolError(
+            409,
+            "mismatch",
+            f"runner {runner.name} is registered in machine class {runner.machine_class.name}, not {mclass}; "
+            "an operator must re-register it to move it",
+        )
+    runner.last_heartbeat = timezone.now()
+    runner.version = str(data.get("version", ""))[:32]
+    runner.hostname = str(data.get("hostname", ""))[:255]
+    caps = data.get("capabilities")
+    runner.capabilities = caps if isinstance(caps, dict) else {}
+    runner.save(update_fields=["last_heartbeat", "version", "hostname", "capabilities"])
+
+
+def claim(runner: Runner) -> Job | None:
+    """Lease the next queued job of the runner's machine class, or None."""
+    if runner.health != Runner.Health.GOOD:
+        return None
+    now = timezone.now()
+    with transaction.atomic():
+        # SKIP LOCKED: two runners claiming at once each get a different job
+        # instead of queueing behind each other's lock.
+        job = (
+            Job.objects.select_for_update(skip_locked=True, of=("self",))
+            .filter(status=Job.Status.QUEUED, machine_class=runner.machine_class)
+            .order_by("submission_id", "seq", "id")
+            .first()
+        )
+        if job is None:
+            return None
+        job.status = Job.Status.LEASED
+        job.runner = runner
+        job.lease_expires = now + timedelta(seconds=settings.KPERF_LEASE_SECONDS)
+        job.started = job.started or now
+        job.phase = "claimed"
+        job.progress = f"claimed by {runner.name}"
+        job.save(update_fields=["status", "runner", "lease_expires", "started", "phase", "progress"])
+    runner.last_heartbeat = now
+    runner.save(update_fields=["last_heartbeat"])
+    log.info("job %s (attempt %s) leased to %s", job.pk, job.attempt, runner.name)
+    return job
+
+
+def _held(runner: Runner, job_id: int, attempt: Any) -> Job:
+    """The job, locked, if this runner holds it at this attempt; else ProtocolError."""
+    job = Job.objects.select_for_update().filter(pk=job_id).first()
+    if job is None:
+        raise ProtocolError(404, "not-found", f"there is no job {job_id}")
+    if not isinstance(attempt, int) or isinstance(attempt, bool):
+        raise ProtocolError(422, "invalid", "attempt must be the job's attempt number (an integer)")
+    if job.runner_id != runner.pk or job.attempt != attempt or job.status != Job.Status.LEASED:
+        if job.status == Job.Status.DONE and job.runner_id == runner.pk and job.attempt == attempt:
+            raise ProtocolError(
+                409, "duplicate", f"results for job {job_id} attempt {attempt} were already recorded; nothing changed"
+            )
+        raise ProtocolError(
+            409,
+            "not-held",
+            f"runner {runner.name} does not hold job {job_id} at attempt {attempt} "
+            f"(the job is {job.status} at attempt {job.attempt}); drop it",
+        )
+    return job
+
+
+def _append_console(job: Job, text: str) -> None:
+    if not text:
+        return
+    limit = settings.KPERF_CONSOLE_LOG_MAX_BYTES
+    combined = job.console_log + text
+    # Keep the end: that is where a panic or a failing benchmark shows.
+    job.console_log = combined[-limit:] if len(combined) > limit else combined
+
+
+def progress(runner: Runner, job_id: int, data: dict[str, Any]) -> Job:
+    with transaction.atomic():
+        job = _held(runner, job_id, data.get("attempt"))
+        job.lease_expires = timezone.now() + timedelta(seconds=settings.KPERF_LEASE_SECONDS)
+        job.phase = str(data.get("phase", ""))[:32]
+        boot, boots = data.get("boot"), data.get("boots")
+        message = str(data.get("message", ""))
+        if isinstance(boot, int) and isinstance(boots, int) and not message:
+            message = f"boot {boot} of {boots}"
+        job.progress = message[:200]
+        _append_console(job, str(data.get("console", "")))
+        job.save(update_fields=["lease_expires", "phase", "progress", "console_log"])
+    return job
+
+
+def _validate_results(job: Job, data: dict[str, Any]) -> list[tuple[int, dict[str, Any], str, list[tuple[str, int, float]]]]:
+    bench = registry.get_benchmark(job.benchmark)
+    defined = {m.name: m for m in bench.metrics(job.params)}
+    boots = data.get("boots")
+    if not isinstance(boots, list) or not boots:
+        raise ProtocolError(422, "invalid", "boots must be a non-empty list, one entry per boot")
+    if len(boots) != job.boots:
+        raise ProtocolError(422, "invalid", f"job {job.pk} has {job.boots} boot(s) but the upload has {len(boots)}")
+    out = []
+    seen_boots: set[int] = set()
+    for i, b in enumerate(boots):
+        if not isinstance(b, dict):
+            raise ProtocolError(422, "invalid", f"boots[{i}] must be an object")
+        idx = b.get("boot")
+        if not isinstance(idx, int) or not 0 <= idx < job.boots or idx in seen_boots:
+            raise ProtocolError(422, "invalid", f"boots[{i}].boot must be a distinct integer in 0..{job.boots - 1}")
+        seen_boots.add(idx)
+        env = b.get("environment", {})
+        if not isinstance(env, dict):
+            raise ProtocolError(422, "invalid", f"boots[{i}].environment must be an object")
+        samples = b.get("samples")
+        if not isinstance(samples, list) or not samples:
+            raise ProtocolError(422, "invalid", f"boots[{i}].samples must be a non-empty list")
+        rows = []
+        for j, s in enumerate(samples):
+            where = f"boots[{i}].samples[{j}]"
+            if not isinstance(s, dict):
+                raise ProtocolError(422, "invalid", f"{where} must be an object")
+            metric, iteration, value = s.get("metric"), s.get("iteration"), s.get("value")
+            if metric not in defined:
+                raise ProtocolError(
+                    422,
+                    "invalid",
+                    f"{where}.metric {metric!r} is not a metric of {job.benchmark} with these parameters "
+                    f"(expected one of {', '.join(sorted(defined))})",
+                )
+            if not isinstance(iteration, int) or isinstance(iteration, bool) or iteration < 0:
+                raise ProtocolError(422, "invalid", f"{where}.iteration must be a non-negative integer")
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                raise ProtocolError(422, "invalid", f"{where}.value must be a finite number")
+            rows.append((str(metric), iteration, float(value)))
+        out.append((idx, env, str(b.get("raw_output", "")), rows))
+    declared = data.get("metrics") or {}
+    if isinstance(declared, dict):
+        for name, meta in declared.items():
+            m = defined.get(name)
+            if m is not None and isinstance(meta, dict) and meta.get("higher_is_better") not in (None, m.higher_is_better):
+                raise ProtocolError(
+                    422,
+                    "invalid",
+                    f"the runner says {name} is {'higher' if meta.get('higher_is_better') else 'lower'}-is-better, "
+                    "the service disagrees: runner and service versions differ, upgrade the runner",
+                )
+    return out
+
+
+def record_results(runner: Runner, job_id: int, data: dict[str, Any]) -> Job:
+    from kperf.core import tasks
+
+    with transaction.atomic():
+        job = _held(runner, job_id, data.get("attempt"))
+        parsed = _validate_results(job, data)
+        bench = registry.get_benchmark(job.benchmark)
+        for m in bench.metrics(job.params):
+            MetricDef.objects.update_or_create(
+                name=m.name,
+                defaults={"benchmark": job.benchmark, "unit": m.unit, "higher_is_better": m.higher_is_better},
+            )
+        for idx, env, raw, rows in parsed:
+            record = BootRecord.objects.create(job=job, attempt=job.attempt, boot=idx, environment=env, raw_output=raw)
+            Sample.objects.bulk_create(
+                [Sample(boot_record=record, metric=m, iteration=it, value=v) for m, it, v in rows]
+            )
+        job.status = Job.Status.DONE
+        job.finished = timezone.now()
+        job.phase = "done"
+        job.progress = ""
+        job.lease_expires = None
+        if data.get("console_log"):
+            job.console_log = ""
+            _append_console(job, str(data["console_log"]))
+        job.save()
+        if job.submission_id is not None:
+            sub_id = job.submission_id
+            transaction.on_commit(lambda: tasks.advance_submission.delay(sub_id))
+    log.info("job %s: results recorded from %s", job_id, runner.name)
+    return job
+
+
+def record_failure(runner: Runner, job_id: int, data: dict[str, Any]) -> Job:
+    from kperf.core import tasks
+
+    kind = data.get("kind")
+    if kind not in Job.FailureKind.values:
+        raise ProtocolError(422, "invalid", f"kind must be one of {', '.join(Job.FailureKind.values)}, not {kind!r}")
+    message = str(data.get("message", ""))[:2000] or "no message"
+    with transaction.atomic():
+        job = _held(runner, job_id, data.get("attempt"))
+        job.console_log = ""
+        _append_console(job, str(data.get("log", "")))
+        job.failure_kind = kind
+        job.failure_message = message
+        if kind == Job.FailureKind.INFRA and job.attempt < job.max_attempts:
+            _requeue(job, f"attempt {job.attempt} failed on {runner.name}: {message}")
+        else:
+            job.status = Job.Status.FAILED
+            job.finished = timezone.now()
+            job.lease_expires = None
+            job.phase = "failed"
+        job.save()
+        if job.status == Job.Status.FAILED and job.submission_id is not None:
+            sub_id = job.submission_id
+            transaction.on_commit(lambda: tasks.advance_submission.delay(sub_id))
+    log.warning("job %s: %s failure reported by %s: %s", job_id, kind, runner.name, message)
+    return job
+
+
+def _requeue(job: Job, why: str) -> None:
+    job.status = Job.Status.QUEUED
+    job.attempt += 1
+    job.runner = None
+    job.lease_expires = None
+    job.phase = "requeued"
+    job.progress = why[:200]
+
+
+def expire_leases() -> int:
+    """Put jobs whose lease ran out back in the queue, or fail them after the last attempt."""
+    from kperf.core import tasks
+
+    now = timezone.now()
+    changed = 0
+    with transaction.atomic():
+        expired = Job.objects.select_for_update(skip_locked=True).filter(
+            status=Job.Status.LEASED, lease_expires__lt=now
+        )
+        for job in expired:
+            holder = job.runner.name if job.runner else "a runner"
+            if job.attempt < job.max_attempts:
+                _requeue(job, f"lease expired: {holder} stopped reporting on attempt {job.attempt}")
+            else:
+                job.status = Job.Status.FAILED
+                job.failure_kind = Job.FailureKind.INFRA
+                job.failure_message = (
+                    f"lease expired on the last attempt ({job.attempt} of {job.max_attempts}); "
+                    f"{holder} stopped reporting: check the runner"
+                )
+                job.finished = now
+                job.lease_expires = None
+                if job.submission_id is not None:
+                    sub_id = job.submission_id
+                    transaction.on_commit(lambda s=sub_id: tasks.advance_submission.delay(s))
+            job.save()
+            changed += 1
+            log.warning("job %s: lease of %s expired, now %s", job.pk, holder, job.status)
+    return changed
+
+
+def job_payload(job: Job) -> dict[str, Any]:
+    build = job.build
+    return {
+        "id": job.pk,
+        "attempt": job.attempt,
+        "lease_seconds": settings.KPERF_LEASE_SECONDS,
+        "lease_expires": job.lease_expires.isoformat() if job.lease_expires else None,
+        "benchmark": job.benchmark,
+        "grid": job.grid,
+        "params": job.params,
+        "boots": job.boots,
+        "arch": build.arch,
+        "machine_class": job.machine_class.name,
+        "kernel": {"build_id": build.pk, "sha": build.sha, "cmdline": ""},
+        "artifacts": [
+            {
+                "name": name,
+                "url": f"/api/v1/runner/builds/{build.pk}/artifacts/{name}",
+                "sha256": meta["sha256"],
+                "size": meta["size"],
+            }
+            for name, meta in sorted(build.artifacts.items())
+        ],
+    }
+
+
+def may_download(runner: Runner, build_id: int) -> bool:
+    return Job.objects.filter(build_id=build_id, runner=runner, status=Job.Status.LEASED).exists()

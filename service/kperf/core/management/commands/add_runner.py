@@ -1,0 +1,31 @@
+"""Register a runner (or give an existing one a new token) and print its token."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from kperf_kbuild.driver import SUPPORTED_ARCHES
+
+from kperf.core.models import MachineClass, Runner
+
+
+class Command(BaseCommand):
+    help = "Register a runner in a machine class and print its token (shown once)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("name")
+        parser.add_argument("--machine-class", required=True, help="e.g. qemu-x86_64, x86-skylake-2s")
+        parser.add_argument("--arch", required=True, choices=SUPPORTED_ARCHES)
+        parser.add_argument("--description", default="")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        mclass, created = MachineClass.objects.get_or_create(
+            name=opts["machine_class"], defaults={"arch": opts["arch"], "description": opts["description"]}
+        )
+        if not created and mclass.arch != opts["arch"]:
+            raise CommandError(
+                f"machine class {mclass.name} is {mclass.arch}, not {opts['arch']}: pick another class name"
+            )
+        runner, token = Runner.register(opts["name"], mclass)
+        self.stdout.write(token)

@@ -1,0 +1,68 @@
+"""Set up a local kperf for `make up`: admin account, machine class, runner.
+
+Idempotent: the admin keeps its password across restarts (stored in the
+credentials file, mode 0600); the local runner gets a fresh token each time,
+because the old one was only ever shown to the previous session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandParser
+
+from kperf.core.models import ApiToken, MachineClass, Runner
+
+
+class Command(BaseCommand):
+    help = "Create the local admin, machine class and runner; write their credentials to a file."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--credentials-file", required=True)
+        parser.add_argument("--runner-name", default="local-qemu")
+        parser.add_argument("--arch", default="x86_64")
+        parser.add_argument("--machine-class", default="")
+        parser.add_argument("--admin", default="admin")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        path = Path(opts["credentials_file"])
+        old: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+        User = get_user_model()
+        user = User.objects.filter(username=opts["admin"]).first()
+        password = old.get("admin_password") if user is not None else None
+        if user is None or not password or not user.check_password(password):
+            password = secrets.token_urlsafe(12)
+            if user is None:
+                user = User.objects.create_superuser(opts["admin"], f"{opts['admin']}@localhost", password)
+            else:
+                user.set_password(password)
+                user.save()
+        mclass_name = opts["machine_class"] or f"qemu-{opts['arch']}"
+        mclass, _ = MachineClass.objects.get_or_create(
+            name=mclass_name, defaults={"arch": opts["arch"], "description": "QEMU on the kperf host (make up)"}
+        )
+        _, runner_token = Runner.register(opts["runner_name"], mclass)
+        api_token = old.get("api_token", "")
+        from kperf.core.models.accounts import hash_token
+
+        if not api_token or not ApiToken.objects.filter(token_hash=hash_token(api_token), user=user).exists():
+            _, api_token = ApiToken.issue(user, "make-up")
+        creds = {
+            "admin_user": opts["admin"],
+            "admin_password": password,
+            "api_token": api_token,
+            "runner_name": opts["runner_name"],
+            "runner_token": runner_token,
+            "machine_class": mclass_name,
+            "arch": opts["arch"],
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(creds, fh, indent=2)
+        self.stdout.write(f"credentials written to {path}")

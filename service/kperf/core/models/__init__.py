@@ -1,0 +1,24 @@
+"""kperf's domain model, one module per resource."""
+
+from kperf.core.models.accounts import ApiToken
+from kperf.core.models.builds import KernelBuild
+from kperf.core.models.lab import Job, MachineClass, Runner
+from kperf.core.models.results import BootRecord, Comparison, MetricComparison, MetricDef, Sample
+from kperf.core.models.submissions import Submission, SubmissionBuild
+from kperf.core.models.trees import Tree
+
+__all__ = [
+    "ApiToken",
+    "BootRecord",
+    "Comparison",
+    "Job",
+    "KernelBuild",
+    "MachineClass",
+    "MetricComparison",
+    "MetricDef",
+    "Runner",
+    "Sample",
+    "Submission",
+    "SubmissionBuild",
+    "Tree",
+]

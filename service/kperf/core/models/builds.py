@@ -1,0 +1,48 @@
+"""Kernel builds: one per (sha, arch, config digest), shared by everyone."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from kperf.core.models.trees import Tree
+
+
+class KernelBuild(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        BUILDING = "building"
+        DONE = "done"
+        FAILED = "failed"
+
+    tree = models.ForeignKey(Tree, on_delete=models.PROTECT, related_name="builds")
+    sha = models.CharField(max_length=40)
+    arch = models.CharField(max_length=16)
+    config_digest = models.CharField(max_length=64)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    phase = models.CharField(max_length=32, blank=True, default="")
+    progress = models.CharField(max_length=200, blank=True, default="")
+    error = models.TextField(blank=True, default="")
+    log_tail = models.TextField(blank=True, default="")
+    # {"kernel": {"path": "...", "sha256": "...", "size": 123}, ...}
+    artifacts = models.JSONField(default=dict, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["sha", "arch", "config_digest"], name="unique_build_per_sha_arch_config")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.sha[:12]} {self.arch} ({self.status})"
+
+    @property
+    def finished_ok(self) -> bool:
+        return self.status == self.Status.DONE
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started and self.finished:
+            return (self.finished - self.started).total_seconds()
+        return None

@@ -1,0 +1,114 @@
+"""Machines and the work they do: machine classes, runners, jobs."""
+
+from __future__ import annotations
+
+import secrets
+
+from django.db import models
+
+from kperf.core.models.accounts import hash_token
+from kperf.core.models.builds import KernelBuild
+from kperf.core.models.submissions import Submission
+
+
+class MachineClass(models.Model):
+    """A label for identical hardware; comparisons never mix classes."""
+
+    name = models.CharField(max_length=64, unique=True)
+    arch = models.CharField(max_length=16)
+    description = models.TextField(blank=True, default="")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Runner(models.Model):
+    TOKEN_PREFIX = "kprun_"
+
+    class Health(models.TextChoices):
+        GOOD = "good"
+        QUARANTINED = "quarantined"
+
+    name = models.CharField(max_length=64, unique=True)
+    machine_class = models.ForeignKey(MachineClass, on_delete=models.PROTECT, related_name="runners")
+    token_hash = models.CharField(max_length=64, unique=True)
+    health = models.CharField(max_length=16, choices=Health.choices, default=Health.GOOD)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+    version = models.CharField(max_length=32, blank=True, default="")
+    hostname = models.CharField(max_length=255, blank=True, default="")
+    capabilities = models.JSONField(default=dict, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def arch(self) -> str:
+        return self.machine_class.arch
+
+    @classmethod
+    def register(cls, name: str, machine_class: MachineClass) -> tuple[Runner, str]:
+        """Create a runner, or give an existing one a new token; returns the token once."""
+        plain = cls.TOKEN_PREFIX + secrets.token_urlsafe(32)
+        runner, _ = cls.objects.update_or_create(
+            name=name, defaults={"machine_class": machine_class, "token_hash": hash_token(plain)}
+        )
+        return runner, plain
+
+
+class Job(models.Model):
+    """One benchmark run on one build: `boots` boots of `params.iterations` each."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        LEASED = "leased"  # claimed; the runner is preparing, booting or running
+        DONE = "done"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    class FailureKind(models.TextChoices):
+        INFRA = "infra"
+        BOOT = "boot"
+        BENCHMARK = "benchmark"
+
+    FINAL = (Status.DONE, Status.FAILED, Status.CANCELLED)
+
+    submission = models.ForeignKey(Submission, on_delete=models.CASCADE, related_name="jobs", null=True, blank=True)
+    build = models.ForeignKey(KernelBuild, on_delete=models.PROTECT, related_name="jobs")
+    side = models.CharField(max_length=4, blank=True, default="")
+    benchmark = models.CharField(max_length=64)
+    grid = models.CharField(max_length=32)
+    params = models.JSONField(default=dict)
+    boots = models.PositiveIntegerField(default=1)
+    machine_class = models.ForeignKey(MachineClass, on_delete=models.PROTECT, related_name="jobs")
+    # Claim order within the queue: jobs are queued base/head alternately so
+    # drift between boots lands on both sides.
+    seq = models.PositiveIntegerField(default=0)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    attempt = models.PositiveIntegerField(default=1)
+    max_attempts = models.PositiveIntegerField(default=3)
+    runner = models.ForeignKey(Runner, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs")
+    lease_expires = models.DateTimeField(null=True, blank=True)
+    phase = models.CharField(max_length=32, blank=True, default="")
+    progress = models.CharField(max_length=200, blank=True, default="")
+    failure_kind = models.CharField(max_length=16, choices=FailureKind.choices, blank=True, default="")
+    failure_message = models.TextField(blank=True, default="")
+    console_log = models.TextField(blank=True, default="")
+    created = models.DateTimeField(auto_now_add=True)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # Serves the claim query: queued jobs of one machine class in order.
+            models.Index(fields=["machine_class", "status", "seq"], name="job_claim_idx"),
+            # Serves lease expiry: leased jobs whose lease ran out.
+            models.Index(fields=["status", "lease_expires"], name="job_lease_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.pk} {self.benchmark} {self.side} on {self.build}"
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in self.FINAL

@@ -1,0 +1,92 @@
+"""What runners measured, and what kperf concluded from it."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from kperf.core.models.lab import Job, MachineClass
+from kperf.core.models.submissions import Submission
+
+
+class MetricDef(models.Model):
+    benchmark = models.CharField(max_length=64)
+    name = models.CharField(max_length=128, unique=True)
+    unit = models.CharField(max_length=32)
+    higher_is_better = models.BooleanField()
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.unit})"
+
+
+class BootRecord(models.Model):
+    """One boot of a job's kernel: its environment and raw benchmark output."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="boot_records")
+    attempt = models.PositiveIntegerField()
+    boot = models.PositiveIntegerField()
+    environment = models.JSONField(default=dict)
+    raw_output = models.TextField(blank=True, default="")
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "boot"], name="unique_boot_per_job")]
+
+
+class Sample(models.Model):
+    boot_record = models.ForeignKey(BootRecord, on_delete=models.CASCADE, related_name="samples")
+    metric = models.CharField(max_length=128)
+    iteration = models.PositiveIntegerField()
+    value = models.FloatField()
+
+    class Meta:
+        indexes = [models.Index(fields=["metric", "boot_record"], name="sample_metric_idx")]
+
+
+class Comparison(models.Model):
+    """Base against head for one submission, machine class and benchmark."""
+
+    submission = models.ForeignKey(Submission, on_delete=models.CASCADE, related_name="comparisons")
+    machine_class = models.ForeignKey(MachineClass, on_delete=models.PROTECT, related_name="comparisons")
+    benchmark = models.CharField(max_length=64)
+    method = models.CharField(max_length=200)
+    alpha = models.FloatField()
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["submission", "machine_class", "benchmark"], name="unique_comparison_per_class_benchmark"
+            )
+        ]
+
+
+class MetricComparison(models.Model):
+    class Verdict(models.TextChoices):
+        REGRESSION = "regression"
+        IMPROVEMENT = "improvement"
+        NO_CHANGE = "no-change"
+        INCONCLUSIVE = "inconclusive"
+
+    comparison = models.ForeignKey(Comparison, on_delete=models.CASCADE, related_name="metrics")
+    metric = models.CharField(max_length=128)
+    unit = models.CharField(max_length=32)
+    higher_is_better = models.BooleanField()
+    verdict = models.CharField(max_length=16, choices=Verdict.choices)
+    base_mean = models.FloatField(null=True)
+    head_mean = models.FloatField(null=True)
+    change_pct = models.FloatField(null=True)
+    ci_low_pct = models.FloatField(null=True)
+    ci_high_pct = models.FloatField(null=True)
+    p_value = models.FloatField(null=True)
+    q_value = models.FloatField(null=True)
+    min_effect_pct = models.FloatField()
+    base_boots = models.PositiveIntegerField()
+    head_boots = models.PositiveIntegerField()
+    base_samples = models.PositiveIntegerField()
+    head_samples = models.PositiveIntegerField()
+    # Per-boot iteration values, as compared: {"base": [[..], ..], "head": [[..], ..]}
+    values = models.JSONField(default=dict)
+    note = models.CharField(max_length=300, blank=True, default="")
+
+    class Meta:
+        ordering = ["metric"]

@@ -1,0 +1,63 @@
+"""A developer's request: compare head against base on some benchmarks."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from kperf.core.models.builds import KernelBuild
+from kperf.core.models.trees import Tree
+
+
+class Submission(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued"  # waiting for git fetch and ref resolution
+        BUILDING = "building"
+        TESTING = "testing"
+        ANALYSING = "analysing"
+        DONE = "done"
+        FAILED = "failed"
+
+    FINAL = (Status.DONE, Status.FAILED)
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="submissions")
+    tree = models.ForeignKey(Tree, on_delete=models.PROTECT, related_name="submissions")
+    head_ref = models.CharField(max_length=255)
+    head_sha = models.CharField(max_length=40, blank=True, default="")
+    base_ref = models.CharField(max_length=255)
+    base_sha = models.CharField(max_length=40, blank=True, default="")
+    benchmarks = models.JSONField(default=list)
+    grid = models.CharField(max_length=32, default="quick")
+    arches = models.JSONField(default=list)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    error = models.TextField(blank=True, default="")
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.head_ref} vs {self.base_ref}"
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in self.FINAL
+
+
+class SubmissionBuild(models.Model):
+    """Which builds a submission needs, and on which side of the comparison."""
+
+    class Side(models.TextChoices):
+        BASE = "base"
+        HEAD = "head"
+
+    submission = models.ForeignKey(Submission, on_delete=models.CASCADE, related_name="submission_builds")
+    build = models.ForeignKey(KernelBuild, on_delete=models.PROTECT, related_name="submission_builds")
+    side = models.CharField(max_length=4, choices=Side.choices)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["submission", "build", "side"], name="unique_submission_build_side")
+        ]

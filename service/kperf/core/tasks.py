@@ -1,0 +1,32 @@
+"""Celery tasks: short, named, taking ids, each calling one domain function."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from kperf.core import analysis, building, leases, workflow
+
+
+@shared_task(name="kperf.prepare_submission")
+def prepare_submission(sub_id: int) -> None:
+    workflow.prepare_submission(sub_id)
+
+
+@shared_task(name="kperf.build_kernel")
+def build_kernel(build_id: int) -> None:
+    building.run_build(build_id)
+
+
+@shared_task(name="kperf.advance_submission")
+def advance_submission(sub_id: int) -> None:
+    workflow.advance_submission(sub_id)
+
+
+@shared_task(name="kperf.analyse_submission")
+def analyse_submission(sub_id: int) -> None:
+    analysis.analyse_submission(sub_id)
+
+
+@shared_task(name="kperf.expire_leases")
+def expire_leases() -> int:
+    return leases.expire_leases()

@@ -1,0 +1,83 @@
+"""Web pages: thin views over the same domain functions the API uses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django import forms
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from kperf_kbuild.driver import SUPPORTED_ARCHES
+
+from kperf.core import benchmarks, presenters, workflow
+from kperf.core.models import Job, KernelBuild, Submission
+
+
+class SubmissionForm(forms.Form):
+    tree = forms.CharField(label="Tree URL", max_length=1000, help_text="https://, git://, ssh:// or a local path")
+    branch = forms.CharField(label="Branch (head)", max_length=255)
+    base = forms.CharField(label="Base", max_length=255, help_text="branch, tag or sha to compare against")
+    benchmarks = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, choices=[])
+    grid = forms.ChoiceField(choices=[("quick", "quick (QEMU, CI)"), ("full", "full (mmtests defaults)")])
+    arches = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, choices=[(a, a) for a in SUPPORTED_ARCHES])
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        names = benchmarks.known()
+        self.fields["benchmarks"].choices = [(n, n) for n in names] + [("all", "all")]  # type: ignore[attr-defined]
+
+
+@login_required
+def submission_list(request: HttpRequest) -> HttpResponse:
+    subs = Submission.objects.select_related("tree", "owner")[:100]
+    return render(request, "kperf/submission_list.html", {"submissions": subs})
+
+
+@login_required
+def submission_new(request: HttpRequest) -> HttpResponse:
+    if request.method == "POST":
+        form = SubmissionForm(request.POST)
+        if form.is_valid():
+            req = workflow.SubmissionRequest(
+                tree_url=form.cleaned_data["tree"],
+                head_ref=form.cleaned_data["branch"],
+                base_ref=form.cleaned_data["base"],
+                benchmarks=form.cleaned_data["benchmarks"],
+                grid=form.cleaned_data["grid"],
+                arches=form.cleaned_data["arches"],
+            )
+            try:
+                sub = workflow.create_submission(request.user, req)  # type: ignore[arg-type]
+            except workflow.SubmissionError as e:
+                form.add_error(e.field if e.field in form.fields else None, str(e))
+            else:
+                return redirect("submission-detail", sub_id=sub.pk)
+    else:
+        form = SubmissionForm(initial={"benchmarks": ["spawn"], "grid": "quick", "arches": ["x86_64"], "base": "master"})
+    return render(request, "kperf/submission_new.html", {"form": form})
+
+
+@login_required
+def submission_detail(request: HttpRequest, sub_id: int) -> HttpResponse:
+    sub = get_object_or_404(Submission.objects.select_related("tree", "owner"), pk=sub_id)
+    return render(request, "kperf/submission_detail.html", {"sub": sub, "d": presenters.submission_detail(sub)})
+
+
+def _text(body: str) -> HttpResponse:
+    return HttpResponse(body, content_type="text/plain; charset=utf-8")
+
+
+@login_required
+def build_log(request: HttpRequest, build_id: int) -> HttpResponse:
+    build = get_object_or_404(KernelBuild, pk=build_id)
+    meta = build.artifacts.get("build-log")
+    if meta and Path(meta["path"]).is_file():
+        return _text(Path(meta["path"]).read_text(errors="replace"))
+    return _text(build.log_tail or f"build {build_id} has no log yet (status: {build.status})")
+
+
+@login_required
+def job_console(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = get_object_or_404(Job, pk=job_id)
+    return _text(job.console_log or f"job {job_id} has no console output yet (status: {job.status})")

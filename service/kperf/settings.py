@@ -1,0 +1,141 @@
+"""Django settings for kperf, driven by environment variables (docs/operations.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+
+from kperf.conf import env_bool, env_float, env_int, env_list, env_path, env_str
+
+BASE_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BASE_DIR.parent.parent
+
+# Everything kperf keeps on disk (mirrors, builds, artifacts, embedded database)
+# lives under KPERF_HOME unless a narrower variable says otherwise.
+KPERF_HOME = env_path("KPERF_HOME", REPO_ROOT / ".kperf")
+
+SECRET_KEY = env_str("KPERF_SECRET_KEY", "kperf-development-key-change-me-in-production")
+DEBUG = env_bool("KPERF_DEBUG", False)
+ALLOWED_HOSTS = env_list("KPERF_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("KPERF_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_celery_beat",
+    "kperf.core",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "kperf.urls"
+WSGI_APPLICATION = "kperf.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# DATABASE_URL is required here: `kperf-up` and the test suite start an
+# embedded PostgreSQL and set it when the operator did not.
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/kperf"),
+        conn_max_age=env_int("KPERF_DB_CONN_MAX_AGE", 0, minimum=0),
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = KPERF_HOME / "static"
+# WhiteNoise warns on every request when the directory is missing.
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+
+# Uploads from runners carry console logs and raw benchmark output; cap them so
+# a runner gone wrong cannot fill the database (docs/runner-protocol.md).
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("KPERF_MAX_UPLOAD_BYTES", 16 * 1024 * 1024, minimum=1024)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {"kperf": {"handlers": ["console"], "level": env_str("KPERF_LOG_LEVEL", "INFO")}},
+}
+
+# --- Celery -----------------------------------------------------------------
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+# A worker that dies mid-task must not lose it: acknowledge only when done.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_ROUTES = {
+    "kperf.build_kernel": {"queue": "builds"},
+    "kperf.analyse_submission": {"queue": "analysis"},
+}
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_ALWAYS_EAGER = env_bool("KPERF_TASKS_EAGER", False)
+
+# --- kperf ------------------------------------------------------------------
+KPERF_MIRROR_ROOT = env_path("KPERF_MIRROR_ROOT", KPERF_HOME / "mirrors")
+KPERF_BUILD_ROOT = env_path("KPERF_BUILD_ROOT", KPERF_HOME / "builds")
+KPERF_ARTIFACT_ROOT = env_path("KPERF_ARTIFACT_ROOT", KPERF_HOME / "artifacts")
+KPERF_CCACHE_DIR = env_path("KPERF_CCACHE_DIR", Path.home() / ".cache" / "kperf" / "ccache")
+KPERF_BUILD_JOBS = env_int("KPERF_BUILD_JOBS", 0, minimum=0)
+# Local-path trees are handy on a developer's machine and in tests; a shared
+# service should turn them off so users cannot read the server's disk.
+KPERF_ALLOW_LOCAL_TREES = env_bool("KPERF_ALLOW_LOCAL_TREES", True)
+KPERF_GIT_TIMEOUT = env_int("KPERF_GIT_TIMEOUT", 1800, minimum=10)
+KPERF_LEASE_SECONDS = env_int("KPERF_LEASE_SECONDS", 900, minimum=30)
+KPERF_JOB_MAX_ATTEMPTS = env_int("KPERF_JOB_MAX_ATTEMPTS", 3, minimum=1)
+KPERF_RUNNER_POLL_SECONDS = env_int("KPERF_RUNNER_POLL_SECONDS", 5, minimum=1)
+KPERF_ALPHA = env_float("KPERF_ALPHA", 0.05)
+# Below this change (in %) nothing is called a regression; per-metric values
+# override it (kperf.core.benchmarks.min_effect_pct).
+KPERF_MIN_EFFECT_PCT = env_float("KPERF_MIN_EFFECT_PCT", 3.0)
+KPERF_CONSOLE_LOG_MAX_BYTES = env_int("KPERF_CONSOLE_LOG_MAX_BYTES", 2 * 1024 * 1024, minimum=1024)
+# Periodic work; django-celery-beat copies these into its tables at start, where
+# operators can change the intervals in the admin.
+CELERY_BEAT_SCHEDULE = {
+    "expire-leases": {"task": "kperf.expire_leases", "schedule": float(env_int("KPERF_LEASE_CHECK_SECONDS", 30))},
+}

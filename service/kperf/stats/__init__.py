@@ -1,0 +1,9 @@
+"""kperf's statistics: pure Python with numpy and scipy, no Django.
+
+The service loads series through the ORM and hands plain lists to these
+functions; everything here is tested without a database.
+"""
+
+from kperf.stats.abtest import MetricInput, MetricResult, Verdict, compare_metrics, compare_one
+
+__all__ = ["MetricInput", "MetricResult", "Verdict", "compare_metrics", "compare_one"]

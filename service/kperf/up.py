@@ -1,0 +1,263 @@
+"""`kperf-up` (what `make up` runs): the whole service on one machine.
+
+Starts, in order: PostgreSQL (embedded unless DATABASE_URL is set), the broker
+(kombu's SQLAlchemy transport on that PostgreSQL unless CELERY_BROKER_URL is
+set), migrations, the web server, one Celery worker for the `builds` queue,
+one for `default` and `analysis`, beat, and one local QEMU runner. Prints the
+URL and credentials, then waits. Ctrl-C (or SIGTERM) stops the children in
+reverse order and then the embedded database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from kperf.embedded import EmbeddedPostgres, broker_url_for_database, start_postgres
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+
+# (what to look for, how to check, the Debian package that provides it)
+_QEMU = {"x86_64": ("qemu-system-x86_64", "qemu-system-x86"), "arm64": ("qemu-system-aarch64", "qemu-system-arm")}
+_HOST_ARCH = {"x86_64": "x86_64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+
+
+def missing_tools(arch: str) -> list[tuple[str, str]]:
+    """(what is missing, Debian package) for everything building and booting needs."""
+    need: list[tuple[str, str]] = [
+        ("git", "git"),
+        ("gcc", "gcc"),
+        ("make", "make"),
+        ("flex", "flex"),
+        ("bison", "bison"),
+        ("bc", "bc"),
+        ("ccache", "ccache"),
+        ("cpio", "cpio"),
+    ]
+    qemu, qemu_pkg = _QEMU[arch]
+    need.append((qemu, qemu_pkg))
+    if arch != _HOST_ARCH:
+        cross = "aarch64-linux-gnu-gcc" if arch == "arm64" else "x86_64-linux-gnu-gcc"
+        need.append((cross, "gcc-aarch64-linux-gnu" if arch == "arm64" else "gcc-x86-64-linux-gnu"))
+    missing = [(tool, pkg) for tool, pkg in need if shutil.which(tool) is None]
+    headers = [("/usr/include/libelf.h", "libelf-dev"), ("/usr/include/openssl/ssl.h", "libssl-dev")]
+    missing += [(path, pkg) for path, pkg in headers if not Path(path).exists()]
+    return missing
+
+
+@dataclass
+class Child:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+
+class Stack:
+    def __init__(self, home: Path, env: dict[str, str], quiet: bool) -> None:
+        self.home = home
+        self.env = env
+        self.quiet = quiet
+        self.children: list[Child] = []
+        self.logs = home / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+
+    def manage(self, *args: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "kperf.manage", *args], env=self.env, capture_output=True, text=True, check=False
+        )
+        if proc.returncode != 0:
+            raise SystemExit(f"kperf-up: `manage {' '.join(args)}` failed:\n{proc.stderr.strip() or proc.stdout}")
+        return proc.stdout
+
+    def start(self, name: str, argv: list[str]) -> None:
+        log_path = self.logs / f"{name}.log"
+        # Each child gets its own session so a Ctrl-C in the terminal reaches
+        # only kperf-up, which then stops the children in a sensible order.
+        proc = subprocess.Popen(
+            argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        assert proc.stdout is not None
+        threading.Thread(target=self._pump, args=(name, proc.stdout, log_path), daemon=True).start()
+        self.children.append(Child(name, proc, log_path))
+
+    def _pump(self, name: str, stream: IO[bytes], log_path: Path) -> None:
+        with open(log_path, "ab") as log:
+            for line in iter(stream.readline, b""):
+                log.write(line)
+                log.flush()
+                if not self.quiet:
+                    sys.stdout.write(f"[{name}] {line.decode(errors='replace')}")
+                    sys.stdout.flush()
+
+    def dead_child(self) -> Child | None:
+        return next((c for c in self.children if c.proc.poll() is not None), None)
+
+    def stop(self) -> None:
+        for child in reversed(self.children):
+            if child.proc.poll() is None:
+                try:
+                    os.killpg(child.proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 20
+        for child in reversed(self.children):
+            try:
+                child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(child.proc.pid, signal.SIGKILL)
+                child.proc.wait()
+
+
+def wait_for_web(url: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/api/v1/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.5)
+    return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="kperf-up", description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--host", default=os.environ.get("KPERF_HOST", "127.0.0.1"))
+    p.add_argument("--port", type=int, default=int(os.environ.get("KPERF_PORT", "8000")))
+    p.add_argument("--home", type=Path, default=Path(os.environ.get("KPERF_HOME", REPO_ROOT / ".kperf")))
+    p.add_argument("--arch", default=os.environ.get("KPERF_RUNNER_ARCH", "x86_64"), choices=sorted(_QEMU))
+    p.add_argument("--no-runner", action="store_true", help="do not start the local QEMU runner")
+    p.add_argument("--quiet", action="store_true", help="children's output only in HOME/logs/")
+    args = p.parse_args(argv)
+
+    home = args.home.resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    missing = missing_tools(args.arch)
+    if missing:
+        pkgs = " ".join(sorted({pkg for _, pkg in missing}))
+        print(
+            "kperf-up: missing " + ", ".join(tool for tool, _ in missing) + f"\ninstall them with:\n"
+            f"  sudo apt-get install {pkgs}",
+            file=sys.stderr,
+        )
+        return 1
+
+    env = dict(os.environ)
+    env["KPERF_HOME"] = str(home)
+    env.setdefault("DJANGO_SETTINGS_MODULE", "kperf.settings")
+    pg: EmbeddedPostgres | None = None
+    if not env.get("DATABASE_URL"):
+        print(f"kperf-up: no DATABASE_URL, starting embedded PostgreSQL in {home / 'pgdata'}", flush=True)
+        pg = start_postgres(home / "pgdata")
+        env["DATABASE_URL"] = pg.database_url
+    if not env.get("CELERY_BROKER_URL"):
+        if pg is None:
+            env["CELERY_BROKER_URL"] = broker_url_for_database(env["DATABASE_URL"])
+        else:
+            env["CELERY_BROKER_URL"] = pg.broker_url
+        print("kperf-up: no CELERY_BROKER_URL, queueing tasks in PostgreSQL", flush=True)
+
+    stack = Stack(home, env, args.quiet)
+    stopping = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        stack.manage("migrate", "--noinput")
+        stack.manage("collectstatic", "--noinput")
+        creds_file = home / "credentials.json"
+        stack.manage(
+            "bootstrap_local",
+            "--credentials-file",
+            str(creds_file),
+            "--arch",
+            args.arch,
+            "--runner-name",
+            f"local-qemu-{args.arch}",
+        )
+        creds = json.loads(creds_file.read_text())
+        url = f"http://{args.host}:{args.port}"
+        bindir = Path(sys.executable).parent
+        celery = [str(bindir / "celery"), "-A", "kperf"]
+        stack.start(
+            "web",
+            [str(bindir / "gunicorn"), "kperf.wsgi", "-b", f"{args.host}:{args.port}", "-w", "2", "--timeout", "120"],
+        )
+        stack.start("worker-builds", [*celery, "worker", "-Q", "builds", "-c", "1", "-n", "builds@%h", "-l", "INFO"])
+        stack.start(
+            "worker-main", [*celery, "worker", "-Q", "default,analysis", "-c", "2", "-n", "main@%h", "-l", "INFO"]
+        )
+        stack.start("beat", [*celery, "beat", "-l", "INFO", "-s", str(home / "celerybeat-schedule")])
+        if not wait_for_web(url, 60):
+            raise SystemExit(f"kperf-up: the web server did not answer on {url} within 60 s; see {stack.logs}/web.log")
+        if not args.no_runner:
+            stack.start(
+                "runner",
+                [
+                    str(bindir / "kperf-runner"),
+                    "run",
+                    "--server",
+                    url,
+                    "--token",
+                    creds["runner_token"],
+                    "--name",
+                    creds["runner_name"],
+                    "--arch",
+                    args.arch,
+                    "--machine-class",
+                    creds["machine_class"],
+                    "--backend",
+                    "qemu",
+                    "--state-dir",
+                    str(home / "runner"),
+                ],
+            )
+        print(
+            f"""
+kperf is ready: {url}
+  log in as      {creds['admin_user']} / {creds['admin_password']}
+  API token      {creds['api_token']}
+  runner token   {creds['runner_token']} ({creds['runner_name']}, {creds['machine_class']})
+  credentials    {creds_file}
+  logs           {stack.logs}/
+  CLI            .venv/bin/kperf login --server {url}
+Ctrl-C stops everything.
+""",
+            flush=True,
+        )
+        while not stopping.is_set():
+            dead = stack.dead_child()
+            if dead is not None:
+                print(
+                    f"kperf-up: {dead.name} exited with status {dead.proc.returncode}; see {dead.log_path}. "
+                    "Stopping everything.",
+                    file=sys.stderr,
+                )
+                return 1
+            stopping.wait(1.0)
+        print("kperf-up: stopping", flush=True)
+        return 0
+    finally:
+        stack.stop()
+        if pg is not None:
+            pg.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

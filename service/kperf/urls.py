@@ -1,0 +1,20 @@
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from kperf.core import views
+from kperf.core.api import api
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("accounts/login/", auth_views.LoginView.as_view(template_name="kperf/login.html"), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("api/v1/", api.urls),
+    path("", views.submission_list, name="submission-list"),
+    path("submissions/new", views.submission_new, name="submission-new"),
+    path("submissions/<int:sub_id>", views.submission_detail, name="submission-detail"),
+    path("builds/<int:build_id>/log", views.build_log, name="build-log"),
+    path("jobs/<int:job_id>/console", views.job_console, name="job-console"),
+]

@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from kperf.core.models import ApiToken, MachineClass, Runner
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def small_tree(tmp_path: Path) -> Path:
+    """A tiny git repository with `master` and a `feature` branch (not a kernel)."""
+    repo = tmp_path / "tree"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "master")
+    git(repo, "config", "user.email", "dev@example.org")
+    git(repo, "config", "user.name", "Dev")
+    (repo / "README").write_text("base\n")
+    git(repo, "add", "README")
+    git(repo, "commit", "-q", "-m", "base")
+    git(repo, "tag", "v1")
+    git(repo, "checkout", "-q", "-b", "feature")
+    (repo / "README").write_text("feature\n")
+    git(repo, "commit", "-q", "-am", "feature")
+    git(repo, "checkout", "-q", "master")
+    return repo
+
+
+@pytest.fixture
+def settings_dirs(settings: Any, tmp_path: Path) -> Any:
+    settings.KPERF_MIRROR_ROOT = tmp_path / "mirrors"
+    settings.KPERF_BUILD_ROOT = tmp_path / "builds"
+    settings.KPERF_ARTIFACT_ROOT = tmp_path / "artifacts"
+    return settings
+
+
+@pytest.fixture
+def alice(django_user_model: Any) -> Any:
+    return django_user_model.objects.create_user("alice", "alice@example.org", "alice-password-1")
+
+
+class Api:
+    """Django's test client speaking JSON with a bearer token."""
+
+    def __init__(self, token: str | None) -> None:
+        self.client = Client()
+        self.token = token
+
+    def _headers(self, token: str | None) -> dict[str, str]:
+        tok = token if token is not None else self.token
+        return {"HTTP_AUTHORIZATION": f"Bearer {tok}"} if tok else {}
+
+    def post(self, path: str, body: Any = None, token: str | None = None, raw: bytes | None = None) -> Any:
+        data = raw if raw is not None else json.dumps(body if body is not None else {})
+        return self.client.post(f"/api/v1{path}", data=data, content_type="application/json", **self._headers(token))
+
+    def get(self, path: str, token: str | None = None) -> Any:
+        return self.client.get(f"/api/v1{path}", **self._headers(token))
+
+
+@pytest.fixture
+def alice_api(alice: Any) -> Api:
+    _, token = ApiToken.issue(alice)
+    return Api(token)
+
+
+@pytest.fixture
+def qemu_class(db: Any) -> MachineClass:
+    return MachineClass.objects.create(name="qemu-x86_64", arch="x86_64")
+
+
+@pytest.fixture
+def runner_api(qemu_class: MachineClass) -> tuple[Runner, Api]:
+    runner, token = Runner.register("qemu-1", qemu_class)
+    return runner, Api(token)
+
+
+@pytest.fixture
+def other_runner_api(qemu_class: MachineClass) -> tuple[Runner, Api]:
+    runner, token = Runner.register("qemu-2", qemu_class)
+    return runner, Api(token)

@@ -1,0 +1,94 @@
+"""The first A/B comparison: boot-aware, honest about what it cannot decide."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kperf.stats import MetricInput, Verdict, compare_metrics, compare_one
+from kperf.stats.abtest import benjamini_hochberg
+
+
+def boots(rng: np.random.Generator, mean: float, k: int, n: int, boot_sd: float, iter_sd: float) -> list[list[float]]:
+    return [list(mean + rng.normal(0, boot_sd) + rng.normal(0, iter_sd, n)) for _ in range(k)]
+
+
+def test_a_clear_slowdown_is_a_regression_with_negative_change() -> None:
+    rng = np.random.default_rng(1)
+    r = compare_one(MetricInput(boots(rng, 1000, 4, 3, 10, 5), boots(rng, 700, 4, 3, 10, 5), True, 3.0))
+    assert r.change_pct is not None and -33 < r.change_pct < -27
+    assert r.ci_low_pct is not None and r.ci_high_pct is not None and r.ci_low_pct < r.change_pct < r.ci_high_pct
+    res = compare_metrics({"m": MetricInput(boots(rng, 1000, 4, 3, 10, 5), boots(rng, 700, 4, 3, 10, 5), True)})
+    assert res["m"].verdict is Verdict.REGRESSION
+
+
+def test_lower_is_better_uses_the_mmtests_sign() -> None:
+    # 425 -> 348 cycles reads +18.12% in mmtests: fewer cycles is better.
+    r = compare_metrics({"alloc-odr0-1": MetricInput([[425.0], [425.0]], [[348.0], [348.0]], False)})["alloc-odr0-1"]
+    assert r.change_pct == pytest.approx(18.12, abs=0.01)
+    assert r.verdict is Verdict.IMPROVEMENT
+
+
+def test_equal_kernels_are_no_change_when_the_interval_is_tight() -> None:
+    rng = np.random.default_rng(2)
+    r = compare_metrics({"m": MetricInput(boots(rng, 1000, 6, 3, 3, 2), boots(rng, 1000, 6, 3, 3, 2), True, 3.0)})["m"]
+    assert r.verdict is Verdict.NO_CHANGE
+
+
+def test_one_boot_per_side_is_inconclusive_however_many_iterations() -> None:
+    r = compare_metrics({"m": MetricInput([[100.0] * 50], [[50.0] * 50], True)})["m"]
+    assert r.verdict is Verdict.INCONCLUSIVE
+    assert "2 boots" in r.note
+
+
+def test_noisy_boots_make_a_small_change_inconclusive() -> None:
+    rng = np.random.default_rng(3)
+    r = compare_metrics({"m": MetricInput(boots(rng, 1000, 3, 10, 80, 1), boots(rng, 960, 3, 10, 80, 1), True)})["m"]
+    assert r.verdict is Verdict.INCONCLUSIVE
+
+
+def test_boot_noise_is_not_hidden_by_many_iterations() -> None:
+    """Pooling 100 iterations per boot would call this significant; boot means do not."""
+    base = [[1000.0 + d] * 100 for d in (-40, 30, -10)]
+    head = [[1000.0 + d] * 100 for d in (-20, 35, 0)]
+    r = compare_metrics({"m": MetricInput(base, head, True)})["m"]
+    assert r.p_value is not None and r.p_value > 0.3
+
+
+def test_swapping_base_and_head_flips_the_sign() -> None:
+    rng = np.random.default_rng(4)
+    b, h = boots(rng, 100, 5, 3, 2, 1), boots(rng, 90, 5, 3, 2, 1)
+    ab = compare_one(MetricInput(b, h, True))
+    ba = compare_one(MetricInput(h, b, True))
+    assert ab.change_pct is not None and ba.change_pct is not None
+    # On the log scale the ratios are exact inverses.
+    assert (1 + ab.change_pct / 100) * (1 + ba.change_pct / 100) == pytest.approx(1.0)
+    assert ab.p_value == pytest.approx(ba.p_value)
+
+
+def test_scaling_all_values_changes_nothing() -> None:
+    rng = np.random.default_rng(5)
+    b, h = boots(rng, 100, 5, 3, 2, 1), boots(rng, 95, 5, 3, 2, 1)
+    one = compare_one(MetricInput(b, h, True))
+    scaled = compare_one(MetricInput([[v * 1000 for v in x] for x in b], [[v * 1000 for v in x] for x in h], True))
+    assert one.change_pct == pytest.approx(scaled.change_pct)
+    assert one.p_value == pytest.approx(scaled.p_value)
+
+
+def test_a_flat_list_is_one_boot() -> None:
+    r = compare_one(MetricInput([1.0, 2.0, 3.0], [[1.0], [2.0]], True))
+    assert r.base_boots == 1 and r.base_samples == 3 and r.head_boots == 2
+
+
+def test_benjamini_hochberg_matches_a_hand_computed_example() -> None:
+    # ranks 1..4 of (.01, .03, .04, .5) give .04, .06, .0533, .5; monotone from the top.
+    assert benjamini_hochberg([0.01, 0.04, 0.03, 0.5]) == pytest.approx([0.04, 0.16 / 3, 0.16 / 3, 0.5])
+
+
+def test_false_discovery_control_keeps_many_null_metrics_quiet() -> None:
+    rng = np.random.default_rng(6)
+    metrics = {
+        f"m{i}": MetricInput(boots(rng, 100, 5, 3, 2, 1), boots(rng, 100, 5, 3, 2, 1), True, 0.0) for i in range(200)
+    }
+    res = compare_metrics(metrics)
+    assert sum(r.verdict is Verdict.REGRESSION for r in res.values()) <= 4
