@@ -11,5 +11,5 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kperf.settings")
 
 app = Celery("kperf")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.conf.task_queues = (Queue("default"), Queue("builds"), Queue("analysis"))
+app.conf.task_queues = tuple(Queue(name, routing_key=name) for name in ("default", "builds", "analysis"))
 app.autodiscover_tasks(["kperf.core"])

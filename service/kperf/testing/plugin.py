@@ -1,22 +1,65 @@
 """pytest plugin loaded early (`-p kperf.testing.plugin` in pytest.ini).
 
-Runs before Django's settings are imported: when the environment names no
-database or broker, it starts the embedded PostgreSQL from the wheel and
-points both at it, so `make test` works on a machine with no services.
-CI sets DATABASE_URL and CELERY_BROKER_URL to the machine's real servers.
+It runs before Django's settings are imported, and decides which database
+and broker the tests use:
+
+- DATABASE_URL unset: start the embedded PostgreSQL from the wheel (so `make
+  test` works on a machine with no services). CI sets it to the machine's
+  real server.
+- The broker is isolated from anything else on the machine (a `make up`
+  running next to the tests must not eat their tasks): a Redis broker moves
+  to database KPERF_TEST_REDIS_DB (default 15), which is flushed; any other
+  or no broker becomes kombu's SQLAlchemy transport inside the test database
+  that pytest-django creates, which dies with it.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import dj_database_url
 
 _embedded = None
 
 if not os.environ.get("DATABASE_URL"):
     from kperf.embedded import start_postgres
 
-    cache = Path(os.environ.get("KPERF_CACHE", Path.home() / ".cache" / "kperf"))
-    _embedded = start_postgres(cache / "test-pgdata")
+    _cache = Path(os.environ.get("KPERF_CACHE", Path.home() / ".cache" / "kperf"))
+    _embedded = start_postgres(_cache / "test-pgdata")
     os.environ["DATABASE_URL"] = _embedded.database_url
-    os.environ.setdefault("CELERY_BROKER_URL", _embedded.broker_url)
+
+
+def database_url_for_tests() -> str:
+    """The URL of the database pytest-django creates (test_<name>)."""
+    parts = urlsplit(os.environ["DATABASE_URL"])
+    name = dj_database_url.parse(os.environ["DATABASE_URL"])["NAME"]
+    return urlunsplit(parts._replace(path=f"/test_{name}"))
+
+
+def sqla_broker_for(database_url: str) -> str:
+    from kperf.embedded import broker_url_for_database
+
+    parsed = dj_database_url.parse(database_url)
+    host = str(parsed.get("HOST", ""))
+    if host.startswith("/"):
+        # Unix socket (the embedded server): SQLAlchemy wants it as ?host=.
+        return f"sqla+postgresql+psycopg://{parsed['USER']}@/{parsed['NAME']}?host={host}"
+    return broker_url_for_database(database_url)
+
+
+def redis_test_url(url: str, db: int) -> str:
+    return urlunsplit(urlsplit(url)._replace(path=f"/{db}"))
+
+
+_broker = os.environ.get("CELERY_BROKER_URL", "")
+if _broker.startswith("redis://"):
+    _broker = redis_test_url(_broker, int(os.environ.get("KPERF_TEST_REDIS_DB", "15")))
+    import redis
+
+    redis.Redis.from_url(_broker).flushdb()
+else:
+    _broker = sqla_broker_for(database_url_for_tests())
+os.environ["CELERY_BROKER_URL"] = _broker
+os.environ["KPERF_ORIGINAL_DATABASE_URL"] = os.environ["DATABASE_URL"]

@@ -1,0 +1,88 @@
+"""Tasks executed by a real Celery worker over the real broker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kperf.core.models import KernelBuild, Submission
+from kperf.testing.plugin import database_url_for_tests
+
+from .conftest import Api
+
+
+@pytest.fixture
+def worker(tmp_path: Path, settings: Any) -> Iterator[Path]:
+    home = tmp_path / "home"
+    env = dict(os.environ)
+    env.update(
+        {
+            "DATABASE_URL": database_url_for_tests(),
+            "KPERF_HOME": str(home),
+            "KPERF_CCACHE_DIR": str(tmp_path / "ccache"),
+        }
+    )
+    settings.KPERF_MIRROR_ROOT = home / "mirrors"
+    log = tmp_path / "worker.log"
+    celery = str(Path(sys.executable).parent / "celery")
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(
+            [celery, "-A", "kperf", "worker", "-Q", "default,builds,analysis", "--pool", "solo", "-l", "INFO"],
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield log
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def wait_final(sub_id: int, log: Path, timeout: float = 120) -> Submission:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sub = Submission.objects.get(pk=sub_id)
+        if sub.is_final:
+            return sub
+        time.sleep(0.5)
+    raise AssertionError(f"submission {sub_id} still {sub.status}; worker log:\n{log.read_text()[-4000:]}")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_resolves_refs_and_reports_a_failed_build(
+    worker: Path, alice_api: Api, small_tree: Path, qemu_class: Any
+) -> None:
+    """The tree is not a kernel: the worker fetches it, queues the builds on
+    the builds queue, the build fails, and the submission says why."""
+    resp = alice_api.post("/submissions", {"tree": str(small_tree), "branch": "feature", "base": "master"})
+    assert resp.status_code == 201
+    sub = wait_final(resp.json()["id"], worker)
+    assert sub.status == Submission.Status.FAILED
+    assert sub.base_sha and sub.head_sha
+    assert "failed to build" in sub.error, sub.error
+    builds = KernelBuild.objects.filter(submission_builds__submission=sub).distinct()
+    assert builds.count() == 2
+    # The first failed build fails the submission; the other may still be running.
+    failed = [b for b in builds if b.status == KernelBuild.Status.FAILED]
+    assert failed and all(b.error for b in failed)
+    print(sub.error)
+    shown = alice_api.get(f"/submissions/{sub.pk}").json()
+    assert shown["status"] == "failed" and "failed to build" in shown["error"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_fails_a_submission_whose_branch_does_not_exist(
+    worker: Path, alice_api: Api, small_tree: Path, qemu_class: Any
+) -> None:
+    resp = alice_api.post("/submissions", {"tree": str(small_tree), "branch": "nope", "base": "master"})
+    sub = wait_final(resp.json()["id"], worker)
+    assert sub.status == Submission.Status.FAILED
+    assert "'nope' is not a branch, tag or commit" in sub.error
