@@ -12,7 +12,7 @@ from ninja import Router, Schema, Status
 from kperf.core import benchmarks, presenters, workflow
 from kperf.core.api.auth import USER_AUTH
 from kperf.core.api.errors import ApiError
-from kperf.core.models import ApiToken, Submission
+from kperf.core.models import ApiToken, Runner, Submission
 
 router = Router()
 
@@ -79,3 +79,19 @@ def list_submissions(request: HttpRequest, limit: int = 50) -> list[dict[str, An
 def get_submission(request: HttpRequest, sub_id: int) -> dict[str, Any]:
     sub = get_object_or_404(Submission.objects.select_related("tree", "owner"), pk=sub_id)
     return presenters.submission_detail(sub)
+
+
+@router.get("/runners", auth=USER_AUTH, tags=["lab"])
+def list_runners(request: HttpRequest) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": r.name,
+            "machine_class": r.machine_class.name,
+            "arch": r.machine_class.arch,
+            "health": r.health,
+            "last_heartbeat": r.last_heartbeat.isoformat() if r.last_heartbeat else None,
+            "version": r.version,
+            "capabilities": r.capabilities,
+        }
+        for r in Runner.objects.select_related("machine_class").order_by("name")
+    ]

@@ -1,0 +1,63 @@
+"""docker-compose.yml is the production shape of what `make up` runs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def services() -> dict[str, Any]:
+    data = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    svc: dict[str, Any] = data["services"]
+    return svc
+
+
+def command(svc: dict[str, Any]) -> str:
+    cmd = svc.get("command", [])
+    return " ".join(cmd) if isinstance(cmd, list) else str(cmd)
+
+
+def test_it_has_the_database_broker_web_beat_and_a_runner() -> None:
+    svc = services()
+    assert svc["postgres"]["image"].startswith("postgres:")
+    assert svc["redis"]["image"].startswith("redis:")
+    assert "gunicorn kperf.wsgi" in command(svc["web"])
+    assert "beat" in command(svc["beat"])
+    assert command(svc["runner-qemu"]).startswith("kperf-runner run")
+    assert "--backend qemu" in command(svc["runner-qemu"])
+
+
+def test_every_celery_queue_has_its_own_worker() -> None:
+    consumed: set[str] = set()
+    for svc in services().values():
+        m = re.search(r"celery -A kperf worker -Q (\S+)", command(svc))
+        if m:
+            consumed.update(m.group(1).split(","))
+    from kperf.celery import app
+
+    declared = {q.name for q in app.conf.task_queues}
+    assert declared == {"default", "builds", "analysis"}
+    assert consumed == declared
+
+
+def test_service_processes_use_postgres_and_redis_and_wait_for_them() -> None:
+    for name, svc in services().items():
+        env = svc.get("environment", {})
+        if "DATABASE_URL" in env:
+            assert env["DATABASE_URL"].startswith("postgres://")
+            assert env["CELERY_BROKER_URL"].startswith("redis://")
+            assert "postgres" in svc["depends_on"] and "redis" in svc["depends_on"], name
+            # Shared services must not read the server's disk through local trees.
+            assert env["KPERF_ALLOW_LOCAL_TREES"] == "0"
+
+
+def test_the_image_installs_the_three_packages() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    for pkg in ("runners", "kernel-builds", "service"):
+        assert f"-e {pkg}" in dockerfile
+    assert "qemu-system-x86" in dockerfile and "flex" in dockerfile

@@ -1,0 +1,59 @@
+"""`make up` (kperf-up) on embedded defaults: starts, serves, stops cleanly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import requests
+
+from kperf.testing.stack import running_stack
+
+
+def test_kperf_up_names_missing_tools_with_the_apt_command(tmp_path: Path) -> None:
+    kperf_up = str(Path(sys.executable).parent / "kperf-up")
+    env = dict(os.environ, PATH=str(tmp_path))  # nothing on PATH: every tool is missing
+    proc = subprocess.run([sys.executable, kperf_up, "--home", str(tmp_path / "home")], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "missing" in proc.stderr and "qemu-system-x86_64" in proc.stderr
+    assert "apt-get install" in proc.stderr and "qemu-system-x86" in proc.stderr and "flex" in proc.stderr
+
+
+def test_kperf_up_runs_everything_on_embedded_defaults_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    # No DATABASE_URL, no broker: the embedded PostgreSQL and a broker inside it.
+    env = {"DATABASE_URL": "", "CELERY_BROKER_URL": ""}
+    with running_stack(tmp_path / "home", env) as stack:
+        assert requests.get(f"{stack.url}/api/v1/health", timeout=10).json() == {"status": "ok"}
+        # The web pages need a login, and the printed admin login works.
+        page = requests.get(f"{stack.url}/", timeout=10, allow_redirects=False)
+        assert page.status_code == 302 and "/accounts/login/" in page.headers["Location"]
+        token = requests.post(
+            f"{stack.url}/api/v1/auth/token",
+            json={"username": stack.creds["admin_user"], "password": stack.creds["admin_password"]},
+            timeout=10,
+        )
+        assert token.status_code == 201
+        # The local QEMU runner is up and has said hello.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            runners = stack.api("GET", "/runners").json()
+            if runners and runners[0]["last_heartbeat"]:
+                break
+            time.sleep(1)
+        assert runners[0]["name"] == "local-qemu-x86_64" and runners[0]["last_heartbeat"], stack.log("runner")
+        assert runners[0]["machine_class"] == "qemu-x86_64"
+        children = psutil.Process(stack.proc.pid).children(recursive=True)
+        names = " ".join(" ".join(c.cmdline()) for c in children)
+        for part in ("gunicorn", "-Q builds", "-Q default,analysis", "beat", "kperf-runner"):
+            assert part in names, part
+        pgdata = str(stack.home / "pgdata")
+        assert any(pgdata in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
+    assert stack.proc.returncode == 0
+    time.sleep(1)
+    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    # The embedded PostgreSQL stopped too.
+    assert not any(pgdata in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
