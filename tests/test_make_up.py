@@ -17,7 +17,13 @@ from kperf.testing.stack import running_stack
 def test_kperf_up_names_missing_tools_with_the_apt_command(tmp_path: Path) -> None:
     kperf_up = str(Path(sys.executable).parent / "kperf-up")
     env = dict(os.environ, PATH=str(tmp_path))  # nothing on PATH: every tool is missing
-    proc = subprocess.run([sys.executable, kperf_up, "--home", str(tmp_path / "home")], env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, kperf_up, "--home", str(tmp_path / "home")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1
     assert "missing" in proc.stderr and "qemu-system-x86_64" in proc.stderr
     assert "apt-get install" in proc.stderr and "qemu-system-x86" in proc.stderr and "flex" in proc.stderr

@@ -127,7 +127,10 @@ def render_status(d: dict[str, Any]) -> str:
     if d.get("jobs"):
         lines.append(
             "  boots: base {}/{}, head {}/{}".format(
-                prog["base"]["boots_done"], prog["base"]["boots_total"], prog["head"]["boots_done"], prog["head"]["boots_total"]
+                prog["base"]["boots_done"],
+                prog["base"]["boots_total"],
+                prog["head"]["boots_done"],
+                prog["head"]["boots_total"],
             )
         )
         running = [j for j in d["jobs"] if j["status"] == "leased"]
@@ -138,11 +141,7 @@ def render_status(d: dict[str, Any]) -> str:
         lines.append(f"{c['benchmark']} on {c['machine_class']} ({c['method']}, alpha {c['alpha']})")
         lines.append(f"  {'metric':<22} {'base':>12} {'head':>12} {'change':>9} {'95% CI':>20} {'q':>8}  verdict")
         for m in c["metrics"]:
-            ci = (
-                f"[{m['ci_low_pct']:+.1f}, {m['ci_high_pct']:+.1f}]%"
-                if m["ci_low_pct"] is not None
-                else "n/a"
-            )
+            ci = f"[{m['ci_low_pct']:+.1f}, {m['ci_high_pct']:+.1f}]%" if m["ci_low_pct"] is not None else "n/a"
             q = f"{m['q_value']:.4f}" if m["q_value"] is not None else "n/a"
             lines.append(
                 f"  {m['metric']:<22} {fmt_num(m['base_mean']):>12} {fmt_num(m['head_mean']):>12} "
@@ -179,7 +178,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     client = client_from_config()
     for s in client.call("GET", f"/submissions?limit={args.limit}"):
-        print(f"#{s['id']:<5} {s['status']:<10} {s['branch']} vs {s['base']}  {', '.join(s['benchmarks'])}  {s['tree']}")
+        print(
+            f"#{s['id']:<5} {s['status']:<10} {s['branch']} vs {s['base']}  {', '.join(s['benchmarks'])}  {s['tree']}"
+        )
     return 0
 
 

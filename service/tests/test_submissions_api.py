@@ -62,7 +62,9 @@ def test_an_unknown_ref_fails_the_submission_with_a_clear_error(
     assert not KernelBuild.objects.exists()
 
 
-def test_an_unreachable_tree_fails_the_submission(alice_api: Api, tmp_path: Path, qemu_class: Any, settings_dirs: Any) -> None:
+def test_an_unreachable_tree_fails_the_submission(
+    alice_api: Api, tmp_path: Path, qemu_class: Any, settings_dirs: Any
+) -> None:
     sub_id = alice_api.post("/submissions", body(tmp_path / "nothing-here")).json()["id"]
     prepare_submission(sub_id)
     sub = Submission.objects.get(pk=sub_id)
@@ -96,7 +98,9 @@ def test_bad_input_gets_a_400_that_says_what_is_wrong_and_stores_nothing(
     assert not Submission.objects.exists() and not Tree.objects.exists()
 
 
-def test_local_trees_can_be_refused_by_the_operator(alice_api: Api, small_tree: Path, qemu_class: Any, settings: Any) -> None:
+def test_local_trees_can_be_refused_by_the_operator(
+    alice_api: Api, small_tree: Path, qemu_class: Any, settings: Any
+) -> None:
     settings.KPERF_ALLOW_LOCAL_TREES = False
     resp = alice_api.post("/submissions", body(small_tree))
     assert resp.status_code == 400 and "KPERF_ALLOW_LOCAL_TREES" in resp.json()["detail"]

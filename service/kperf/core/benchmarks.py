@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+
 from kperf_runner import benchmarks as registry
 
 ALL = "all"

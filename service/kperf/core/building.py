@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from functools import partial
 import shutil
 import time
 from pathlib import Path
@@ -11,9 +12,9 @@ from pathlib import Path
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
-from kperf_kbuild.driver import BuildInfraError, BuildRequest, build_kernel
 
 from kperf.core.models import KernelBuild
+from kperf_kbuild.driver import BuildInfraError, BuildRequest, build_kernel
 
 log = logging.getLogger("kperf.builds")
 
@@ -94,5 +95,5 @@ def _finish(build_id: int, ok: bool, error: str, log_tail: str, artifacts: dict[
         build.save()
         sub_ids = list(build.submission_builds.values_list("submission_id", flat=True).distinct())
         for sub_id in sub_ids:
-            transaction.on_commit(lambda s=sub_id: tasks.advance_submission.delay(s))
+            transaction.on_commit(partial(tasks.advance_submission.delay, sub_id))
     log.info("build %s: %s", build_id, "done" if ok else f"FAILED: {error}")

@@ -7,6 +7,7 @@ attempt it names. Every state change happens under a row lock.
 from __future__ import annotations
 
 import logging
+from functools import partial
 import math
 from datetime import timedelta
 from typing import Any
@@ -14,10 +15,10 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
-from kperf_runner import benchmarks as registry
 
 from kperf.core.models import BootRecord, Job, MetricDef, Runner, Sample
 from kperf.core.models.accounts import hash_token
+from kperf_runner import benchmarks as registry
 
 log = logging.getLogger("kperf.lab")
 
@@ -131,7 +132,9 @@ def progress(runner: Runner, job_id: int, data: dict[str, Any]) -> Job:
     return job
 
 
-def _validate_results(job: Job, data: dict[str, Any]) -> list[tuple[int, dict[str, Any], str, list[tuple[str, int, float]]]]:
+def _validate_results(
+    job: Job, data: dict[str, Any]
+) -> list[tuple[int, dict[str, Any], str, list[tuple[str, int, float]]]]:
     bench = registry.get_benchmark(job.benchmark)
     defined = {m.name: m for m in bench.metrics(job.params)}
     boots = data.get("boots")
@@ -177,7 +180,11 @@ def _validate_results(job: Job, data: dict[str, Any]) -> list[tuple[int, dict[st
     if isinstance(declared, dict):
         for name, meta in declared.items():
             m = defined.get(name)
-            if m is not None and isinstance(meta, dict) and meta.get("higher_is_better") not in (None, m.higher_is_better):
+            if (
+                m is not None
+                and isinstance(meta, dict)
+                and meta.get("higher_is_better") not in (None, m.higher_is_better)
+            ):
                 raise ProtocolError(
                     422,
                     "invalid",
@@ -215,7 +222,7 @@ def record_results(runner: Runner, job_id: int, data: dict[str, Any]) -> Job:
         job.save()
         if job.submission_id is not None:
             sub_id = job.submission_id
-            transaction.on_commit(lambda: tasks.advance_submission.delay(sub_id))
+            transaction.on_commit(partial(tasks.advance_submission.delay, sub_id))
     log.info("job %s: results recorded from %s", job_id, runner.name)
     return job
 
@@ -243,7 +250,7 @@ def record_failure(runner: Runner, job_id: int, data: dict[str, Any]) -> Job:
         job.save()
         if job.status == Job.Status.FAILED and job.submission_id is not None:
             sub_id = job.submission_id
-            transaction.on_commit(lambda: tasks.advance_submission.delay(sub_id))
+            transaction.on_commit(partial(tasks.advance_submission.delay, sub_id))
     log.warning("job %s: %s failure reported by %s: %s", job_id, kind, runner.name, message)
     return job
 
@@ -282,7 +289,7 @@ def expire_leases() -> int:
                 job.lease_expires = None
                 if job.submission_id is not None:
                     sub_id = job.submission_id
-                    transaction.on_commit(lambda s=sub_id: tasks.advance_submission.delay(s))
+                    transaction.on_commit(partial(tasks.advance_submission.delay, sub_id))
             job.save()
             changed += 1
             log.warning("job %s: lease of %s expired, now %s", job.pk, holder, job.status)

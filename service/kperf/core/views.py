@@ -8,10 +8,10 @@ from django import forms
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from kperf_kbuild.driver import SUPPORTED_ARCHES
 
 from kperf.core import benchmarks, presenters, workflow
 from kperf.core.models import Job, KernelBuild, Submission
+from kperf_kbuild.driver import SUPPORTED_ARCHES
 
 
 class SubmissionForm(forms.Form):
@@ -54,7 +54,9 @@ def submission_new(request: HttpRequest) -> HttpResponse:
             else:
                 return redirect("submission-detail", sub_id=sub.pk)
     else:
-        form = SubmissionForm(initial={"benchmarks": ["spawn"], "grid": "quick", "arches": ["x86_64"], "base": "master"})
+        form = SubmissionForm(
+            initial={"benchmarks": ["spawn"], "grid": "quick", "arches": ["x86_64"], "base": "master"}
+        )
     return render(request, "kperf/submission_new.html", {"form": form})
 
 

@@ -8,16 +8,17 @@ transactions, and leave the queueing of follow-up Celery tasks to
 from __future__ import annotations
 
 import logging
+from functools import partial
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
-from kperf_kbuild.driver import SUPPORTED_ARCHES, config_digest
 
 from kperf.core import benchmarks, gitops
 from kperf.core.models import Job, KernelBuild, MachineClass, Submission, SubmissionBuild, Tree
+from kperf_kbuild.driver import SUPPORTED_ARCHES, config_digest
 
 log = logging.getLogger("kperf.workflow")
 
@@ -62,9 +63,7 @@ def validate(req: SubmissionRequest) -> SubmissionRequest:
         raise SubmissionError(f"no architecture given: choose from {', '.join(SUPPORTED_ARCHES)}", "arches")
     for arch in arches:
         if arch not in SUPPORTED_ARCHES:
-            raise SubmissionError(
-                f"unknown architecture {arch!r}: choose from {', '.join(SUPPORTED_ARCHES)}", "arches"
-            )
+            raise SubmissionError(f"unknown architecture {arch!r}: choose from {', '.join(SUPPORTED_ARCHES)}", "arches")
         if not MachineClass.objects.filter(arch=arch).exists():
             raise SubmissionError(
                 f"no machine class runs {arch} on this service: register a runner for it "
@@ -74,7 +73,7 @@ def validate(req: SubmissionRequest) -> SubmissionRequest:
     return SubmissionRequest(url, head, base, names, req.grid, arches)
 
 
-def create_submission(owner: AbstractBaseUser, req: SubmissionRequest) -> Submission:
+def create_submission(owner: User, req: SubmissionRequest) -> Submission:
     clean = validate(req)
     from kperf.core import tasks
 
@@ -90,7 +89,7 @@ def create_submission(owner: AbstractBaseUser, req: SubmissionRequest) -> Submis
             arches=clean.arches,
         )
         sub_id = sub.pk
-        transaction.on_commit(lambda: tasks.prepare_submission.delay(sub_id))
+        transaction.on_commit(partial(tasks.prepare_submission.delay, sub_id))
     log.info("submission %s: %s %s vs %s queued", sub.pk, clean.tree_url, clean.head_ref, clean.base_ref)
     return sub
 
@@ -144,8 +143,8 @@ def prepare_submission(sub_id: int) -> None:
         # A failed build is a fact about that sha and config, so it is reused
         # as-is; only builds nobody has started are queued here.
         for build_id in new_builds:
-            transaction.on_commit(lambda b=build_id: tasks.build_kernel.delay(b))
-        transaction.on_commit(lambda: tasks.advance_submission.delay(sub_id))
+            transaction.on_commit(partial(tasks.build_kernel.delay, build_id))
+        transaction.on_commit(partial(tasks.advance_submission.delay, sub_id))
 
 
 def _resolve(tree: Tree, ref: str, what: str) -> str:
@@ -182,7 +181,11 @@ def advance_submission(sub_id: int) -> None:
             hard = [j for j in jobs if j.status == Job.Status.FAILED]
             if hard:
                 j = hard[0]
-                what = {"boot": "did not boot", "benchmark": "ran but the benchmark failed", "infra": "could not be run"}
+                what = {
+                    "boot": "did not boot",
+                    "benchmark": "ran but the benchmark failed",
+                    "infra": "could not be run",
+                }
                 fail_submission(
                     sub,
                     f"the {j.side} kernel ({j.build.sha[:12]}) {what.get(j.failure_kind, 'failed')} "
@@ -192,7 +195,7 @@ def advance_submission(sub_id: int) -> None:
             if jobs and all(j.status == Job.Status.DONE for j in jobs):
                 sub.status = Submission.Status.ANALYSING
                 sub.save(update_fields=["status", "updated"])
-                transaction.on_commit(lambda: tasks.analyse_submission.delay(sub_id))
+                transaction.on_commit(partial(tasks.analyse_submission.delay, sub_id))
 
 
 def schedule_jobs(sub: Submission, links: list[SubmissionBuild]) -> None:

@@ -35,7 +35,9 @@ class RunningStack:
     creds: dict[str, Any]
     proc: subprocess.Popen[str]
 
-    def api(self, method: str, path: str, body: dict[str, Any] | None = None, token: str | None = None) -> requests.Response:
+    def api(
+        self, method: str, path: str, body: dict[str, Any] | None = None, token: str | None = None
+    ) -> requests.Response:
         headers = {"Authorization": f"Bearer {token or self.creds['api_token']}"}
         return requests.request(method, f"{self.url}/api/v1{path}", json=body, headers=headers, timeout=60)
 
@@ -45,13 +47,17 @@ class RunningStack:
 
 
 @contextmanager
-def running_stack(home: Path, env_overrides: dict[str, str], extra_args: list[str] | None = None, timeout: float = 180) -> Iterator[RunningStack]:
+def running_stack(
+    home: Path, env_overrides: dict[str, str], extra_args: list[str] | None = None, timeout: float = 180
+) -> Iterator[RunningStack]:
     port = free_port()
     env = dict(os.environ)
     env.update(env_overrides)
     env["KPERF_HOME"] = str(home)
     argv = [str(Path(sys.executable).parent / "kperf-up"), "--quiet", "--port", str(port), "--home", str(home)]
-    proc = subprocess.Popen(argv + (extra_args or []), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        argv + (extra_args or []), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     assert proc.stdout is not None
     output: list[str] = []
     deadline = time.monotonic() + timeout

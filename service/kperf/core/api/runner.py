@@ -96,4 +96,4 @@ def artifact(request: HttpRequest, build_id: int, name: str) -> FileResponse:
     meta = build.artifacts.get(name) if build else None
     if not meta:
         raise ApiError(404, "not-found", f"build {build_id} has no artifact {name!r}")
-    return FileResponse(open(Path(meta["path"]), "rb"), as_attachment=True, filename=name)  # noqa: SIM115
+    return FileResponse(open(Path(meta["path"]), "rb"), as_attachment=True, filename=name)

@@ -39,7 +39,7 @@ def health(request: HttpRequest) -> dict[str, str]:
 
 
 @router.post("/auth/token", auth=None, tags=["accounts"], response={201: dict[str, str]})
-def issue_token(request: HttpRequest, payload: TokenIn) -> Status:
+def issue_token(request: HttpRequest, payload: TokenIn) -> Status[dict[str, Any]]:
     user = authenticate(request, username=payload.username, password=payload.password)
     if user is None:
         raise ApiError(401, "bad-credentials", "wrong user name or password")
@@ -53,7 +53,7 @@ def list_benchmarks(request: HttpRequest) -> list[dict[str, Any]]:
 
 
 @router.post("/submissions", auth=USER_AUTH, tags=["submissions"], response={201: dict[str, Any]})
-def create_submission(request: HttpRequest, payload: SubmissionIn) -> Status:
+def create_submission(request: HttpRequest, payload: SubmissionIn) -> Status[dict[str, Any]]:
     req = workflow.SubmissionRequest(
         tree_url=payload.tree,
         head_ref=payload.branch,

@@ -31,6 +31,9 @@ class BootRecord(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["job", "boot"], name="unique_boot_per_job")]
 
+    def __str__(self) -> str:
+        return f"job {self.job_id} boot {self.boot}"
+
 
 class Sample(models.Model):
     boot_record = models.ForeignKey(BootRecord, on_delete=models.CASCADE, related_name="samples")
@@ -39,7 +42,11 @@ class Sample(models.Model):
     value = models.FloatField()
 
     class Meta:
+        # Serves loading one submission's samples metric by metric.
         indexes = [models.Index(fields=["metric", "boot_record"], name="sample_metric_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.metric}[{self.iteration}] = {self.value}"
 
 
 class Comparison(models.Model):
@@ -58,6 +65,9 @@ class Comparison(models.Model):
                 fields=["submission", "machine_class", "benchmark"], name="unique_comparison_per_class_benchmark"
             )
         ]
+
+    def __str__(self) -> str:
+        return f"submission {self.submission_id} {self.benchmark}"
 
 
 class MetricComparison(models.Model):
@@ -90,3 +100,6 @@ class MetricComparison(models.Model):
 
     class Meta:
         ordering = ["metric"]
+
+    def __str__(self) -> str:
+        return f"{self.metric}: {self.verdict}"

@@ -61,3 +61,6 @@ class SubmissionBuild(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["submission", "build", "side"], name="unique_submission_build_side")
         ]
+
+    def __str__(self) -> str:
+        return f"submission {self.submission_id} {self.side}: build {self.build_id}"

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from kperf_kbuild.driver import SUPPORTED_ARCHES
 
 from kperf.core.models import MachineClass, Runner
+from kperf_kbuild.driver import SUPPORTED_ARCHES
 
 
 class Command(BaseCommand):
@@ -27,5 +27,5 @@ class Command(BaseCommand):
             raise CommandError(
                 f"machine class {mclass.name} is {mclass.arch}, not {opts['arch']}: pick another class name"
             )
-        runner, token = Runner.register(opts["name"], mclass)
+        _, token = Runner.register(opts["name"], mclass)
         self.stdout.write(token)

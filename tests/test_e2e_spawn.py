@@ -1,0 +1,146 @@
+"""End to end, the path a user takes: a real kernel tree, real builds, real
+QEMU boots, real spawn numbers, a verdict.
+
+Two submissions against the untouched base of Debian's linux-source-6.1:
+`fork-slow` (a deliberate delay in fork's VMA copy, kernel-builds/fixtures)
+must be reported as a spawn regression; `neutral` (a comment) must not.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import requests
+
+from kperf.testing.stack import RunningStack, running_stack
+
+pytestmark = [pytest.mark.kernel, pytest.mark.e2e]
+
+TIMEOUT_S = 40 * 60
+
+
+def stack_env(tmp_path: Path, cache: Path) -> dict[str, str]:
+    env = {"KPERF_CCACHE_DIR": str(cache / "ccache"), "KPERF_LOG_LEVEL": "INFO"}
+    original = os.environ.get("KPERF_ORIGINAL_DATABASE_URL", "")
+    if original.startswith("postgres://") and "%2F" not in original:
+        # A real server: a fresh database of our own on it.
+        name = f"kperf_e2e_{os.getpid()}"
+        admin = re.sub(r"/[^/]*$", "/postgres", original)
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+            conn.execute(f'CREATE DATABASE "{name}"')
+        env["DATABASE_URL"] = re.sub(r"/[^/]*$", f"/{name}", original)
+    else:
+        env["DATABASE_URL"] = ""  # kperf-up starts its own embedded server
+    broker = os.environ.get("CELERY_BROKER_URL", "")
+    if broker.startswith("redis://"):
+        import redis
+
+        env["CELERY_BROKER_URL"] = re.sub(r"/\d*$", "/14", broker)
+        redis.Redis.from_url(env["CELERY_BROKER_URL"]).flushdb()
+    else:
+        env["CELERY_BROKER_URL"] = ""  # kperf-up keeps the queues in its database
+    return env
+
+
+def wait_final(stack: RunningStack, sub_id: int) -> dict[str, Any]:
+    deadline = time.monotonic() + TIMEOUT_S
+    last = ""
+    while time.monotonic() < deadline:
+        d: dict[str, Any] = stack.api("GET", f"/submissions/{sub_id}").json()
+        state = f"{d['status']} {[(b['side'], b['status'], b['phase']) for b in d['builds']]} {d.get('progress')}"
+        if state != last:
+            print(f"submission {sub_id}: {state}", flush=True)
+            last = state
+        if d["status"] in ("done", "failed"):
+            return d
+        time.sleep(5)
+    raise AssertionError(
+        f"submission {sub_id} not finished after {TIMEOUT_S} s: {last}\n"
+        f"builds log:\n{stack.log('worker-builds')[-3000:]}\nrunner log:\n{stack.log('runner')[-3000:]}"
+    )
+
+
+def verdicts(d: dict[str, Any]) -> dict[str, str]:
+    return {m["metric"]: m["verdict"] for c in d["comparisons"] for m in c["metrics"]}
+
+
+def web_page(stack: RunningStack, path: str) -> str:
+    s = requests.Session()
+    s.get(f"{stack.url}/accounts/login/", timeout=30)
+    s.post(
+        f"{stack.url}/accounts/login/",
+        data={
+            "username": stack.creds["admin_user"],
+            "password": stack.creds["admin_password"],
+            "csrfmiddlewaretoken": s.cookies["csrftoken"],
+        },
+        headers={"Referer": f"{stack.url}/accounts/login/"},
+        timeout=30,
+    )
+    resp = s.get(f"{stack.url}{path}", timeout=30)
+    assert resp.status_code == 200 and "Log in" not in resp.text
+    return resp.text
+
+
+def test_fork_slowdown_is_a_spawn_regression_and_a_comment_is_not(
+    tmp_path: Path, kperf_cache: Path, kernel_tree: Path
+) -> None:
+    with running_stack(tmp_path / "home", stack_env(tmp_path, kperf_cache)) as stack:
+        # The REST API...
+        resp = stack.api(
+            "POST",
+            "/submissions",
+            {"tree": str(kernel_tree), "branch": "fork-slow", "base": "base", "benchmarks": ["spawn"]},
+        )
+        assert resp.status_code == 201, resp.text
+        slow_id = resp.json()["id"]
+        # ...and the CLI, as a developer would.
+        cli_env = dict(
+            os.environ,
+            KPERF_SERVER=stack.url,
+            KPERF_TOKEN=stack.creds["api_token"],
+            KPERF_CONFIG=str(tmp_path / "cli.json"),
+        )
+        kperf = str(Path(sys.executable).parent / "kperf")
+        out = subprocess.run(
+            [kperf, "submit", "--tree", str(kernel_tree), "--branch", "neutral", "--base", "base", "--bench", "spawn"],
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        neutral_id = int(re.search(r"submission (\d+)", out).group(1))  # type: ignore[union-attr]
+
+        slow = wait_final(stack, slow_id)
+        assert slow["status"] == "done", slow["error"]
+        v = verdicts(slow)
+        assert v, "no metrics compared"
+        assert v["spawn-vmas-0"] == "regression", slow["comparisons"]
+        assert "improvement" not in v.values()
+        m0 = next(m for c in slow["comparisons"] for m in c["metrics"] if m["metric"] == "spawn-vmas-0")
+        assert m0["change_pct"] < 0 and m0["ci_high_pct"] < 0 and m0["q_value"] < 0.05
+        assert m0["base_boots"] >= 2 and m0["head_boots"] >= 2
+        # Both sides share the base build with the neutral submission.
+        base_build = next(b for b in slow["builds"] if b["side"] == "base")
+
+        neutral = wait_final(stack, neutral_id)
+        assert neutral["status"] == "done", neutral["error"]
+        assert "regression" not in verdicts(neutral).values(), neutral["comparisons"]
+        assert next(b for b in neutral["builds"] if b["side"] == "base")["id"] == base_build["id"]
+
+        status = subprocess.run(
+            [kperf, "status", str(slow_id)], env=cli_env, capture_output=True, text=True, timeout=60, check=True
+        ).stdout
+        assert "spawn-vmas-0" in status and "regression" in status
+        page = web_page(stack, f"/submissions/{slow_id}")
+        assert 'data-metric="spawn-vmas-0"' in page and "verdict-regression" in page
