@@ -1,0 +1,96 @@
+"""The web pages: login, the submission form, the submission page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from kperf.core.analysis import analyse_submission
+from kperf.core.models import Job, Submission
+from kperf.core.workflow import advance_submission
+
+from .conftest import Api
+from .lab_fixtures import results_body, submission_ready_for_testing
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def browser(alice: Any) -> Client:
+    c = Client()
+    assert c.login(username="alice", password="alice-password-1")
+    return c
+
+
+def test_pages_need_a_login(db: Any) -> None:
+    for path in ("/", "/submissions/new", "/submissions/1", "/builds/1/log", "/jobs/1/console"):
+        resp = Client().get(path)
+        assert resp.status_code == 302 and resp["Location"].startswith("/accounts/login/"), path
+
+
+def test_the_form_creates_a_submission(browser: Client, small_tree: Path, qemu_class: Any) -> None:
+    resp = browser.post(
+        "/submissions/new",
+        {
+            "tree": str(small_tree),
+            "branch": "feature",
+            "base": "master",
+            "benchmarks": ["spawn"],
+            "grid": "quick",
+            "arches": ["x86_64"],
+        },
+    )
+    sub = Submission.objects.get()
+    assert resp.status_code == 302 and resp["Location"] == f"/submissions/{sub.pk}"
+    page = browser.get(resp["Location"]).content.decode()
+    assert "feature vs master" in page and "queued" in page
+
+
+def test_the_form_shows_what_is_wrong_and_stores_nothing(browser: Client, small_tree: Path, qemu_class: Any) -> None:
+    resp = browser.post(
+        "/submissions/new",
+        {
+            "tree": "ext::sh -c id",
+            "branch": "a..b",
+            "base": "master",
+            "benchmarks": ["spawn"],
+            "grid": "quick",
+            "arches": ["x86_64"],
+        },
+    )
+    assert resp.status_code == 200
+    assert "transport" in resp.content.decode()
+    assert not Submission.objects.exists()
+
+
+def test_the_submission_page_shows_progress_then_the_verdict(
+    browser: Client, alice: Any, qemu_class: Any, runner_api: Any, tmp_path: Path
+) -> None:
+    sub = submission_ready_for_testing(alice, qemu_class, tmp_path)
+    _, api = runner_api
+    page = browser.get(f"/submissions/{sub.pk}").content.decode()
+    assert "base boots 0 of 4" in page and 'http-equiv="refresh"' in page
+    while (job := api.post("/runner/claim").json()["job"]) is not None:
+        value = 1000.0 if Job.objects.get(pk=job["id"]).side == "base" else 500.0
+        api.post(f"/runner/jobs/{job['id']}/results", results_body(job, value))
+    advance_submission(sub.pk)
+    analyse_submission(sub.pk)
+    page = browser.get(f"/submissions/{sub.pk}").content.decode()
+    assert 'data-metric="spawn-vmas-0"' in page and "verdict-regression" in page
+    assert 'http-equiv="refresh"' not in page
+    job = Job.objects.filter(submission=sub).first()
+    assert job is not None
+    console = browser.get(f"/jobs/{job.pk}/console")
+    assert console["Content-Type"].startswith("text/plain") and "KPERF-DONE" in console.content.decode()
+
+
+def test_the_api_also_works_with_the_browser_session(
+    browser: Client, alice: Any, qemu_class: Any, tmp_path: Path
+) -> None:
+    sub = submission_ready_for_testing(alice, qemu_class, tmp_path)
+    resp = browser.get(f"/api/v1/submissions/{sub.pk}")
+    assert resp.status_code == 200 and resp.json()["progress"]["base"]["boots_total"] == 4
+    assert Api(None).get(f"/submissions/{sub.pk}").status_code == 401
