@@ -121,6 +121,10 @@ def test_fork_slowdown_is_a_spawn_regression_and_a_comment_is_not(
         ).stdout
         neutral_id = int(re.search(r"submission (\d+)", out).group(1))  # type: ignore[union-attr]
 
+        # A branch that does not compile.
+        resp = stack.api("POST", "/submissions", {"tree": str(kernel_tree), "branch": "broken-build", "base": "base"})
+        broken_id = resp.json()["id"]
+
         slow = wait_final(stack, slow_id)
         assert slow["status"] == "done", slow["error"]
         v = verdicts(slow)
@@ -137,6 +141,13 @@ def test_fork_slowdown_is_a_spawn_regression_and_a_comment_is_not(
         assert neutral["status"] == "done", neutral["error"]
         assert "regression" not in verdicts(neutral).values(), neutral["comparisons"]
         assert next(b for b in neutral["builds"] if b["side"] == "base")["id"] == base_build["id"]
+
+        broken = wait_final(stack, broken_id)
+        assert broken["status"] == "failed"
+        assert "the head kernel" in broken["error"] and "failed to build" in broken["error"]
+        head_build = next(b for b in broken["builds"] if b["side"] == "head")
+        assert head_build["status"] == "failed" and "error" in head_build["log_tail"]
+        assert not broken["jobs"]
 
         status = subprocess.run(
             [kperf, "status", str(slow_id)], env=cli_env, capture_output=True, text=True, timeout=60, check=True

@@ -43,6 +43,31 @@ def test_kperf_up_runs_everything_on_embedded_defaults_and_stops_on_ctrl_c(tmp_p
             timeout=10,
         )
         assert token.status_code == 201
+        # `kperf login` with that password saves a token the other commands use.
+        kperf = str(Path(sys.executable).parent / "kperf")
+        cli_env = dict(os.environ, KPERF_CONFIG=str(tmp_path / "cli.json"))
+        cli_env.pop("KPERF_TOKEN", None)
+        cli_env.pop("KPERF_SERVER", None)
+        login = subprocess.run(
+            [kperf, "login", "--server", stack.url, "--user", stack.creds["admin_user"], "--password-stdin"],
+            input=stack.creds["admin_password"] + "\n",
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert login.returncode == 0, login.stderr
+        assert (tmp_path / "cli.json").stat().st_mode & 0o077 == 0
+        listed = subprocess.run([kperf, "list"], env=cli_env, capture_output=True, text=True, timeout=60)
+        assert listed.returncode == 0, listed.stderr
+        bad = subprocess.run(
+            [kperf, "submit", "--tree", "ext::sh", "--branch", "x", "--base", "y"],
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert bad.returncode == 2 and "transport" in bad.stderr
         # The local QEMU runner is up and has said hello.
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
