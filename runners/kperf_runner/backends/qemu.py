@@ -1,0 +1,346 @@
+"""The qemu backend: boot the job's kernel under QEMU with a kperf initramfs.
+
+The initramfs holds kperf's init (csrc/init.c), the benchmark binaries and
+the job file; everything comes back over the serial console, which QEMU
+writes to its stdout (-nographic). KVM is used when /dev/kvm works and the
+guest arch is the host's; TCG otherwise (and in CI).
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import fcntl
+import logging
+import os
+import queue
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from ..initramfs import GUEST_BINDIR, job_initramfs
+from ..toolchain import compile_static, host_arch, normalize_arch
+from . import Backend, BootFailure, BootJob, BootResult, ConsoleCallback, parse_boot
+
+log = logging.getLogger(__name__)
+
+KVM_GET_API_VERSION = 0xAE00
+KVM_API_VERSION = 12
+
+# Once init has printed KPERF-DONE it only syncs and powers off.
+POWER_OFF_GRACE = 30.0
+
+_QEMU = {"x86_64": "qemu-system-x86_64", "arm64": "qemu-system-aarch64"}
+_QEMU_PACKAGE = {"x86_64": "qemu-system-x86", "arm64": "qemu-system-arm"}
+_CONSOLE = {"x86_64": "ttyS0", "arm64": "ttyAMA0"}
+
+
+def running_nested() -> bool:
+    """Whether this x86 host is itself a guest (CPUID's hypervisor bit)."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("flags"):
+                    return "hypervisor" in line.split()
+    except OSError:
+        pass
+    return False
+
+
+def kvm_device_usable() -> bool:
+    """/dev/kvm opens read-write and speaks the one KVM API there is."""
+    try:
+        fd = os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return fcntl.ioctl(fd, KVM_GET_API_VERSION) == KVM_API_VERSION
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+# A 64 KiB x86 BIOS whose reset vector writes 1 to the isa-debug-exit port:
+# QEMU then exits with status (1 << 1) | 1 = 3. Everything else is hlt.
+_PROBE_CODE = bytes([0xB0, 0x01, 0xE6, 0xF4, 0xF4])  # mov al, 1; out 0xf4, al; hlt
+_PROBE_EXIT = 3
+_kvm_cpu_cache: dict[str, list[str] | None] = {}
+
+
+def x86_kvm_cpu_args(qemu: str, scratch: Path) -> list[str] | None:
+    """The -cpu arguments with which KVM really runs a vCPU here, or None.
+
+    /dev/kvm can answer its ioctls and still fail QEMU: nested setups refuse
+    MSRs that `-cpu host` sets (QEMU aborts) or never run a vCPU at all. So
+    run a few instructions of real code under KVM, first with the host's CPU
+    model (what a lab wants measured), then with QEMU's default.
+    """
+    if qemu in _kvm_cpu_cache:
+        return _kvm_cpu_cache[qemu]
+    result: list[str] | None = None
+    if kvm_device_usable():
+        bios = bytearray(b"\xf4" * 65536)
+        bios[0xFFF0 : 0xFFF0 + len(_PROBE_CODE)] = _PROBE_CODE
+        scratch.mkdir(parents=True, exist_ok=True)
+        probe = scratch / "kvm-probe.bin"
+        probe.write_bytes(bytes(bios))
+        for cpu in (["-cpu", "host"], []):
+            argv = [
+                qemu,
+                "-accel",
+                "kvm",
+                *cpu,
+                "-machine",
+                "pc",
+                "-m",
+                "16",
+                "-nodefaults",
+            ]
+            argv += [
+                "-display",
+                "none",
+                "-monitor",
+                "none",
+                "-serial",
+                "none",
+                "-no-reboot",
+            ]
+            argv += [
+                "-bios",
+                str(probe),
+                "-device",
+                "isa-debug-exit,iobase=0xf4,iosize=0x04",
+            ]
+            try:
+                run = subprocess.run(argv, capture_output=True, timeout=20, check=False)
+            except subprocess.TimeoutExpired:
+                continue
+            if run.returncode == _PROBE_EXIT:
+                result = cpu
+                break
+            log.debug("KVM probe %s failed: %s", cpu or "default cpu", run.stderr[-300:])
+    _kvm_cpu_cache[qemu] = result
+    return result
+
+
+class QemuBackend(Backend):
+    name = "qemu"
+    bindir = GUEST_BINDIR
+
+    def __init__(
+        self,
+        arch: str,
+        state_dir: Path,
+        accel: str = "auto",
+        memory_mb: int = 512,
+        smp: int = 2,
+    ) -> None:
+        self.arch = normalize_arch(arch)
+        self.state_dir = state_dir
+        if accel not in ("auto", "kvm", "tcg"):
+            raise ValueError(f"accel must be auto, kvm or tcg, not {accel!r}")
+        if accel == "kvm" and self.arch != host_arch():
+            raise ValueError(f"KVM runs only {host_arch()} guests here; use tcg for {self.arch}")
+        self.cpu_args: list[str] = []  # with KVM; TCG uses a fixed model
+        if accel == "auto" and running_nested():
+            # Nested KVM can pass every probe and still not boot Linux (seen:
+            # firmware and a long-mode test run, the kernel hangs before its
+            # first message), and its timing is noise on noise. A runner that
+            # wants it anyway says --qemu-accel kvm.
+            log.info("this host is itself a virtual machine: using TCG, not nested KVM")
+            accel = "tcg"
+        if accel != "tcg" and self.arch == host_arch():
+            kvm_cpu = self._kvm_cpu_args(state_dir)
+            if kvm_cpu is not None:
+                accel, self.cpu_args = "kvm", kvm_cpu
+            elif accel == "kvm":
+                raise RuntimeError("QEMU cannot run a vCPU with KVM here; use --qemu-accel tcg")
+        self.accel = "tcg" if accel == "auto" else accel
+        self.memory_mb = memory_mb
+        self.smp = smp
+
+    def _kvm_cpu_args(self, state_dir: Path) -> list[str] | None:
+        if self.arch == "x86_64":
+            return x86_kvm_cpu_args(self.qemu_binary(), state_dir / "tmp")
+        # No probe for arm64 yet: trust /dev/kvm; "max" is the host CPU under KVM.
+        return ["-cpu", "max"] if kvm_device_usable() else None
+
+    def qemu_binary(self) -> str:
+        path = shutil.which(_QEMU[self.arch])
+        if path is None:
+            raise RuntimeError(
+                f"{_QEMU[self.arch]} not found; install it with: apt-get install {_QEMU_PACKAGE[self.arch]}"
+            )
+        return path
+
+    def kernel_cmdline(self, extra: str = "") -> str:
+        # panic=-1 reboots at once on a panic and -no-reboot turns that into
+        # QEMU exiting, so a crashed kernel ends the run instead of hanging.
+        base = f"console={_CONSOLE[self.arch]} panic=-1 quiet loglevel=3"
+        return f"{base} {extra}".strip()
+
+    def command_line(self, kernel: Path, initrd: Path, extra_cmdline: str = "") -> list[str]:
+        argv = [self.qemu_binary()]
+        if self.arch == "x86_64":
+            argv += ["-accel", self.accel]
+            if self.accel == "kvm":
+                argv += self.cpu_args
+        else:
+            machine = "virt,gic-version=max" if self.accel == "kvm" else "virt"
+            argv += ["-M", machine, "-accel", self.accel]
+            argv += self.cpu_args if self.accel == "kvm" else ["-cpu", "cortex-a57"]
+        argv += ["-m", str(self.memory_mb), "-smp", str(self.smp)]
+        argv += [
+            "-nographic",
+            "-no-reboot",
+            "-kernel",
+            str(kernel),
+            "-initrd",
+            str(initrd),
+        ]
+        argv += ["-append", self.kernel_cmdline(extra_cmdline)]
+        return argv
+
+    def init_binary(self) -> Path:
+        return compile_static("init.c", self.arch, self.state_dir)
+
+    def boot(self, job: BootJob, kernel: Path, on_console: ConsoleCallback | None = None) -> BootResult:
+        if not kernel.is_file():
+            # Our file went missing: a runner problem, not the kernel's.
+            raise RuntimeError(f"kernel image {kernel} does not exist")
+        archive = job_initramfs(
+            self.init_binary().read_bytes(),
+            {name: path.read_bytes() for name, path in job.binaries.items()},
+            job.commands,
+        )
+        tmp_root = self.state_dir / "tmp"
+        tmp_root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="boot-", dir=tmp_root) as tmp:
+            initrd = Path(tmp) / "initrd.gz"
+            archive.write(initrd)
+            argv = self.command_line(kernel, initrd, job.cmdline)
+            log.debug("starting %s", " ".join(argv))
+            start = time.monotonic()
+            console, outcome = self._run(argv, job.timeout, on_console)
+            seconds = time.monotonic() - start
+        details: dict[str, Any] = {"accel": self.accel, "qemu": argv[0], **outcome}
+        status = outcome["exit_status"]
+        if status is not None and status < 0 and "KPERF-DONE" not in console:
+            # QEMU itself crashed (an assertion in its KVM code, the OOM
+            # killer): nothing to blame on the kernel; let the job be retried.
+            raise RuntimeError(f"QEMU died of signal {-status}: {outcome['stderr'].strip()[-300:]}")
+        try:
+            record = parse_boot(console, job.commands)
+        except BootFailure as failure:
+            raise BootFailure(self._explain(failure.message, outcome, job.timeout), console) from None
+        log.debug("boot finished in %.1f s (%s)", seconds, self.accel)
+        return BootResult(console, record.environment, record.commands, seconds, True, details)
+
+    @staticmethod
+    def _explain(message: str, outcome: dict[str, Any], timeout: float) -> str:
+        if outcome["timed_out"]:
+            return f"no KPERF-DONE within {timeout:.0f} s, QEMU killed: {message}"
+        status, stderr = outcome["exit_status"], outcome["stderr"].strip()
+        if status not in (0, None):
+            detail = f" ({stderr.splitlines()[-1]})" if stderr else ""
+            return f"QEMU exited with status {status}{detail}: {message}"
+        return message
+
+    def _run(self, argv: list[str], timeout: float, on_console: ConsoleCallback | None) -> tuple[str, dict[str, Any]]:
+        """Run QEMU to its end or the deadline; the console text and how it ended."""
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                # Its own session: a Ctrl-C meant for the agent reaches QEMU
+                # only through us, and killing it touches nothing else.
+                start_new_session=True,
+            )
+        except OSError as error:
+            raise RuntimeError(f"cannot start {argv[0]}: {error}") from error
+        assert proc.stdout is not None and proc.stderr is not None
+        chunks: queue.Queue[bytes | None] = queue.Queue()
+        stderr_chunks: list[bytes | None] = []
+        readers = [
+            threading.Thread(target=_pump, args=(proc.stdout, chunks.put), daemon=True),
+            threading.Thread(target=_pump, args=(proc.stderr, stderr_chunks.append), daemon=True),
+        ]
+        for reader in readers:
+            reader.start()
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        console: list[str] = []
+        window = ""  # the console's last few characters: a marker may span chunks
+        deadline = time.monotonic() + timeout
+        done_at: float | None = None
+        timed_out = False
+        eof = False
+        try:
+            while not eof:
+                data = bytearray()
+                try:
+                    # Wait up to a second, then take whatever else is queued.
+                    chunk = chunks.get(timeout=1.0)
+                    while chunk is not None:
+                        data += chunk
+                        chunk = chunks.get_nowait()
+                    eof = True
+                except queue.Empty:
+                    pass
+                text = decoder.decode(bytes(data)).replace("\r", "")
+                console.append(text)
+                if on_console is not None:
+                    on_console(text)
+                now = time.monotonic()
+                window = window[-16:] + text
+                if done_at is None and "KPERF-DONE" in window:
+                    done_at = now
+                if done_at is not None and now > done_at + POWER_OFF_GRACE:
+                    log.warning(
+                        "QEMU still running %.0f s after KPERF-DONE; killing it",
+                        now - done_at,
+                    )
+                    break
+                if done_at is None and now > deadline:
+                    timed_out = True
+                    break
+        finally:
+            if eof and not timed_out:
+                # QEMU closes its output a moment before it exits: let it.
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=10)
+            if proc.poll() is None:
+                proc.kill()
+            exit_status = proc.wait()
+            for reader in readers:
+                reader.join(timeout=5)
+        tail = decoder.decode(b"", final=True).replace("\r", "")
+        console.append(tail)
+        outcome = {
+            "timed_out": timed_out,
+            "exit_status": None if timed_out else exit_status,
+            "stderr": b"".join(c for c in stderr_chunks if c).decode("utf-8", "replace"),
+        }
+        return "".join(console), outcome
+
+
+def _pump(stream: IO[bytes], put: Callable[[bytes | None], None]) -> None:
+    """Copy a pipe into put() chunk by chunk; None marks its end."""
+    fd = stream.fileno()
+    try:
+        while True:
+            data = os.read(fd, 65536)
+            if not data:
+                break
+            put(data)
+    except OSError:
+        pass
+    finally:
+        put(None)

@@ -1,0 +1,257 @@
+"""kperf-runner: the command line.
+
+kperf-runner run --server URL --token TOKEN --name NAME [--arch x86_64]
+                 [--machine-class qemu-x86_64] [--backend qemu] [--state-dir DIR]
+                 [--once] [--poll SECONDS] [--qemu-accel auto|kvm|tcg]
+kperf-runner bench spawn [--grid quick] [--set key=value ...] [--json]
+kperf-runner version
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from . import __version__
+from .backends import Backend
+from .backends.qemu import QemuBackend
+from .benchmarks import (
+    BENCHMARKS,
+    BadParameters,
+    UnknownBenchmark,
+    get_benchmark,
+    resolve_params,
+)
+from .client import Client
+from .toolchain import ToolchainError, compile_all, host_arch, normalize_arch
+
+log = logging.getLogger("kperf_runner")
+
+
+def default_state_dir() -> Path:
+    env = os.environ.get("KPERF_RUNNER_STATE")
+    if env:
+        return Path(env)
+    return Path.home() / ".cache" / "kperf-runner"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kperf-runner",
+        description="kperf runner agent: pulls jobs, boots kernels, runs benchmarks.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="pull and run jobs from the kperf service")
+    run.add_argument(
+        "--server",
+        default=os.environ.get("KPERF_SERVER"),
+        help="service URL (default: $KPERF_SERVER)",
+    )
+    run.add_argument(
+        "--token",
+        default=os.environ.get("KPERF_RUNNER_TOKEN"),
+        help="runner token (default: $KPERF_RUNNER_TOKEN)",
+    )
+    run.add_argument(
+        "--name",
+        default=socket.gethostname().split(".")[0],
+        help="runner name registered with the token (default: short hostname)",
+    )
+    run.add_argument("--arch", default=None, help="x86_64 or arm64 (default: this host's)")
+    run.add_argument(
+        "--machine-class",
+        default=None,
+        help="machine class registered for the runner (default: qemu-<arch>)",
+    )
+    run.add_argument("--backend", choices=["qemu"], default="qemu")
+    run.add_argument(
+        "--state-dir",
+        type=Path,
+        default=default_state_dir(),
+        help="cache of artifacts and binaries (default: $KPERF_RUNNER_STATE or ~/.cache/kperf-runner)",
+    )
+    run.add_argument("--once", action="store_true", help="claim once, run that job, exit")
+    run.add_argument(
+        "--poll",
+        type=float,
+        default=None,
+        help="seconds between claims when idle (default: what the service says)",
+    )
+    run.add_argument(
+        "--qemu-accel",
+        choices=["auto", "kvm", "tcg"],
+        default=os.environ.get("KPERF_QEMU_ACCEL", "auto"),
+        help="QEMU accelerator (default: kvm when /dev/kvm works, else tcg)",
+    )
+
+    bench = sub.add_parser("bench", help="run a benchmark natively on this machine")
+    bench.add_argument("benchmark", help=f"one of: {', '.join(sorted(BENCHMARKS))}")
+    bench.add_argument("--grid", default="quick")
+    bench.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a parameter (lists: 0,100,200)",
+    )
+    bench.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON document (params, samples, raw output) only",
+    )
+    bench.add_argument("--state-dir", type=Path, default=default_state_dir())
+
+    sub.add_parser("version", help="print the version")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s kperf-runner %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        if args.command == "version":
+            print(f"kperf-runner {__version__}")
+            return 0
+        if args.command == "bench":
+            return bench_command(args)
+        return run_command(args)
+    except (UnknownBenchmark, BadParameters, ToolchainError) as error:
+        print(f"kperf-runner: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("kperf-runner: interrupted", file=sys.stderr)
+        return 130
+
+
+def run_command(args: argparse.Namespace) -> int:
+    if not args.server:
+        raise SystemExit("kperf-runner run: --server (or KPERF_SERVER) is required")
+    if not args.token:
+        raise SystemExit("kperf-runner run: --token (or KPERF_RUNNER_TOKEN) is required")
+    from .agent import Agent, RunnerConfig
+
+    arch = normalize_arch(args.arch or host_arch())
+    config = RunnerConfig(
+        name=args.name,
+        arch=arch,
+        machine_class=args.machine_class or f"qemu-{arch}",
+        state_dir=args.state_dir,
+        poll=args.poll,
+        once=args.once,
+    )
+    config.state_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        qemu = QemuBackend(arch, config.state_dir, accel=args.qemu_accel)
+    except (RuntimeError, ValueError) as error:  # QEMU missing, KVM refused
+        print(f"kperf-runner: {error}", file=sys.stderr)
+        return 2
+    log.info("qemu backend: %s guests with %s", arch, qemu.accel)
+    backend: Backend = qemu
+    stop = threading.Event()
+    _install_stop_handlers(stop)
+    agent = Agent(config, Client(args.server, args.token), backend, stop)
+    return agent.run()
+
+
+def _install_stop_handlers(stop: threading.Event) -> None:
+    """First SIGTERM/SIGINT: finish the current boot, then stop. Second: stop now."""
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if stop.is_set():
+            raise KeyboardInterrupt
+        log.warning("%s: stopping after the current step (send it again to stop now)", name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def bench_command(args: argparse.Namespace) -> int:
+    bench = get_benchmark(args.benchmark)
+    overrides: dict[str, Any] = {}
+    for item in args.overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise BadParameters(f"--set wants KEY=VALUE, got {item!r}")
+        overrides[key.strip()] = value.strip()
+    params = resolve_params(bench.name, args.grid, overrides)
+    binaries = compile_all(bench.sources(), host_arch(), args.state_dir)
+    outputs: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="kperf-bench-") as bindir:
+        # The commands name binaries by program name, as in the initramfs.
+        for name, path in binaries.items():
+            os.symlink(path, Path(bindir) / name)
+        for argv in bench.command(params, bindir):
+            log.info("running %s", " ".join(argv))
+            status, output = _run_streaming(argv, echo=not args.json)
+            outputs.append(output)
+            if status != 0:
+                print(
+                    f"kperf-runner: {' '.join(argv)} exited with status {status}",
+                    file=sys.stderr,
+                )
+                return 1
+    raw = "".join(outputs)
+    try:
+        samples = bench.parse(raw, params)
+    except ValueError as error:
+        print(f"kperf-runner: {error}", file=sys.stderr)
+        return 1
+    sample_dicts = [{"metric": s.metric, "iteration": s.iteration, "value": s.value} for s in samples]
+    if args.json:
+        document = {
+            "benchmark": bench.name,
+            "grid": args.grid,
+            "params": params,
+            "metrics": {
+                m.name: {"unit": m.unit, "higher_is_better": m.higher_is_better} for m in bench.metrics(params)
+            },
+            "samples": sample_dicts,
+            "raw_output": raw,
+        }
+        print(json.dumps(document, indent=2))
+    else:
+        print(json.dumps(sample_dicts, indent=2))
+    return 0
+
+
+def _run_streaming(argv: list[str], echo: bool) -> tuple[int, str]:
+    """Run argv with stderr merged into stdout, echoing lines as they come."""
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+    )
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if echo:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+    return proc.wait(), "".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""Read what kperf's init (csrc/init.c) printed on a serial console.
+
+Markers, one per line (anything before "KPERF-" on the line is not part
+of it: firmware leaves escape codes without a newline):
+
+    KPERF-ENV <key>=<value>     a fact about the booted machine
+    KPERF-BEGIN <n>             command n (0-based, /kperf/job order) starts
+    KPERF-END <n> <status>      it ended: exit status, or 128 + signal
+    KPERF-DONE                  init finished the job and powers off
+    KPERF-ERROR <what>          init itself failed and powers off
+
+Every other line between BEGIN n and END n is command n's output (stdout and
+stderr share the console); lines outside are the kernel's.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+# The environment record sent with every boot (docs/runner-protocol.md).
+ENVIRONMENT_KEYS = (
+    "cpu_model",
+    "cpus",
+    "mem_total_kb",
+    "kernel_cmdline",
+    "kernel_release",
+    "thp",
+    "cpufreq_governor",
+    "clocksource",
+)
+_INTEGER_KEYS = ("cpus", "mem_total_kb")
+
+_ENV = re.compile(r"KPERF-ENV (?P<key>[a-z_]+)=(?P<value>.*)")
+_BEGIN = re.compile(r"KPERF-BEGIN (?P<n>\d+)")
+_END = re.compile(r"KPERF-END (?P<n>\d+) (?P<status>-?\d+)")
+_ERROR = re.compile(r"KPERF-ERROR (?P<what>.*)")
+
+
+@dataclass
+class CommandRun:
+    index: int
+    output: str = ""
+    status: int | None = None  # None: BEGIN seen, END never came
+
+
+@dataclass
+class ConsoleRecord:
+    environment: dict[str, Any] = field(default_factory=dict)
+    commands: list[CommandRun] = field(default_factory=list)
+    done: bool = False
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def raw_output(self) -> str:
+        """All commands' output in order: what the benchmark parser reads."""
+        return "".join(command.output for command in self.commands)
+
+    def first_failure(self) -> CommandRun | None:
+        for command in self.commands:
+            if command.status != 0:
+                return command
+        return None
+
+
+def normalize(text: str) -> str:
+    """Serial consoles end lines with CR LF; keep plain newlines.
+
+    Dropping every CR (not just CR LF pairs) gives the same result whether
+    the text arrives whole or in chunks split between CR and LF.
+    """
+    return text.replace("\r", "")
+
+
+def parse_console(text: str) -> ConsoleRecord:
+    record = ConsoleRecord(environment={key: None for key in ENVIRONMENT_KEYS})
+    current: CommandRun | None = None
+    output: list[str] = []  # the current command's lines so far
+    # A final partial line (no newline yet) still counts; the empty string
+    # after a final newline does not.
+    lines = normalize(text).split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    for line in lines:
+        start = line.find("KPERF-")
+        marker = line[start:] if start >= 0 else ""
+        env, begin, end = _ENV.fullmatch(marker), _BEGIN.fullmatch(marker), _END.fullmatch(marker)
+        error = _ERROR.fullmatch(marker)
+        if end and (current is None or int(end["n"]) != current.index):
+            end = None  # an END that closes nothing is not ours
+        if not (env or begin or end or error or marker == "KPERF-DONE"):
+            # Output, kernel noise, or an unknown marker: keep it, never lose it.
+            if current is not None:
+                output.append(line + "\n")
+            continue
+        if start > 0 and current is not None:
+            # Firmware escape codes or a kernel message without its newline
+            # can precede a marker on the same line; they are not the marker.
+            output.append(line[:start] + "\n")
+        if env:
+            record.environment[env["key"]] = _env_value(env["key"], env["value"])
+        elif begin:
+            current = CommandRun(int(begin["n"]))
+            record.commands.append(current)
+            output = []
+        elif end and current is not None:
+            current.output = "".join(output)
+            current.status = int(end["status"])
+            current = None
+        elif error:
+            record.errors.append(error["what"])
+        else:
+            record.done = True
+    if current is not None:
+        current.output = "".join(output)
+    return record
+
+
+def _env_value(key: str, value: str) -> Any:
+    value = value.strip()
+    if key in _INTEGER_KEYS:
+        try:
+            return int(value)
+        except ValueError:
+            return None
+    return value

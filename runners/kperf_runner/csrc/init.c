@@ -1,0 +1,358 @@
+/*
+ * kperf-init: PID 1 of the initramfs the qemu backend boots.
+ *
+ * It mounts the pseudo file systems, reports the machine's environment, runs
+ * the commands listed in /kperf/job one after another with their output on
+ * the console, and powers the machine off.  Everything it tells the runner is
+ * a line starting with "KPERF-" (parsed by kperf_runner/console.py):
+ *
+ *   KPERF-ENV <key>=<value>     one per environment fact
+ *   KPERF-BEGIN <n>             command n (0-based) starts
+ *   KPERF-END <n> <status>      exit status, or 128 + signal number
+ *   KPERF-DONE                  every command ran (or one failed: see below)
+ *   KPERF-ERROR <what>          init itself failed; it powers off next
+ *
+ * /kperf/job holds one command per line, argv separated by single spaces.
+ * Init stops at the first command that fails: that failure is what the runner
+ * reports, and the remaining commands would only spend the boot's time.
+ *
+ * Static, libc only, no shell: the kernels under test are tinyconfig builds
+ * and the initramfs holds nothing else.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/reboot.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define JOB_FILE "/kperf/job"
+#define MAX_LINE 4096
+#define MAX_ARGS 128
+
+/* Set by tests that run init in a PID namespace: exit instead of powering off. */
+static int no_power_off;
+
+static void write_all(int fd, const char *buf, size_t len)
+{
+	while (len > 0) {
+		ssize_t n = write(fd, buf, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return;
+		}
+		buf += n;
+		len -= (size_t)n;
+	}
+}
+
+/*
+ * One write() per line: the kernel may print on the same console, and a line
+ * written in one piece is not split by its messages.
+ */
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...)
+{
+	char buf[MAX_LINE + 256];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof(buf) - 1, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if ((size_t)n > sizeof(buf) - 2)
+		n = (int)sizeof(buf) - 2;
+	buf[n++] = '\n';
+	write_all(1, buf, (size_t)n);
+}
+
+static void power_off(int status) __attribute__((noreturn));
+static void power_off(int status)
+{
+	sync();
+	if (no_power_off)
+		exit(status);
+	reboot(RB_POWER_OFF);
+	/*
+	 * reboot() only returns on error.  PID 1 exiting panics the kernel;
+	 * with panic=-1 and QEMU's -no-reboot that still ends the run.
+	 */
+	say("KPERF-ERROR reboot: %s", strerror(errno));
+	exit(1);
+}
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fail(const char *fmt, ...)
+{
+	char what[MAX_LINE];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	say("KPERF-ERROR %s", what);
+	power_off(1);
+}
+
+/* Mount a pseudo file system; a missing optional one only drops facts. */
+static void mount_fs(const char *type, const char *target, int required)
+{
+	if (mkdir(target, 0755) != 0 && errno != EEXIST) {
+		if (required)
+			fail("mkdir %s: %s", target, strerror(errno));
+		return;
+	}
+	if (mount(type, target, type, MS_NOSUID, NULL) == 0)
+		return;
+	/* EBUSY: already mounted, e.g. devtmpfs by CONFIG_DEVTMPFS_MOUNT. */
+	if (errno == EBUSY || !required)
+		return;
+	fail("mount %s on %s: %s", type, target, strerror(errno));
+}
+
+/*
+ * The kernel opens /dev/console for init when the initramfs has that node;
+ * if it did not, open it from devtmpfs so the runner sees anything at all.
+ */
+static void ensure_console(void)
+{
+	int fd;
+
+	if (fcntl(1, F_GETFD) != -1)
+		return;
+	fd = open("/dev/console", O_RDWR | O_NOCTTY);
+	if (fd < 0)
+		power_off(1); /* nowhere to say why */
+	dup2(fd, 0);
+	dup2(fd, 1);
+	dup2(fd, 2);
+	if (fd > 2)
+		close(fd);
+}
+
+/* Read a small file into buf as one line: newlines become spaces, trimmed. */
+static int read_line_file(const char *path, char *buf, size_t size)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	size_t len = 0;
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	while (len < size - 1 && (n = read(fd, buf + len, size - 1 - len)) != 0) {
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			close(fd);
+			return -1;
+		}
+		len += (size_t)n;
+	}
+	close(fd);
+	buf[len] = '\0';
+	for (size_t i = 0; i < len; i++)
+		if (buf[i] == '\n' || buf[i] == '\r' || buf[i] == '\t')
+			buf[i] = ' ';
+	while (len > 0 && buf[len - 1] == ' ')
+		buf[--len] = '\0';
+	return 0;
+}
+
+static void env_from_file(const char *key, const char *path)
+{
+	char buf[MAX_LINE];
+
+	if (read_line_file(path, buf, sizeof(buf)) == 0)
+		say("KPERF-ENV %s=%s", key, buf);
+}
+
+/* The value of "<field> : value" lines in /proc/cpuinfo, /proc/meminfo. */
+static int proc_field(const char *path, const char *field, char *out, size_t size)
+{
+	char line[MAX_LINE];
+	size_t flen = strlen(field);
+	FILE *f = fopen(path, "re");
+	int found = -1;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		char *colon, *value;
+
+		if (strncmp(line, field, flen) != 0)
+			continue;
+		colon = strchr(line + flen, ':');
+		/* Only spaces and tabs may separate the field name from ':'. */
+		if (!colon || strspn(line + flen, " \t") != (size_t)(colon - line - (long)flen))
+			continue;
+		value = colon + 1 + strspn(colon + 1, " \t");
+		value[strcspn(value, "\n")] = '\0';
+		snprintf(out, size, "%s", value);
+		found = 0;
+		break;
+	}
+	fclose(f);
+	return found;
+}
+
+static void report_cpu_model(void)
+{
+	char model[512], impl[64], part[64], variant[64], rev[64];
+
+	/* x86 names the model; arm64 only gives the MIDR fields. */
+	if (proc_field("/proc/cpuinfo", "model name", model, sizeof(model)) == 0 ||
+	    proc_field("/proc/cpuinfo", "Hardware", model, sizeof(model)) == 0) {
+		say("KPERF-ENV cpu_model=%s", model);
+		return;
+	}
+	if (proc_field("/proc/cpuinfo", "CPU implementer", impl, sizeof(impl)) == 0 &&
+	    proc_field("/proc/cpuinfo", "CPU part", part, sizeof(part)) == 0) {
+		if (proc_field("/proc/cpuinfo", "CPU variant", variant, sizeof(variant)) != 0)
+			snprintf(variant, sizeof(variant), "?");
+		if (proc_field("/proc/cpuinfo", "CPU revision", rev, sizeof(rev)) != 0)
+			snprintf(rev, sizeof(rev), "?");
+		say("KPERF-ENV cpu_model=implementer %s part %s variant %s revision %s", impl,
+		    part, variant, rev);
+	}
+}
+
+static void report_environment(void)
+{
+	struct utsname uts;
+	char buf[MAX_LINE];
+	long cpus;
+
+	report_cpu_model();
+	cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	if (cpus > 0)
+		say("KPERF-ENV cpus=%ld", cpus);
+	if (proc_field("/proc/meminfo", "MemTotal", buf, sizeof(buf)) == 0)
+		say("KPERF-ENV mem_total_kb=%ld", strtol(buf, NULL, 10));
+	env_from_file("kernel_cmdline", "/proc/cmdline");
+	if (uname(&uts) == 0)
+		say("KPERF-ENV kernel_release=%s", uts.release);
+	env_from_file("thp", "/sys/kernel/mm/transparent_hugepage/enabled");
+	env_from_file("clocksource",
+		      "/sys/devices/system/clocksource/clocksource0/current_clocksource");
+	env_from_file("cpufreq_governor", "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor");
+}
+
+static int run_command(int n, char **argv)
+{
+	int status;
+	pid_t pid, w;
+
+	say("KPERF-BEGIN %d", n);
+	pid = fork();
+	if (pid < 0)
+		fail("fork for command %d: %s", n, strerror(errno));
+	if (pid == 0) {
+		execvp(argv[0], argv);
+		/* Not a marker: this is the command's own failure, reported by END. */
+		say("kperf-init: cannot execute %s: %s", argv[0], strerror(errno));
+		_exit(127);
+	}
+	/* PID 1 inherits every orphan: reap them too until our child ends. */
+	for (;;) {
+		w = waitpid(-1, &status, 0);
+		if (w == pid)
+			break;
+		if (w < 0 && errno != EINTR)
+			fail("wait for command %d: %s", n, strerror(errno));
+	}
+	if (WIFEXITED(status))
+		status = WEXITSTATUS(status);
+	else if (WIFSIGNALED(status))
+		status = 128 + WTERMSIG(status);
+	else
+		status = 255;
+	say("KPERF-END %d %d", n, status);
+	return status;
+}
+
+static void run_job(void)
+{
+	char line[MAX_LINE];
+	char *argv[MAX_ARGS + 1];
+	FILE *f = fopen(JOB_FILE, "re");
+	int n = 0, lineno = 0;
+
+	if (!f)
+		fail("open %s: %s", JOB_FILE, strerror(errno));
+	while (fgets(line, sizeof(line), f)) {
+		size_t len = strlen(line);
+		int argc = 0;
+		char *p;
+
+		lineno++;
+		if (len > 0 && line[len - 1] == '\n')
+			line[--len] = '\0';
+		else if (!feof(f))
+			fail("%s line %d: longer than %d bytes", JOB_FILE, lineno, MAX_LINE - 2);
+		if (len == 0)
+			continue;
+		for (p = line;;) {
+			char *space = strchr(p, ' ');
+
+			if (argc == MAX_ARGS)
+				fail("%s line %d: more than %d arguments", JOB_FILE, lineno, MAX_ARGS);
+			if (space)
+				*space = '\0';
+			if (*p == '\0')
+				fail("%s line %d: empty argument (two spaces in a row?)", JOB_FILE,
+				     lineno);
+			argv[argc++] = p;
+			if (!space)
+				break;
+			p = space + 1;
+		}
+		argv[argc] = NULL;
+		if (run_command(n, argv) != 0)
+			break;
+		n++;
+	}
+	if (ferror(f))
+		fail("read %s: %s", JOB_FILE, strerror(errno));
+	fclose(f);
+}
+
+int main(void)
+{
+	/* Never mount over or power off a running system by accident. */
+	if (getpid() != 1) {
+		fprintf(stderr, "kperf-init: must run as PID 1 (the initramfs's /init)\n");
+		return 2;
+	}
+	no_power_off = getenv("KPERF_INIT_NO_POWER_OFF") != NULL;
+	/* The kernel hands init unknown boot parameters as environment. */
+	clearenv();
+	setenv("PATH", "/kperf/bin:/bin:/sbin", 1);
+	setenv("HOME", "/", 1);
+	if (chdir("/") != 0)
+		fail("chdir /: %s", strerror(errno));
+
+	mount_fs("proc", "/proc", 1);
+	mount_fs("sysfs", "/sys", 0);
+	mount_fs("devtmpfs", "/dev", 0);
+	ensure_console();
+	if (access("/sys/kernel/debug", F_OK) == 0)
+		mount_fs("debugfs", "/sys/kernel/debug", 0);
+
+	/* Firmware and the kernel may leave a partial line on the console. */
+	write_all(1, "\n", 1);
+	report_environment();
+	run_job();
+	say("KPERF-DONE");
+	power_off(0);
+}

@@ -1,0 +1,25 @@
+"""Fixtures for the runner's tests: one compile cache for the whole run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kperf_runner.toolchain import compile_static, host_arch
+
+
+@pytest.fixture(scope="session")
+def runner_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A state directory shared by every test, so each C file compiles once."""
+    return tmp_path_factory.mktemp("runner-state")
+
+
+@pytest.fixture(scope="session")
+def spawn_binary(runner_state: Path) -> Path:
+    return compile_static("spawn.c", host_arch(), runner_state)
+
+
+@pytest.fixture(scope="session")
+def init_binary(runner_state: Path) -> Path:
+    return compile_static("init.c", host_arch(), runner_state)

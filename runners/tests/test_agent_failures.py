@@ -1,0 +1,501 @@
+"""The agent under injected failures.
+
+A small stdlib HTTP server plays the service only to inject failures (409s,
+500s, 401, bad artifacts); the happy path against the real service is tested
+with the service. Boots are replaced by running the benchmark natively and
+writing init's console markers around its output, so the samples are real.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kperf_runner.agent import ABANDONED, DONE, DROPPED, FAILED, Agent, RunnerConfig
+from kperf_runner.backends import (
+    Backend,
+    BenchmarkFailure,
+    BootFailure,
+    BootJob,
+    BootResult,
+    ConsoleCallback,
+    parse_boot,
+)
+from kperf_runner.client import Client
+from kperf_runner.toolchain import host_arch
+
+TOKEN = "runner-token"
+KERNEL = b"pretend bzImage\n" * 64
+
+
+class FakeService:
+    """Answers the runner protocol, or what a test scripted; records every call."""
+
+    def __init__(self, job: dict[str, Any]) -> None:
+        self.job = job
+        self.claimed = False
+        self.calls: list[tuple[float, str, dict[str, Any]]] = []
+        # endpoint ("claim", "progress", "results", ...) -> answers to give first
+        self.script: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        self.lock = threading.Lock()
+        self.refused: set[int] = set()  # indexes of calls answered with an error
+
+    def endpoint(self, path: str) -> str:
+        tail = path.split("/api/v1/runner/", 1)[-1]
+        return tail.rsplit("/", 1)[-1] if tail.startswith("jobs/") else tail.split("/")[0]
+
+    def answer(self, method: str, path: str, body: dict[str, Any], auth: str) -> tuple[int, Any]:
+        endpoint = self.endpoint(path)
+        with self.lock:
+            self.calls.append((time.monotonic(), endpoint, body))
+            if auth != f"Bearer {TOKEN}":
+                return 401, {"detail": "unknown runner token", "code": "bad-token"}
+            scripted = self.script.get(endpoint)
+            if scripted:
+                status, answer = scripted.pop(0)
+                if status >= 300:
+                    self.refused.add(len(self.calls) - 1)
+                return status, answer
+            if endpoint == "heartbeat":
+                return 200, {"runner": body["name"], "poll_seconds": 0.05}
+            if endpoint == "claim":
+                job, self.claimed = (None if self.claimed else self.job), True
+                return 200, {"job": job}
+            if endpoint == "builds":
+                return 200, KERNEL
+            if endpoint == "progress":
+                return 200, {"lease_expires": "2030-01-01T00:00:00Z"}
+            return 200, {"status": "done" if endpoint == "results" else "failed"}
+
+    def delivered(self, endpoint: str) -> list[dict[str, Any]]:
+        """Bodies of the calls the service accepted."""
+        return [body for i, (_, name, body) in enumerate(self.calls) if name == endpoint and i not in self.refused]
+
+    def bodies(self, endpoint: str) -> list[dict[str, Any]]:
+        return [body for _, name, body in self.calls if name == endpoint]
+
+
+@pytest.fixture
+def service() -> Iterator[tuple[FakeService, str]]:
+    fake = FakeService(_job())
+
+    class Handler(BaseHTTPRequestHandler):
+        def _serve(self, method: str) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            body = json.loads(raw) if raw else {}
+            status, answer = fake.answer(method, self.path, body, self.headers.get("Authorization", ""))
+            data = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            self._serve("GET")
+
+        def do_POST(self) -> None:
+            self._serve("POST")
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield fake, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def _job(**changes: Any) -> dict[str, Any]:
+    job = {
+        "id": 7,
+        "attempt": 1,
+        "lease_seconds": 900,
+        "lease_expires": "2030-01-01T00:00:00Z",
+        "benchmark": "spawn",
+        "grid": "quick",
+        "params": {"duration": 0.05, "iterations": 2, "extra_vmas": [0, 10]},
+        "boots": 2,
+        "arch": host_arch(),
+        "machine_class": "qemu-test",
+        "kernel": {"build_id": 3, "sha": "0123abcd" * 5, "cmdline": ""},
+        "artifacts": [
+            {
+                "name": "kernel",
+                "url": "/api/v1/runner/builds/3/artifacts/kernel",
+                "sha256": hashlib.sha256(KERNEL).hexdigest(),
+                "size": len(KERNEL),
+            }
+        ],
+    }
+    job.update(changes)
+    return job
+
+
+class NativeBackend(Backend):
+    """Runs the job's commands on this machine and writes init's markers.
+
+    `fail` injects a boot failure; `status` overrides command exit codes;
+    `seconds` stretches each boot while still ticking on_console.
+    """
+
+    name = "native"
+    bindir = "/kperf/bin"
+
+    def __init__(
+        self,
+        fail: str = "",
+        status: int | None = None,
+        seconds: float = 0.0,
+        garble: bool = False,
+    ) -> None:
+        self.fail, self.status, self.seconds, self.garble = (
+            fail,
+            status,
+            seconds,
+            garble,
+        )
+        self.boots = 0
+        self.kernels: list[Path] = []
+
+    def boot(self, job: BootJob, kernel: Path, on_console: ConsoleCallback | None = None) -> BootResult:
+        self.boots += 1
+        self.kernels.append(kernel)
+        tick = on_console or (lambda _text: None)
+        console = ["KPERF-ENV cpus=2\n", "KPERF-ENV kernel_release=native\n"]
+        tick("".join(console))
+        if self.fail:
+            raise BootFailure(self.fail, "".join(console) + "Kernel panic - not syncing: test\n")
+        end = time.monotonic() + self.seconds
+        while time.monotonic() < end:
+            time.sleep(0.05)
+            tick("")
+        for n, argv in enumerate(job.commands):
+            binary = job.binaries[Path(argv[0]).name]
+            run = subprocess.run([str(binary), *argv[1:]], capture_output=True, text=True, check=False)
+            output = run.stdout.replace("count=", "count=x") if self.garble else run.stdout
+            status = run.returncode if self.status is None else self.status
+            text = f"KPERF-BEGIN {n}\n{output}{run.stderr}KPERF-END {n} {status}\n"
+            console.append(text)
+            tick(text)
+        console.append("KPERF-DONE\n")
+        tick("KPERF-DONE\n")
+        text = "".join(console)
+        record = parse_boot(text, job.commands)
+        return BootResult(text, record.environment, record.commands, 0.1)
+
+
+def _agent(url: str, tmp_path: Path, backend: Backend, runner_state: Path, token: str = TOKEN) -> Agent:
+    config = RunnerConfig("test-runner", host_arch(), "qemu-test", tmp_path / "state", once=True)
+    config.state_dir.mkdir()
+    # Share the compiled binaries between tests.
+    (config.state_dir / "bin").symlink_to(runner_state / "bin", target_is_directory=True)
+    return Agent(config, Client(url, token, backoff=0.01, retries=4), backend)
+
+
+def test_a_job_is_uploaded_in_the_protocol_shape(
+    service: tuple[FakeService, str],
+    tmp_path: Path,
+    runner_state: Path,
+    spawn_binary: Path,
+) -> None:
+    fake, url = service
+    assert _agent(url, tmp_path, NativeBackend(), runner_state).run() == 0
+    [results] = fake.bodies("results")
+    assert results["attempt"] == 1
+    assert [boot["boot"] for boot in results["boots"]] == [0, 1]
+    boot = results["boots"][0]
+    assert boot["environment"]["cpus"] == 2 and boot["environment"]["cpufreq_governor"] is None
+    assert "COUNT|" in boot["raw_output"]
+    assert {(s["metric"], s["iteration"]) for s in boot["samples"]} == {
+        (f"spawn-vmas-{v}", i) for v in (0, 10) for i in (0, 1)
+    }
+    assert results["metrics"] == {
+        "spawn-vmas-0": {"unit": "forks/s", "higher_is_better": True},
+        "spawn-vmas-10": {"unit": "forks/s", "higher_is_better": True},
+    }
+    assert "--- kperf: console of boot 2 ---" in results["console_log"]
+    phases = [(p["phase"], p["boot"], p["boots"]) for p in fake.bodies("progress")]
+    assert phases[0] == ("preparing", 1, 2)
+    assert ("booting", 2, 2) in phases and ("running", 2, 2) in phases
+    assert phases[-1] == ("uploading", 2, 2)
+    # Every console byte reaches the service exactly once across progress calls.
+    streamed = "".join(p["console"] for p in fake.bodies("progress"))
+    assert streamed.count("KPERF-DONE") == 2 and streamed.count("KPERF-BEGIN 1") == 2
+    assert fake.bodies("heartbeat")[0]["capabilities"] == {
+        "backends": ["native"],
+        "benchmarks": ["spawn"],
+    }
+    assert not fake.bodies("fail")
+
+
+def test_not_held_mid_job_drops_the_job(
+    service: tuple[FakeService, str],
+    tmp_path: Path,
+    runner_state: Path,
+    spawn_binary: Path,
+) -> None:
+    fake, url = service
+    fake.script["progress"] = [
+        (200, {"lease_expires": "x"}),
+        (200, {"lease_expires": "x"}),
+        (
+            409,
+            {"detail": "job 7 attempt 1 is leased to qemu-2 now", "code": "not-held"},
+        ),
+    ]
+    agent = _agent(url, tmp_path, NativeBackend(), runner_state)
+    assert agent.run_job(fake.job) == DROPPED
+    assert not fake.bodies("results") and not fake.bodies("fail")
+
+
+def test_a_duplicate_upload_counts_as_done(
+    service: tuple[FakeService, str],
+    tmp_path: Path,
+    runner_state: Path,
+    spawn_binary: Path,
+) -> None:
+    fake, url = service
+    fake.script["results"] = [(409, {"detail": "already recorded", "code": "duplicate"})]
+    agent = _agent(url, tmp_path, NativeBackend(), runner_state)
+    assert agent.run_job(fake.job) == DONE
+    assert len(fake.bodies("results")) == 1 and not fake.bodies("fail")
+
+
+def test_server_errors_are_retried_until_they_pass(
+    service: tuple[FakeService, str],
+    tmp_path: Path,
+    runner_state: Path,
+    spawn_binary: Path,
+) -> None:
+    fake, url = service
+    fake.script["claim"] = [(500, {"detail": "boom"})]
+    fake.script["progress"] = [(502, {}), (503, {})]
+    fake.script["results"] = [(500, {"detail": "database restarting"})]
+    agent = _agent(url, tmp_path, NativeBackend(), runner_state)
+    assert agent.run() == 0
+    assert agent.jobs[DONE] == 1
+    assert len(fake.bodies("claim")) == 2
+    assert len(fake.bodies("results")) == 2  # the 500, then the stored upload
+
+
+def test_an_unreachable_service_abandons_the_job_without_losing_the_runner(
+    service: tuple[FakeService, str],
+    tmp_path: Path,
+    runner_state: Path,
+    spawn_binary: Path,
+) -> None:
+    fake, url = service
+    fake.script["results"] = [(503, {})] * 10
+    agent = _agent(url, tmp_path, NativeBackend(), runner_state)
+    assert agent.run_job(fake.job) == ABANDONED
+    assert len(fake.bodies("results")) == 4  # every retry, then it gives up
+
+
+def test_a_service_outage_during_a_boot_does_not_stop_it(
+    service: tuple[FakeService, str], tmp_path: Path, runner_state: Path, spawn_binary: Path
+) -> None:
+    fake, url = service
+    # The first calls go through, then every retry of one call fails.
+    fake.script["progress"] = [(200, {})] * 3 + [(503, {})] * 4
+    agent = _agent(url, tmp_path, NativeBackend(), runner_state)
+    assert agent.run_job(fake.job) == DONE
+    streamed = "".join(p["console"] for p in fake.delivered("progress"))
+    # Nothing lost, nothing twice: the refused call's console went with the next one.
+    assert streamed.count("KPERF-DONE") == 2 and streamed.count("KPERF-BEGIN 1") == 2
+
+
+def test_a_bad_token_stops_the_runner(
+    service: tuple[FakeService, str],
+    tmp_path: Path,
+    runner_state: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    _, url = service
+    with caplog.at_level(logging.ERROR):
+        assert _agent(url, tmp_path, NativeBackend(), runner_state, token="wrong").run() == 2
+    assert "refused this runner's token (unknown runner token)" in caplog.text
+
+
+def test_a_boot_failure_fails_the_job_as_boot_with_the_console(
+    service: tuple[FakeService, str],
+    tmp_path: Path,
+    runner_state: Path,
+    spawn_binary: Path,
+) -> None:
+    fake, url = service
+    agent = _agent(url, tmp_path, NativeBackend(fail="kernel panic: test"), runner_state)
+    assert agent.run_job(fake.job) == FAILED
+    [fail] = fake.bodies("fail")
+    assert (fail["attempt"], fail["kind"], fail["message"]) == (
+        1,
+        "boot",
+        "kernel panic: test",
+    )
+    assert "Kernel panic - not syncing" in fail["log"]
+
+
+def test_a_failing_command_fails_the_job_as_benchmark(
+    service: tuple[FakeService, str],
+    tmp_path: Path,
+    runner_state: Path,
+    spawn_binary: Path,
+) -> None:
+    fake, url = service
+    assert _agent(url, tmp_path, NativeBackend(status=1), runner_state).run_job(fake.job) == FAILED
+    [fail] = fake.bodies("fail")
+    assert fail["kind"] == "benchmark"
+    assert "exited with status 1" in fail["message"]
+
+
+def test_unparseable_output_fails_the_job_as_benchmark(
+    service: tuple[FakeService, str],
+    tmp_path: Path,
+    runner_state: Path,
+    spawn_binary: Path,
+) -> None:
+    fake, url = service
+    agent = _agent(url, tmp_path, NativeBackend(garble=True), runner_state)
+    assert agent.run_job(fake.job) == FAILED
+    [fail] = fake.bodies("fail")
+    assert fail["kind"] == "benchmark"
+    assert fail["message"].startswith("boot 1 of 2: spawn: malformed result")
+    assert "KPERF-BEGIN 0" in fail["log"]
+
+
+def test_a_kernel_that_does_not_match_its_sha256_is_an_infra_failure(
+    service: tuple[FakeService, str], tmp_path: Path, runner_state: Path
+) -> None:
+    fake, url = service
+    fake.job["artifacts"][0]["sha256"] = "0" * 64
+    backend = NativeBackend()
+    assert _agent(url, tmp_path, backend, runner_state).run_job(fake.job) == FAILED
+    [fail] = fake.bodies("fail")
+    assert fail["kind"] == "infra"
+    assert "does not match the claim's 0000" in fail["message"]
+    assert backend.boots == 0
+
+
+def test_kernels_are_cached_by_sha256(
+    service: tuple[FakeService, str],
+    tmp_path: Path,
+    runner_state: Path,
+    spawn_binary: Path,
+) -> None:
+    fake, url = service
+    backend = NativeBackend()
+    agent = _agent(url, tmp_path, backend, runner_state)
+    assert agent.run_job(fake.job) == DONE
+    assert agent.run_job({**fake.job, "id": 8}) == DONE
+    assert len(fake.bodies("builds")) == 1
+    assert backend.kernels[0].read_bytes() == KERNEL
+    assert backend.kernels[0].name == hashlib.sha256(KERNEL).hexdigest()
+
+
+def test_a_stop_request_between_boots_hands_the_job_back(
+    service: tuple[FakeService, str],
+    tmp_path: Path,
+    runner_state: Path,
+    spawn_binary: Path,
+) -> None:
+    fake, url = service
+    agent = _agent(url, tmp_path, NativeBackend(), runner_state)
+
+    class StopAfterFirstBoot(NativeBackend):
+        def boot(self, *args: Any, **kwargs: Any) -> BootResult:
+            result = super().boot(*args, **kwargs)
+            agent.stop.set()
+            return result
+
+    agent.backend = StopAfterFirstBoot()
+    assert agent.run_job(fake.job) == FAILED
+    [fail] = fake.bodies("fail")
+    assert fail["kind"] == "infra"
+    assert "stopped after boot 1 of 2" in fail["message"]
+
+
+def test_progress_keeps_the_lease_alive_during_a_quiet_boot(
+    service: tuple[FakeService, str],
+    tmp_path: Path,
+    runner_state: Path,
+    spawn_binary: Path,
+) -> None:
+    fake, url = service
+    fake.job.update(lease_seconds=4, boots=1)
+    agent = _agent(url, tmp_path, NativeBackend(seconds=3.5), runner_state)
+    assert agent.run_job(fake.job) == DONE
+    times = [at for at, name, _ in fake.calls if name in ("progress", "results")]
+    gaps = [b - a for a, b in pairwise(times)]
+    assert max(gaps) <= 4 / 3, gaps
+
+
+def test_console_increments_are_batched(service: tuple[FakeService, str], tmp_path: Path, runner_state: Path) -> None:
+    """At most one console-carrying call every ~3 s, however chatty the boot."""
+    fake, url = service
+
+    class Chatty(NativeBackend):
+        def boot(self, job: BootJob, kernel: Path, on_console: ConsoleCallback | None = None) -> BootResult:
+            assert on_console is not None
+            for i in range(40):
+                on_console(f"line {i}\n")
+                time.sleep(0.1)
+            raise BenchmarkFailure("stop here", "")
+
+    fake.job.update(boots=1)
+    _agent(url, tmp_path, Chatty(), runner_state).run_job(fake.job)
+    carrying = [at for at, name, body in fake.calls if name == "progress" and body["console"]]
+    assert 1 <= len(carrying) <= 3
+    assert all(b - a >= 2.9 for a, b in pairwise(carrying))
+    streamed = "".join(body["console"] for body in fake.bodies("progress"))
+    assert streamed.count("line ") < 40  # the tail after the last batch goes with fail
+
+
+def test_run_once_with_nothing_queued_heartbeats_and_exits(service: tuple[FakeService, str], tmp_path: Path) -> None:
+    fake, url = service
+    fake.claimed = True  # nothing left to hand out
+    run = subprocess.run(
+        [
+            *(sys.executable, "-m", "kperf_runner.cli", "run", "--server", url, "--once"),
+            *("--name", "cli-runner", "--arch", "x86_64", "--state-dir", str(tmp_path)),
+            *("--qemu-accel", "tcg"),
+        ],
+        env={**os.environ, "KPERF_RUNNER_TOKEN": TOKEN},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "no job queued for qemu-x86_64" in run.stderr
+    [heartbeat] = fake.bodies("heartbeat")
+    assert heartbeat["name"] == "cli-runner"
+    assert heartbeat["machine_class"] == "qemu-x86_64"
+
+
+def test_run_without_a_server_says_what_is_missing(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KPERF_")}
+    run = subprocess.run(
+        [sys.executable, "-m", "kperf_runner.cli", "run", "--token", "t", "--once"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode != 0
+    assert "--server (or KPERF_SERVER) is required" in run.stderr

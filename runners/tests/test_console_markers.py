@@ -1,0 +1,186 @@
+"""Reading init's console markers, and init itself run as PID 1 of a namespace."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kperf_runner.backends import BenchmarkFailure, BootFailure, parse_boot
+from kperf_runner.benchmarks import get_benchmark, resolve_params
+from kperf_runner.console import parse_console
+from kperf_runner.initramfs import GUEST_BINDIR, job_initramfs
+
+CONSOLE = """\
+[    0.000000] Linux version 6.1.0 (kernel noise before init)\r
+KPERF-ENV cpu_model=QEMU Virtual CPU version 2.5+\r
+KPERF-ENV cpus=2\r
+KPERF-ENV mem_total_kb=496000\r
+KPERF-ENV kernel_cmdline=console=ttyS0 panic=-1 quiet loglevel=3\r
+KPERF-ENV kernel_release=6.1.0\r
+KPERF-ENV thp=always [madvise] never\r
+KPERF-ENV clocksource=tsc\r
+KPERF-BEGIN 0\r
+COUNT|10|1|lps\r
+spawn vmas=0 iteration=0 count=10 elapsed=0.100000\r
+KPERF-END 0 0\r
+KPERF-BEGIN 1\r
+spawn vmas=5 iteration=0 count=5 elapsed=0.100000\r
+KPERF-END 1 0\r
+KPERF-DONE\r
+[    3.000000] reboot: Power down\r
+"""
+COMMANDS = [["/kperf/bin/spawn", "-v", "0"], ["/kperf/bin/spawn", "-v", "5"]]
+
+
+def test_environment_commands_and_done_are_read() -> None:
+    record = parse_console(CONSOLE)
+    assert record.done and not record.errors
+    assert record.environment == {
+        "cpu_model": "QEMU Virtual CPU version 2.5+",
+        "cpus": 2,
+        "mem_total_kb": 496000,
+        "kernel_cmdline": "console=ttyS0 panic=-1 quiet loglevel=3",
+        "kernel_release": "6.1.0",
+        "thp": "always [madvise] never",
+        "cpufreq_governor": None,
+        "clocksource": "tsc",
+    }
+    assert [(c.index, c.status) for c in record.commands] == [(0, 0), (1, 0)]
+    assert record.commands[0].output == ("COUNT|10|1|lps\nspawn vmas=0 iteration=0 count=10 elapsed=0.100000\n")
+    assert "kernel noise" not in record.raw_output
+
+
+def test_a_finished_boot_parses_into_samples() -> None:
+    record = parse_boot(CONSOLE, COMMANDS)
+    params = resolve_params("spawn", "quick", {"extra_vmas": [0, 5], "iterations": 1})
+    values = [s.value for s in get_benchmark("spawn").parse(record.raw_output, params)]
+    assert values == pytest.approx([100.0, 50.0])
+
+
+def test_a_failed_command_is_a_benchmark_failure_with_its_last_lines() -> None:
+    console = CONSOLE.replace("KPERF-END 1 0", "spawn: fork failed after 3 forks\nKPERF-END 1 1")
+    with pytest.raises(BenchmarkFailure) as failure:
+        parse_boot(console, COMMANDS)
+    assert "command 2 of 2 (/kperf/bin/spawn -v 5) exited with status 1" in failure.value.message
+    assert "fork failed after 3 forks" in failure.value.message
+    assert failure.value.console == console
+
+
+def test_a_command_killed_by_a_signal_is_named() -> None:
+    console = CONSOLE.replace("KPERF-END 1 0", "KPERF-END 1 139")
+    with pytest.raises(BenchmarkFailure, match="was killed by SIGSEGV"):
+        parse_boot(console, COMMANDS)
+
+
+def test_a_panic_mid_benchmark_is_a_boot_failure() -> None:
+    console = CONSOLE.split("KPERF-END 1 0")[0] + (
+        "[    2.1] Kernel panic - not syncing: Attempted to kill init! exitcode=0x0000000b\n"
+    )
+    with pytest.raises(BootFailure) as failure:
+        parse_boot(console, COMMANDS)
+    assert failure.value.message == (
+        "kernel panic while command 2 of 2 (/kperf/bin/spawn -v 5) was running: "
+        "Attempted to kill init! exitcode=0x0000000b"
+    )
+
+
+def test_init_errors_and_silence_are_boot_failures() -> None:
+    with pytest.raises(BootFailure, match="kperf init failed: open /kperf/job: No such file"):
+        parse_boot(
+            "KPERF-ENV cpus=1\nKPERF-ERROR open /kperf/job: No such file or directory\n",
+            [],
+        )
+    with pytest.raises(BootFailure, match="the kernel printed nothing"):
+        parse_boot("", COMMANDS)
+
+
+def test_chunks_split_anywhere_give_the_same_record() -> None:
+    whole = parse_console(CONSOLE)
+    pieces = "".join(CONSOLE[i : i + 7] for i in range(0, len(CONSOLE), 7))
+    assert parse_console(pieces) == whole
+
+
+# -- init.c as PID 1 of a PID and mount namespace (no kernel needed) ---------
+
+
+def _run_init(tmp_path: Path, init: Path, binaries: dict[str, Path], commands: list[list[str]]) -> str:
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("cpio") is None:
+        pytest.skip("running init as PID 1 of a namespace needs root, unshare and cpio")
+    archive = job_initramfs(
+        init.read_bytes(),
+        {name: path.read_bytes() for name, path in binaries.items()},
+        commands,
+    )
+    root = tmp_path / "root"
+    root.mkdir()
+    subprocess.run(
+        ["cpio", "-idm", "--quiet"],
+        input=gzip.decompress(archive.to_gzip()),
+        cwd=root,
+        check=True,
+    )
+    # KPERF_INIT_NO_POWER_OFF makes init exit instead of calling reboot():
+    # the namespace alone would already contain it, this is belt and braces.
+    run = subprocess.run(
+        ["unshare", "--mount", "--pid", "--fork", f"--root={root}", "/init"],
+        env={"KPERF_INIT_NO_POWER_OFF": "1"},
+        # One stream, as on a serial console.
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return run.stdout
+
+
+def test_init_reports_the_environment_and_runs_the_job(tmp_path: Path, init_binary: Path, spawn_binary: Path) -> None:
+    params = resolve_params("spawn", "quick", {"duration": 0.1, "iterations": 2, "extra_vmas": "0,20"})
+    commands = get_benchmark("spawn").command(params, GUEST_BINDIR)
+    console = _run_init(tmp_path, init_binary, {"spawn": spawn_binary}, commands)
+    record = parse_boot(console, commands)
+    assert record.environment["cpus"] >= 1
+    assert record.environment["mem_total_kb"] > 0
+    assert record.environment["kernel_release"] == os.uname().release
+    samples = get_benchmark("spawn").parse(record.raw_output, params)
+    assert len(samples) == 4 and all(s.value > 0 for s in samples)
+
+
+def test_init_stops_at_the_first_failing_command(tmp_path: Path, init_binary: Path, spawn_binary: Path) -> None:
+    commands = [["/kperf/bin/spawn", "-t", "0"], ["/kperf/bin/spawn", "-t", "0.1"]]
+    console = _run_init(tmp_path, init_binary, {"spawn": spawn_binary}, commands)
+    assert "KPERF-BEGIN 1" not in console
+    with pytest.raises(
+        BenchmarkFailure,
+        match=r"command 1 of 2 .* exited with status 1: spawn: -t wants",
+    ):
+        parse_boot(console, commands)
+
+
+def test_init_reports_a_command_it_cannot_execute(tmp_path: Path, init_binary: Path) -> None:
+    commands = [["/kperf/bin/missing", "-x"]]
+    console = _run_init(tmp_path, init_binary, {}, commands)
+    with pytest.raises(
+        BenchmarkFailure,
+        match="exited with status 127: kperf-init: cannot execute /kperf/bin/missing",
+    ):
+        parse_boot(console, commands)
+
+
+def test_a_marker_after_firmware_escape_codes_on_the_same_line_still_counts() -> None:
+    console = "Booting from ROM..c\x1b[?7l\x1b[2JKPERF-ENV cpu_model=QEMU Virtual CPU\n" + CONSOLE
+    assert parse_console(console).environment["cpu_model"] == "QEMU Virtual CPU version 2.5+"
+    record = parse_console("Booting..\x1b[2JKPERF-ENV cpu_model=QEMU Virtual CPU\nKPERF-DONE\n")
+    assert record.environment["cpu_model"] == "QEMU Virtual CPU"
+
+
+def test_output_that_merely_mentions_a_marker_stays_output() -> None:
+    console = CONSOLE.replace("COUNT|10|1|lps", "see KPERF-STUFF here\nKPERF-END 5 0")
+    record = parse_console(console)
+    assert record.commands[0].output.startswith("see KPERF-STUFF here\nKPERF-END 5 0\n")
+    assert record.commands[0].status == 0

@@ -1,0 +1,154 @@
+"""The qemu backend: command lines, and real boots of the fixture kernel."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kperf_runner.backends import BenchmarkFailure, BootFailure, BootJob
+from kperf_runner.backends.qemu import QemuBackend
+from kperf_runner.benchmarks import get_benchmark, resolve_params
+from kperf_runner.toolchain import compile_all
+
+needs_qemu = pytest.mark.skipif(
+    shutil.which("qemu-system-x86_64") is None,
+    reason="needs qemu-system-x86 (apt-get install qemu-system-x86)",
+)
+SPAWN = get_benchmark("spawn")
+
+
+def test_x86_64_command_line_under_tcg(runner_state: Path) -> None:
+    if shutil.which("qemu-system-x86_64") is None:
+        pytest.skip("needs qemu-system-x86")
+    backend = QemuBackend("x86_64", runner_state, accel="tcg")
+    argv = backend.command_line(Path("/k"), Path("/i.gz"), "rdinit=/x")
+    assert argv[1:] == [
+        "-accel", "tcg", "-m", "512", "-smp", "2", "-nographic", "-no-reboot",
+        "-kernel", "/k", "-initrd", "/i.gz",
+        "-append", "console=ttyS0 panic=-1 quiet loglevel=3 rdinit=/x",
+    ]  # fmt: skip
+
+
+def test_arm64_command_line_under_tcg(runner_state: Path) -> None:
+    if shutil.which("qemu-system-aarch64") is None:
+        pytest.skip("needs qemu-system-arm")
+    backend = QemuBackend("arm64", runner_state, accel="tcg")
+    argv = backend.command_line(Path("/k"), Path("/i.gz"))
+    assert argv[1:9] == [
+        "-M",
+        "virt",
+        "-accel",
+        "tcg",
+        "-cpu",
+        "cortex-a57",
+        "-m",
+        "512",
+    ]
+    assert argv[-1] == "console=ttyAMA0 panic=-1 quiet loglevel=3"
+
+
+def test_kvm_is_refused_for_a_foreign_arch(runner_state: Path) -> None:
+    with pytest.raises(ValueError, match="use tcg for arm64"):
+        QemuBackend("arm64", runner_state, accel="kvm")
+
+
+def _spawn_job(runner_state: Path, **overrides: Any) -> tuple[BootJob, dict[str, Any]]:
+    params = resolve_params("spawn", "quick", overrides)
+    commands = SPAWN.command(params, QemuBackend.bindir)
+    binaries = compile_all(SPAWN.sources(), "x86_64", runner_state)
+    return BootJob(commands, binaries, timeout=300), params
+
+
+@needs_qemu
+def test_a_file_that_is_not_a_kernel_is_a_boot_failure(runner_state: Path, tmp_path: Path) -> None:
+    garbage = tmp_path / "bzImage"
+    garbage.write_bytes(bytes(range(256)) * 400)
+    job, _ = _spawn_job(runner_state)
+    with pytest.raises(BootFailure) as failure:
+        QemuBackend("x86_64", runner_state, accel="tcg").boot(job, garbage)
+    assert failure.value.message.startswith("QEMU exited with status 1")
+    assert "the kernel printed nothing on the console" in failure.value.message
+
+
+# -- real boots of the fixture kernel -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def kernel(request: pytest.FixtureRequest) -> Path:
+    """The fixture kernel (built once per run), or KPERF_RUNNER_TEST_KERNEL's bzImage."""
+    given = os.environ.get("KPERF_RUNNER_TEST_KERNEL")
+    if given:
+        return Path(given)
+    build = request.getfixturevalue("x86_64_kernel")
+    if not build.ok:
+        pytest.fail(f"the fixture kernel did not build: {build.error}")
+    path = build.artifacts["kernel"]
+    assert isinstance(path, Path)
+    return path
+
+
+@needs_qemu
+@pytest.mark.kernel
+@pytest.mark.parametrize("accel", ["tcg", "kvm"])
+def test_the_kernel_boots_and_runs_spawn(runner_state: Path, kernel: Path, accel: str) -> None:
+    if accel == "kvm" and QemuBackend("x86_64", runner_state).accel != "kvm":
+        pytest.skip("no KVM here that --qemu-accel auto would use")
+    job, params = _spawn_job(runner_state, duration=0.3, iterations=2)
+    backend = QemuBackend("x86_64", runner_state, accel=accel)
+    increments: list[str] = []
+    result = backend.boot(job, kernel, increments.append)
+    assert "".join(increments) == result.console
+    assert result.details["accel"] == accel
+    env = result.environment
+    assert env["kernel_release"].startswith("6.1")
+    assert env["cpus"] == 2
+    assert 400_000 < env["mem_total_kb"] < 524_288
+    assert env["kernel_cmdline"].startswith("console=ttyS0 panic=-1")
+    assert env["thp"] and env["clocksource"] and env["cpu_model"]
+    samples = SPAWN.parse(result.raw_output, params)
+    assert [s.metric for s in samples] == ["spawn-vmas-0"] * 2 + ["spawn-vmas-1000"] * 2
+    assert all(s.value > 0 for s in samples)
+    # Copying 1000 more VMAs per fork costs something even under TCG.
+    fast = min(s.value for s in samples if s.metric == "spawn-vmas-0")
+    slow = max(s.value for s in samples if s.metric == "spawn-vmas-1000")
+    assert slow < fast
+
+
+@needs_qemu
+@pytest.mark.kernel
+def test_a_kernel_without_its_init_is_a_boot_failure(runner_state: Path, kernel: Path) -> None:
+    job, _ = _spawn_job(runner_state)
+    job = BootJob(job.commands, job.binaries, cmdline="rdinit=/nonexistent", timeout=120)
+    with pytest.raises(BootFailure) as failure:
+        QemuBackend("x86_64", runner_state, accel="tcg").boot(job, kernel)
+    assert failure.value.message.startswith("kernel panic: ")
+    assert "Kernel panic - not syncing" in failure.value.console
+
+
+@needs_qemu
+@pytest.mark.kernel
+def test_a_failing_benchmark_is_a_benchmark_failure(runner_state: Path, kernel: Path) -> None:
+    job, _ = _spawn_job(runner_state)
+    job = BootJob([["/kperf/bin/spawn", "-t", "0"]], job.binaries, timeout=120)
+    with pytest.raises(BenchmarkFailure) as failure:
+        QemuBackend("x86_64", runner_state, accel="tcg").boot(job, kernel)
+    assert failure.value.message == (
+        "command 1 of 1 (/kperf/bin/spawn -t 0) exited with status 1: spawn: -t wants seconds in (0, 86400], got '0'"
+    )
+    assert "KPERF-DONE" in failure.value.console
+
+
+@needs_qemu
+@pytest.mark.kernel
+def test_a_boot_that_overruns_its_timeout_is_killed(runner_state: Path, kernel: Path) -> None:
+    job, _ = _spawn_job(runner_state)
+    job = BootJob([["/kperf/bin/spawn", "-t", "600", "-i", "1"]], job.binaries, timeout=15)
+    with pytest.raises(BootFailure) as failure:
+        QemuBackend("x86_64", runner_state, accel="tcg").boot(job, kernel)
+    assert failure.value.message.startswith("no KPERF-DONE within 15 s, QEMU killed: ")
+    assert "while command 1 of 1 (/kperf/bin/spawn -t 600 -i 1) was running" in failure.value.message
+    assert "KPERF-BEGIN 0" in failure.value.console
