@@ -1,0 +1,222 @@
+"""Unit tests: config fragments, config digest, fixture headers, log scanning.
+No kernel tree, no git, no compiler."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kperf_kbuild import driver
+from kperf_kbuild.driver import (
+    SUPPORTED_ARCHES,
+    arch_fragment,
+    config_digest,
+    parse_fragment,
+    unmet_options,
+)
+from kperf_kbuild.testing import FIXTURES_DIR, fixtures_digest, list_fixtures, read_fixture
+
+COMMON_OPTIONS = {
+    "PRINTK",
+    "TTY",
+    "BLK_DEV_INITRD",
+    "RD_GZIP",
+    "BINFMT_ELF",
+    "MODULES",
+    "MODULE_UNLOAD",
+    "PERF_EVENTS",
+    "PROC_FS",
+    "PROC_SYSCTL",
+    "SYSFS",
+    "DEVTMPFS",
+    "DEVTMPFS_MOUNT",
+    "TMPFS",
+    "SMP",
+    "FUTEX",
+    "POSIX_TIMERS",
+    "HIGH_RES_TIMERS",
+    "TRANSPARENT_HUGEPAGE",
+    "DEBUG_FS",
+}
+ARCH_OPTIONS = {
+    "x86_64": {
+        "64BIT",
+        "SERIAL_8250",
+        "SERIAL_8250_CONSOLE",
+        "PCI",
+        "ACPI",
+        "KVM_GUEST",
+        "PARAVIRT",
+        "HYPERVISOR_GUEST",
+    },
+    "arm64": {"SERIAL_AMBA_PL011", "SERIAL_AMBA_PL011_CONSOLE"},
+}
+
+
+@pytest.mark.parametrize("arch", SUPPORTED_ARCHES)
+def test_fragment_has_the_required_options(arch: str) -> None:
+    options = parse_fragment(arch_fragment(arch).read_text())
+    for name in COMMON_OPTIONS | ARCH_OPTIONS[arch]:
+        assert options.get(f"CONFIG_{name}") == "y", name
+    # A panic reboots at once, so QEMU -no-reboot exits instead of hanging.
+    assert options["CONFIG_PANIC_TIMEOUT"] == "-1"
+
+
+@pytest.mark.parametrize("arch", SUPPORTED_ARCHES)
+def test_fragment_options_are_commented(arch: str) -> None:
+    # Every block of options is preceded by a comment saying why.
+    lines = arch_fragment(arch).read_text().splitlines()
+    assert lines[0].startswith("# kperf")
+    for prev, line in zip(lines, lines[1:], strict=False):
+        if line.startswith("CONFIG_") and not prev.strip():
+            pytest.fail(f"{arch}: uncommented block starts at {line!r}")
+
+
+def test_parse_fragment() -> None:
+    text = "# comment\n\nCONFIG_A=y\n# CONFIG_B is not set\nCONFIG_C=-1\nCONFIG_A=n\n"
+    assert parse_fragment(text) == {"CONFIG_A": "n", "CONFIG_B": "n", "CONFIG_C": "-1"}
+    with pytest.raises(ValueError, match="not a Kconfig fragment line"):
+        parse_fragment("MODULES=y\n")
+
+
+def test_unmet_options() -> None:
+    config = "CONFIG_A=y\n# CONFIG_B is not set\nCONFIG_C=m\n"
+    wanted = {"CONFIG_A": "y", "CONFIG_B": "n", "CONFIG_C": "y", "CONFIG_D": "y", "CONFIG_E": "n"}
+    assert unmet_options(config, wanted) == {"CONFIG_C": "m", "CONFIG_D": "n"}
+
+
+def test_config_digest_is_stable() -> None:
+    first = config_digest("x86_64")
+    assert first == config_digest("x86_64", ())
+    assert first == config_digest("x86_64", [])
+    assert len(first) == 64 and int(first, 16) >= 0
+    # Same text at another path: same digest (it hashes content, not names).
+    assert config_digest("arm64") != first
+
+
+def test_config_digest_is_sensitive(tmp_path: Path) -> None:
+    a = tmp_path / "a.config"
+    b = tmp_path / "b.config"
+    a.write_text("CONFIG_KASAN=y\n")
+    b.write_text("CONFIG_NUMA=y\n")
+    base = config_digest("x86_64")
+    with_a = config_digest("x86_64", [a])
+    assert with_a != base
+    assert config_digest("x86_64", [a, b]) != config_digest("x86_64", [b, a])
+    copy = tmp_path / "copy.config"
+    shutil.copy(a, copy)
+    assert config_digest("x86_64", [copy]) == with_a
+    a.write_text("CONFIG_KASAN=n\n")
+    assert config_digest("x86_64", [a]) != with_a
+    # Text moved between fragments is a different request.
+    a.write_text("CONFIG_X=y\nCONFIG_Y=y\n")
+    b.write_text("")
+    joined = config_digest("x86_64", [a, b])
+    a.write_text("CONFIG_X=y\n")
+    b.write_text("CONFIG_Y=y\n")
+    assert config_digest("x86_64", [a, b]) != joined
+
+
+def test_config_digest_rejects_unknown_arch() -> None:
+    with pytest.raises(ValueError, match="unsupported arch"):
+        config_digest("riscv64")
+
+
+def test_fixture_headers() -> None:
+    fixtures = {f.name: f for f in list_fixtures()}
+    assert {"fork-slow", "neutral", "broken-build"} <= set(fixtures)
+    for fixture in fixtures.values():
+        assert fixture.why, fixture.name
+        assert fixture.patch.startswith("diff --git ")
+        assert "# kperf-fixture" not in fixture.patch
+    assert fixtures["fork-slow"].moves == ("spawn-*",)
+    assert "kernel/fork.c" in fixtures["fork-slow"].patch
+    assert "udelay(" in fixtures["fork-slow"].patch
+    assert fixtures["neutral"].moves == ()
+    assert fixtures["neutral"].must_not_move == ("*",)
+    assert "#error" in fixtures["broken-build"].patch
+
+
+def test_neutral_fixture_only_adds_comments_in_mm() -> None:
+    patch = read_fixture(FIXTURES_DIR / "neutral.patch").patch
+    files = [line.split()[-1] for line in patch.splitlines() if line.startswith("+++ ")]
+    assert files and all(f.startswith("b/mm/") for f in files)
+    added = [line[1:].strip() for line in patch.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert all(not line or line.startswith(("/*", "*", "*/")) for line in added), added
+    assert not [line for line in patch.splitlines() if line.startswith("-") and not line.startswith("---")]
+
+
+def test_fixture_header_is_required(tmp_path: Path) -> None:
+    bad = tmp_path / "x.patch"
+    bad.write_text("diff --git a/f b/f\n")
+    with pytest.raises(ValueError, match="kperf-fixture: x"):
+        read_fixture(bad)
+    bad.write_text("# kperf-fixture: x\n# why: y\nnot a diff\n")
+    with pytest.raises(ValueError, match="git diff"):
+        read_fixture(bad)
+
+
+def test_fixtures_digest_follows_patch_content(tmp_path: Path) -> None:
+    for patch in FIXTURES_DIR.glob("*.patch"):
+        shutil.copy(patch, tmp_path / patch.name)
+    assert fixtures_digest(tmp_path) == fixtures_digest(FIXTURES_DIR)
+    neutral = tmp_path / "neutral.patch"
+    neutral.write_text(neutral.read_text().replace("changes nothing", "changes nothing at all"))
+    assert fixtures_digest(tmp_path) != fixtures_digest(FIXTURES_DIR)
+
+
+def _scan(lines: list[str]) -> tuple[driver._LogScanner, list[tuple[str, str]]]:
+    events: list[tuple[str, str]] = []
+    scanner = driver._LogScanner(
+        lambda phase, message: events.append((phase, message)), obj=Path("/w/obj"), src=Path("/w/src")
+    )
+    scanner.MIN_INTERVAL_S = 0.0
+    for line in lines:
+        scanner.feed(line)
+    return scanner, events
+
+
+def test_log_scanner_phases_and_counts() -> None:
+    scanner, events = _scan(
+        [
+            "make --jobs=2 O=/w/obj ARCH=x86_64 tinyconfig",
+            "  HOSTCC  scripts/kconfig/conf.o",
+            "make --jobs=2 O=/w/obj ARCH=x86_64 olddefconfig",
+            "make --fail-fast --jobs=2 O=/w/obj ARCH=x86_64 'HOSTCC=ccache gcc'",
+            "  CC      /w/obj/tools/objtool/check.o",
+            "  CC      kernel/bounds.s",
+            "  CC      mm/slub.o",
+            "  AS      arch/x86/entry/entry_64.o",
+            "  LD      vmlinux",
+            "I: config: PASS in 0:00:05",
+            "I: kernel: PASS in 0:03:00",
+        ]
+    )
+    assert scanner.phase == "build"
+    assert scanner.compiled == 4
+    assert any(message.endswith("CC tools/objtool/check.o") for _, message in events)
+    assert scanner.status == {"config": "PASS", "kernel": "PASS"}
+    assert scanner.first_error == ""
+    assert ("build", "compiling") in events
+    assert events[-1][1] == "4 files compiled; LD vmlinux"
+
+
+def test_log_scanner_keeps_the_first_error_in_the_tail() -> None:
+    error = '/w/src/kernel/bounds.c:10:2: error: #error "kperf fixture broken-build"'
+    scanner, _ = _scan(["make --jobs=2 O=/w/obj all", error] + [f"make[{i}]: *** Error 2" for i in range(60)])
+    # Reported relative to the source tree: the checkout's path means nothing to users.
+    assert scanner.first_error == error.replace("/w/src/", "")
+    tail = scanner.log_tail()
+    assert scanner.first_error in tail
+    assert len(tail.splitlines()) <= driver.LOG_TAIL_LINES + 2
+
+
+def test_read_stats_log(tmp_path: Path) -> None:
+    log = tmp_path / "stats.log"
+    log.write_text(
+        "# /w/src/mm/mmap.c\ncache_miss\n# /w/src/mm/slub.c\ndirect_cache_hit\n# /w/src/mm/util.c\ndirect_cache_hit\n"
+    )
+    assert driver._read_stats_log(log) == {"cache_miss": 1, "direct_cache_hit": 2}
+    assert driver._read_stats_log(tmp_path / "missing.log") == {}
