@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +28,32 @@ pytestmark = [pytest.mark.kernel, pytest.mark.e2e]
 TIMEOUT_S = 40 * 60
 
 
-def stack_env(tmp_path: Path, cache: Path) -> dict[str, str]:
+def stack_env(tmp_path: Path, cache: Path) -> tuple[dict[str, str], Callable[[], None]]:
+    """Environment for a stack of our own, and how to drop its database afterwards."""
     env = {"KPERF_CCACHE_DIR": str(cache / "ccache"), "KPERF_LOG_LEVEL": "INFO"}
     original = os.environ.get("KPERF_ORIGINAL_DATABASE_URL", "")
+
+    def nothing() -> None:
+        pass
+
+    drop: Callable[[], None] = nothing
     if original.startswith("postgres://") and "%2F" not in original:
         # A real server: a fresh database of our own on it.
         name = f"kperf_e2e_{os.getpid()}"
         admin = re.sub(r"/[^/]*$", "/postgres", original)
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-            conn.execute(f'CREATE DATABASE "{name}"')
+
+        def sql(statement: str) -> None:
+            with psycopg.connect(admin, autocommit=True) as conn:
+                conn.execute(statement)
+
+        sql(f'DROP DATABASE IF EXISTS "{name}"')
+        sql(f'CREATE DATABASE "{name}"')
         env["DATABASE_URL"] = re.sub(r"/[^/]*$", f"/{name}", original)
+
+        def drop_it() -> None:
+            sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+        drop = drop_it
     else:
         env["DATABASE_URL"] = ""  # kperf-up starts its own embedded server
     broker = os.environ.get("CELERY_BROKER_URL", "")
@@ -48,7 +64,7 @@ def stack_env(tmp_path: Path, cache: Path) -> dict[str, str]:
         redis.Redis.from_url(env["CELERY_BROKER_URL"]).flushdb()
     else:
         env["CELERY_BROKER_URL"] = ""  # kperf-up keeps the queues in its database
-    return env
+    return env, drop
 
 
 def wait_final(stack: RunningStack, sub_id: int) -> dict[str, Any]:
@@ -94,64 +110,70 @@ def web_page(stack: RunningStack, path: str) -> str:
 def test_fork_slowdown_is_a_spawn_regression_and_a_comment_is_not(
     tmp_path: Path, kperf_cache: Path, kernel_tree: Path
 ) -> None:
-    with running_stack(tmp_path / "home", stack_env(tmp_path, kperf_cache)) as stack:
-        # The REST API...
-        resp = stack.api(
-            "POST",
-            "/submissions",
-            {"tree": str(kernel_tree), "branch": "fork-slow", "base": "base", "benchmarks": ["spawn"]},
-        )
-        assert resp.status_code == 201, resp.text
-        slow_id = resp.json()["id"]
-        # ...and the CLI, as a developer would.
-        cli_env = dict(
-            os.environ,
-            KPERF_SERVER=stack.url,
-            KPERF_TOKEN=stack.creds["api_token"],
-            KPERF_CONFIG=str(tmp_path / "cli.json"),
-        )
-        kperf = str(Path(sys.executable).parent / "kperf")
-        out = subprocess.run(
-            [kperf, "submit", "--tree", str(kernel_tree), "--branch", "neutral", "--base", "base", "--bench", "spawn"],
-            env=cli_env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        ).stdout
-        neutral_id = int(re.search(r"submission (\d+)", out).group(1))  # type: ignore[union-attr]
+    env, drop_database = stack_env(tmp_path, kperf_cache)
+    try:
+        with running_stack(tmp_path / "home", env) as stack:
+            run_submissions(stack, tmp_path, kernel_tree)
+    finally:
+        drop_database()
 
-        # A branch that does not compile.
-        resp = stack.api("POST", "/submissions", {"tree": str(kernel_tree), "branch": "broken-build", "base": "base"})
-        broken_id = resp.json()["id"]
 
-        slow = wait_final(stack, slow_id)
-        assert slow["status"] == "done", slow["error"]
-        v = verdicts(slow)
-        assert v, "no metrics compared"
-        assert v["spawn-vmas-0"] == "regression", slow["comparisons"]
-        assert "improvement" not in v.values()
-        m0 = next(m for c in slow["comparisons"] for m in c["metrics"] if m["metric"] == "spawn-vmas-0")
-        assert m0["change_pct"] < 0 and m0["ci_high_pct"] < 0 and m0["q_value"] < 0.05
-        assert m0["base_boots"] >= 2 and m0["head_boots"] >= 2
-        # Both sides share the base build with the neutral submission.
-        base_build = next(b for b in slow["builds"] if b["side"] == "base")
+def run_submissions(stack: RunningStack, tmp_path: Path, kernel_tree: Path) -> None:
+    # The local runner shares this machine's two cores with the builds worker,
+    # so submissions go one after another: a kernel build next to a QEMU boot
+    # would measure the build, not the kernel (docs/runners.md).
+    resp = stack.api(
+        "POST",
+        "/submissions",
+        {"tree": str(kernel_tree), "branch": "fork-slow", "base": "base", "benchmarks": ["spawn"]},
+    )
+    assert resp.status_code == 201, resp.text
+    slow = wait_final(stack, resp.json()["id"])
+    assert slow["status"] == "done", slow["error"]
+    v = verdicts(slow)
+    assert v, "no metrics compared"
+    assert v["spawn-vmas-0"] == "regression", slow["comparisons"]
+    assert "improvement" not in v.values()
+    m0 = next(m for c in slow["comparisons"] for m in c["metrics"] if m["metric"] == "spawn-vmas-0")
+    assert m0["change_pct"] < 0 and m0["ci_high_pct"] < 0 and m0["q_value"] < 0.05
+    assert m0["base_boots"] >= 2 and m0["head_boots"] >= 2
+    base_build = next(b for b in slow["builds"] if b["side"] == "base")
 
-        neutral = wait_final(stack, neutral_id)
-        assert neutral["status"] == "done", neutral["error"]
-        assert "regression" not in verdicts(neutral).values(), neutral["comparisons"]
-        assert next(b for b in neutral["builds"] if b["side"] == "base")["id"] == base_build["id"]
+    # The CLI, as a developer would use it.
+    cli_env = dict(
+        os.environ,
+        KPERF_SERVER=stack.url,
+        KPERF_TOKEN=stack.creds["api_token"],
+        KPERF_CONFIG=str(tmp_path / "cli.json"),
+    )
+    kperf = str(Path(sys.executable).parent / "kperf")
+    out = subprocess.run(
+        [kperf, "submit", "--tree", str(kernel_tree), "--branch", "neutral", "--base", "base", "--bench", "spawn"],
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    neutral_id = int(re.search(r"submission (\d+)", out).group(1))  # type: ignore[union-attr]
+    neutral = wait_final(stack, neutral_id)
+    assert neutral["status"] == "done", neutral["error"]
+    assert "regression" not in verdicts(neutral).values(), neutral["comparisons"]
+    # The base kernel was built once, for both submissions.
+    assert next(b for b in neutral["builds"] if b["side"] == "base")["id"] == base_build["id"]
 
-        broken = wait_final(stack, broken_id)
-        assert broken["status"] == "failed"
-        assert "the head kernel" in broken["error"] and "failed to build" in broken["error"]
-        head_build = next(b for b in broken["builds"] if b["side"] == "head")
-        assert head_build["status"] == "failed" and "error" in head_build["log_tail"]
-        assert not broken["jobs"]
+    # A branch that does not compile.
+    resp = stack.api("POST", "/submissions", {"tree": str(kernel_tree), "branch": "broken-build", "base": "base"})
+    broken = wait_final(stack, resp.json()["id"])
+    assert broken["status"] == "failed"
+    assert "the head kernel" in broken["error"] and "failed to build" in broken["error"]
+    head_build = next(b for b in broken["builds"] if b["side"] == "head")
+    assert head_build["status"] == "failed" and "error" in head_build["log_tail"]
+    assert not broken["jobs"]
 
-        status = subprocess.run(
-            [kperf, "status", str(slow_id)], env=cli_env, capture_output=True, text=True, timeout=60, check=True
-        ).stdout
-        assert "spawn-vmas-0" in status and "regression" in status
-        page = web_page(stack, f"/submissions/{slow_id}")
-        assert 'data-metric="spawn-vmas-0"' in page and "verdict-regression" in page
+    status = subprocess.run(
+        [kperf, "status", str(slow["id"])], env=cli_env, capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    assert "spawn-vmas-0" in status and "regression" in status
+    page = web_page(stack, f"/submissions/{slow['id']}")
+    assert 'data-metric="spawn-vmas-0"' in page and "verdict-regression" in page

@@ -1,6 +1,8 @@
-"""`kperf`: the users' command line (login, submit, status, list).
+"""`kperf`: the users' command line (login, submit, status, list, compare, changepoints).
 
-It talks to the REST API only, so it works against any kperf service.
+login/submit/status/list talk to the REST API only, so they work against any
+kperf service. compare and changepoints run kperf's statistics locally on a
+JSON file (docs/statistics.md has the formats) and need no server.
 Settings come from ~/.config/kperf/config.json (written by `kperf login`),
 overridden by KPERF_SERVER and KPERF_TOKEN.
 """
@@ -184,6 +186,54 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_doc(path: str) -> Any:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    except OSError as e:
+        raise CliError(f"cannot read {path}: {e.strerror}") from None
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise CliError(f"{'standard input' if path == '-' else path} is not JSON: {e}") from None
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from kperf.stats import jsonio, summary
+
+    doc = _read_doc(args.file)
+    try:
+        inputs, results, out = jsonio.run_compare(doc)
+    except jsonio.FormatError as e:
+        raise CliError(f"{args.file}: {e}") from None
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(summary.format_table(inputs, results, args.base_name, args.head_name))
+    return 0
+
+
+def cmd_changepoints(args: argparse.Namespace) -> int:
+    from kperf.stats import jsonio
+
+    doc = _read_doc(args.file)
+    try:
+        out = jsonio.run_changepoints(doc)
+    except jsonio.FormatError as e:
+        raise CliError(f"{args.file}: {e}") from None
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    for name, res in out["metrics"].items():
+        cps = res["change_points"]
+        print(f"{name}: {len(cps)} change point{'s' if len(cps) != 1 else ''}")
+        for cp in cps:
+            print(
+                f"  at {cp['index']} ({cp['commit']}): {cp['direction']} {cp['change_pct']:+.2f}%"
+                f"  p={cp['p_value']:.3g}  seen at {cp['detected_at']}"
+            )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kperf", description="Submit kernel branches to kperf and read verdicts.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -215,6 +265,18 @@ def build_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="recent submissions")
     ls.add_argument("--limit", type=int, default=20)
     ls.set_defaults(func=cmd_list)
+
+    cmp_ = sub.add_parser("compare", help="A/B-compare base and head samples from a JSON file (offline)")
+    cmp_.add_argument("file", help="JSON file, or - for standard input")
+    cmp_.add_argument("--json", action="store_true", help="print verdicts as JSON instead of the mmtests-style table")
+    cmp_.add_argument("--base-name", default="base", help="column title for the base kernel")
+    cmp_.add_argument("--head-name", default="head", help="column title for the head kernel")
+    cmp_.set_defaults(func=cmd_compare)
+
+    cp = sub.add_parser("changepoints", help="find change points in per-commit series from a JSON file (offline)")
+    cp.add_argument("file", help="JSON file, or - for standard input")
+    cp.add_argument("--json", action="store_true", help="print change points as JSON")
+    cp.set_defaults(func=cmd_changepoints)
     return p
 
 

@@ -239,3 +239,18 @@ def test_all_results_in_leads_to_a_verdict(sub: Submission, runner_api: Any) -> 
     m = comp.metrics.get(metric="spawn-vmas-0")
     assert m.change_pct is not None and -41 < m.change_pct < -39
     assert m.base_boots == m.head_boots == 4
+
+
+def test_a_runner_that_shares_the_build_host_waits_for_builds(sub: Submission, runner_api: Any) -> None:
+    from kperf.core.models import KernelBuild
+
+    runner, api = runner_api
+    runner.yields_to_builds = True
+    runner.save()
+    other = KernelBuild.objects.create(
+        tree=sub.tree, sha="c" * 40, arch="x86_64", config_digest="d" * 64, status="building"
+    )
+    assert api.post("/runner/claim").json() == {"job": None}
+    other.status = KernelBuild.Status.DONE
+    other.save()
+    assert api.post("/runner/claim").json()["job"] is not None

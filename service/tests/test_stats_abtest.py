@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kperf.stats import MetricInput, Verdict, compare_metrics, compare_one
-from kperf.stats.abtest import benjamini_hochberg
+from kperf.stats.abtest import NoisePrior, benjamini_hochberg
 
 
 def boots(rng: np.random.Generator, mean: float, k: int, n: int, boot_sd: float, iter_sd: float) -> list[list[float]]:
@@ -92,3 +94,105 @@ def test_false_discovery_control_keeps_many_null_metrics_quiet() -> None:
     }
     res = compare_metrics(metrics)
     assert sum(r.verdict is Verdict.REGRESSION for r in res.values()) <= 4
+
+
+# --- known answers over noise shapes, and properties -------------------------------------------
+
+
+def shaped(rng: np.random.Generator, shape: str, level: float, k: int = 5, n: int = 5) -> list[list[float]]:
+    """k boots of n iterations around `level` with about 1% noise of the given shape."""
+    out = []
+    for _ in range(k):
+        boot = level * (1 + rng.normal(0, 0.01))
+        if shape == "bimodal":  # two page-placement modes, 2% apart
+            boot = level * (1 + 0.02 * rng.integers(0, 2) + rng.normal(0, 0.003))
+        it = boot * (1 + rng.normal(0, 0.005, n))
+        if shape == "outliers":  # a daemon wakes up during one iteration: 40% slower
+            it[rng.integers(0, n)] *= 0.6
+        if shape == "lognormal":
+            it = boot * rng.lognormal(0, 0.01, n)
+        out.append([float(v) for v in it])
+    return out
+
+
+@pytest.mark.parametrize(
+    ("shape", "head_level", "hib", "expected"),
+    [
+        ("normal", 90.0, True, Verdict.REGRESSION),
+        ("normal", 110.0, True, Verdict.IMPROVEMENT),
+        ("normal", 110.0, False, Verdict.REGRESSION),  # latency went up 10%
+        ("normal", 100.0, True, Verdict.NO_CHANGE),
+        ("lognormal", 90.0, True, Verdict.REGRESSION),
+        ("outliers", 100.0, True, Verdict.NO_CHANGE),
+        ("outliers", 90.0, True, Verdict.REGRESSION),
+        ("bimodal", 90.0, True, Verdict.REGRESSION),
+    ],
+)
+def test_known_answers_over_noise_shapes(shape: str, head_level: float, hib: bool, expected: Verdict) -> None:
+    rng = np.random.default_rng(10)
+    base, head = shaped(rng, shape, 100.0), shaped(rng, shape, head_level)
+    assert compare_metrics({"m": MetricInput(base, head, hib, 3.0)})["m"].verdict is expected
+
+
+def test_a_small_change_on_bimodal_boots_is_inconclusive_not_a_regression() -> None:
+    rng = np.random.default_rng(11)
+    r = compare_metrics({"m": MetricInput(shaped(rng, "bimodal", 100.0, k=3), shaped(rng, "bimodal", 99.0, k=3), True)})
+    assert r["m"].verdict is Verdict.INCONCLUSIVE
+
+
+def test_one_slow_iteration_does_not_move_its_boot() -> None:
+    clean = [[100.0, 100.2, 99.8, 100.1, 99.9]] * 5
+    spoiled = [list(b) for b in clean]
+    spoiled[0][2] = 40.0  # the trimmed mean drops it
+    a = compare_one(MetricInput(clean, clean, True))
+    b = compare_one(MetricInput(clean, spoiled, True))
+    assert a.change_pct == pytest.approx(0.0) and b.change_pct == pytest.approx(0.0, abs=0.05)
+
+
+def test_learned_noise_tightens_the_interval_at_five_boots() -> None:
+    rng = np.random.default_rng(12)
+    b, h = boots(rng, 100, 5, 3, 1, 0.5), boots(rng, 97, 5, 3, 1, 0.5)
+    cold = compare_one(MetricInput(b, h, True))
+    warm = compare_one(MetricInput(b, h, True, noise=NoisePrior(sd=0.011, dof=30)))
+    assert warm.extra["noise_prior"] == 1.0 and warm.extra["dof"] > cold.extra["dof"]
+
+
+def test_history_is_ignored_when_the_boots_are_much_noisier() -> None:
+    rng = np.random.default_rng(13)
+    b, h = boots(rng, 100, 5, 3, 20, 1), boots(rng, 100, 5, 3, 20, 1)
+    r = compare_one(MetricInput(b, h, True, noise=NoisePrior(sd=0.001, dof=30)))
+    assert r.extra["noise_prior"] == 0.0 and "noisier than history" in r.note
+
+
+def test_null_pairs_rarely_give_false_regressions_at_five_boots() -> None:
+    rng = np.random.default_rng(14)
+    false = 0
+    for _ in range(300):
+        r = compare_metrics({"m": MetricInput(shaped(rng, "bimodal", 100.0), shaped(rng, "bimodal", 100.0), True, 0.0)})
+        false += r["m"].verdict is Verdict.REGRESSION
+    assert false / 300 <= 0.05  # two-sided alpha .05 spends at most half of it on regressions
+
+
+boot_lists = st.lists(st.lists(st.floats(1.0, 1000.0, allow_nan=False), min_size=1, max_size=4), min_size=2, max_size=6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(boot_lists, boot_lists)
+def test_property_swapping_sides_flips_the_sign(base: list[list[float]], head: list[list[float]]) -> None:
+    ab = compare_one(MetricInput(base, head, True))
+    ba = compare_one(MetricInput(head, base, True))
+    assert ab.change_pct is not None and ba.change_pct is not None
+    assert (1 + ab.change_pct / 100) * (1 + ba.change_pct / 100) == pytest.approx(1.0)
+    assert ab.p_value == pytest.approx(ba.p_value, abs=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(boot_lists, boot_lists, st.floats(1e-3, 1e6))
+def test_property_scaling_all_values_changes_nothing(
+    base: list[list[float]], head: list[list[float]], c: float
+) -> None:
+    one = compare_one(MetricInput(base, head, False))
+    scaled = compare_one(MetricInput([[v * c for v in b] for b in base], [[v * c for v in b] for b in head], False))
+    assert one.change_pct == pytest.approx(scaled.change_pct, abs=1e-6)
+    assert one.p_value == pytest.approx(scaled.p_value, abs=1e-6)
+    assert one.verdict == scaled.verdict

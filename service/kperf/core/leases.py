@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from kperf.core.models import BootRecord, Job, MetricDef, Runner, Sample
+from kperf.core.models import BootRecord, Job, KernelBuild, MetricDef, Runner, Sample
 from kperf.core.models.accounts import hash_token
 from kperf_runner import benchmarks as registry
 
@@ -61,6 +61,8 @@ def heartbeat(runner: Runner, data: dict[str, Any]) -> None:
 def claim(runner: Runner) -> Job | None:
     """Lease the next queued job of the runner's machine class, or None."""
     if runner.health != Runner.Health.GOOD:
+        return None
+    if runner.yields_to_builds and KernelBuild.objects.filter(status=KernelBuild.Status.BUILDING).exists():
         return None
     now = timezone.now()
     with transaction.atomic():

@@ -4,7 +4,8 @@ A sample is mu(kernel) + b(boot) + e(iteration). Iterations within one boot
 share the boot's page placement, cache colouring and firmware state, so they
 are not independent: pooling them (as mmtests' compare does) overstates
 confidence when between-boot noise dominates. This module therefore reduces
-each boot to one summary (the mean of its iterations) and compares the boot
+each boot to one summary (the 20% trimmed mean of its iterations, so a daemon
+waking up during one iteration does not move the boot) and compares the boot
 summaries of the two sides with Welch's t-test. With K boots per side that is
 honest whatever the ratio of the two noise levels is; more iterations then
 only sharpen each boot summary, more boots sharpen the comparison.
@@ -12,6 +13,15 @@ only sharpen each boot summary, more boots sharpen the comparison.
 Throughput-like metrics are compared as ratios: on the log scale when every
 value is positive, so a 10% change means the same on a fast and a slow
 machine and right-skewed noise is tamed.
+
+With K=5 boots a side Welch's test has about 8 degrees of freedom, and its
+critical value (2.31 at alpha .05) costs power against a test that knows the
+noise (1.96). When the noise of this (machine class, metric) has been learned
+from history (kperf.stats.noise), MetricInput.noise carries it and the boot
+variance is moderated towards it (Smyth's empirical-Bayes t: prior variance
+with its own degrees of freedom). The prior is dropped, with a note, when the
+boots at hand are much noisier than history says (F-test at 1%), so a noisy
+runner cannot borrow confidence it does not have.
 
 Verdicts (signed change: negative is worse, like mmtests):
 - regression:   q < alpha and change <= -min_effect
@@ -30,7 +40,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats as sps
 
-METHOD = "welch-t on boot means (log scale), Benjamini-Hochberg across metrics"
+METHOD = "welch-t on trimmed boot means (log scale), noise prior when learned, Benjamini-Hochberg across metrics"
+
+BOOT_TRIM = 0.2  # proportion cut from each end of a boot's iterations
+PRIOR_DOF_CAP = 30.0  # history never counts for more than this many boots' worth of variance
+PRIOR_REJECT_P = 0.01
 
 
 class Verdict(enum.StrEnum):
@@ -44,11 +58,26 @@ Boots = Sequence[Sequence[float]]
 
 
 @dataclass(frozen=True)
+class NoisePrior:
+    """What history says about one boot summary's noise, on the scale compared.
+
+    sd: standard deviation of one boot summary (log scale when the values are
+    positive: roughly the coefficient of variation); dof: how many degrees of
+    freedom that estimate is worth. kperf.stats.noise.NoiseModel.prior() makes
+    one for a given number of iterations per boot.
+    """
+
+    sd: float
+    dof: float
+
+
+@dataclass(frozen=True)
 class MetricInput:
     base: Boots  # one inner sequence of iteration values per boot
     head: Boots
     higher_is_better: bool
     min_effect_pct: float = 3.0
+    noise: NoisePrior | None = None
 
 
 @dataclass
@@ -96,12 +125,74 @@ def _signed_change(ratio: float, higher_is_better: bool) -> float:
     return (ratio - 1.0) * 100.0 if higher_is_better else (1.0 - ratio) * 100.0
 
 
+def boot_summaries(boots: list[list[float]], log_scale: bool) -> np.ndarray:
+    """One number per boot: the trimmed mean of its iterations (of their logs on the log scale)."""
+    return np.array(
+        [float(sps.trim_mean(np.log(b) if log_scale else np.asarray(b), BOOT_TRIM)) for b in boots], dtype=float
+    )
+
+
+def _moderated_var(x: np.ndarray, prior: NoisePrior | None) -> tuple[float, float, bool]:
+    """(variance of one boot summary, its degrees of freedom, prior used?)."""
+    n = len(x)
+    s2 = float(np.var(x, ddof=1)) if n > 1 else 0.0
+    if prior is None or prior.sd <= 0.0 or prior.dof <= 0.0:
+        return s2, float(n - 1), False
+    d0 = min(prior.dof, PRIOR_DOF_CAP)
+    s02 = prior.sd**2
+    if n > 1 and float(sps.f.sf(s2 / s02, n - 1, d0)) < PRIOR_REJECT_P:
+        return s2, float(n - 1), False
+    return (d0 * s02 + (n - 1) * s2) / (d0 + n - 1), d0 + n - 1, True
+
+
+@dataclass(frozen=True)
+class BootTest:
+    """The two-sample test on boot summaries that every A/B decision in kperf uses."""
+
+    diff: float  # head - base, on the compared scale
+    se: float
+    dof: float
+    log_scale: bool
+    base_level: float  # mean of base boot summaries (linear scale) for percent conversion
+    prior_used: bool
+
+    @property
+    def t(self) -> float:
+        return self.diff / self.se if self.se > 0 else (0.0 if self.diff == 0 else math.copysign(math.inf, self.diff))
+
+    def p_value(self) -> float:
+        if self.se == 0.0:
+            return 1.0 if self.diff == 0.0 else 0.0
+        return float(2.0 * sps.t.sf(abs(self.t), self.dof))
+
+    def to_pct(self, d: float, higher_is_better: bool) -> float:
+        ratio = math.exp(d) if self.log_scale else (self.base_level + d) / self.base_level
+        return _signed_change(ratio, higher_is_better)
+
+
+def boot_test(base: list[list[float]], head: list[list[float]], prior: NoisePrior | None = None) -> BootTest | None:
+    """Welch's t on trimmed boot summaries, moderated by a noise prior; None below 2 boots a side."""
+    if len(base) < 2 or len(head) < 2:
+        return None
+    log_scale = all(v > 0 for b in (*base, *head) for v in b)
+    xb, xh = boot_summaries(base, log_scale), boot_summaries(head, log_scale)
+    var_b, dof_b, used_b = _moderated_var(xb, prior)
+    var_h, dof_h, used_h = _moderated_var(xh, prior)
+    vb, vh = var_b / len(xb), var_h / len(xh)
+    se = math.sqrt(vb + vh)
+    denom = (vb**2 / dof_b if vb else 0.0) + (vh**2 / dof_h if vh else 0.0)
+    dof = (vb + vh) ** 2 / denom if denom > 0 else dof_b + dof_h
+    level = float(np.mean(xb)) if not log_scale else float(np.exp(np.mean(xb)))
+    return BootTest(float(np.mean(xh) - np.mean(xb)), se, dof, log_scale, level, used_b and used_h)
+
+
 def compare_one(inp: MetricInput, alpha: float = 0.05) -> MetricResult:
     """Compare one metric; the q-value is filled in by compare_metrics."""
     base = normalise_boots(inp.base)
     head = normalise_boots(inp.head)
-    base_means = np.array([np.mean(b) for b in base], dtype=float)
-    head_means = np.array([np.mean(b) for b in head], dtype=float)
+    log_all = all(v > 0 for b in (*base, *head) for v in b)
+    base_means = boot_summaries(base, log_all)
+    head_means = boot_summaries(head, log_all)
     result = MetricResult(
         verdict=Verdict.INCONCLUSIVE,
         change_pct=None,
@@ -121,37 +212,31 @@ def compare_one(inp: MetricInput, alpha: float = 0.05) -> MetricResult:
         result.note = "no samples on one side"
         return result
 
-    log_scale = bool(np.all(base_means > 0) and np.all(head_means > 0))
-    xb = np.log(base_means) if log_scale else base_means
-    xh = np.log(head_means) if log_scale else head_means
-    diff = float(np.mean(xh) - np.mean(xb))
-
-    def to_pct(d: float) -> float:
-        ratio = math.exp(d) if log_scale else (float(np.mean(base_means)) + d) / float(np.mean(base_means))
-        return _signed_change(ratio, inp.higher_is_better)
-
-    result.change_pct = to_pct(diff)
-    if len(base) < 2 or len(head) < 2:
+    diff = float(np.mean(head_means) - np.mean(base_means))
+    level = float(np.exp(np.mean(base_means))) if log_all else float(np.mean(base_means))
+    if log_all:
+        result.change_pct = _signed_change(math.exp(diff), inp.higher_is_better)
+    elif level != 0.0:
+        result.change_pct = _signed_change((level + diff) / level, inp.higher_is_better)
+    test = boot_test(base, head, inp.noise)
+    if test is None:
         result.note = "needs at least 2 boots per side to estimate between-boot noise"
         return result
-
-    vb = float(np.var(xb, ddof=1)) / len(xb)
-    vh = float(np.var(xh, ddof=1)) / len(xh)
-    se = math.sqrt(vb + vh)
-    if se == 0.0:
+    result.p_value = test.p_value()
+    if test.se == 0.0:
         # Identical boots on both sides: nothing varies, so any difference is exact.
-        result.p_value = 1.0 if diff == 0.0 else 0.0
         result.ci_low_pct = result.ci_high_pct = result.change_pct
-    else:
-        # Welch-Satterthwaite degrees of freedom.
-        dof = (vb + vh) ** 2 / ((vb**2 / (len(xb) - 1) if vb else 0.0) + (vh**2 / (len(xh) - 1) if vh else 0.0))
-        t = diff / se
-        result.p_value = float(2.0 * sps.t.sf(abs(t), dof))
-        half = float(sps.t.ppf(1.0 - alpha / 2.0, dof)) * se
-        lo, hi = sorted((to_pct(diff - half), to_pct(diff + half)))
+    elif test.log_scale or test.base_level != 0.0:
+        half = float(sps.t.ppf(1.0 - alpha / 2.0, test.dof)) * test.se
+        lo, hi = sorted(
+            (test.to_pct(diff - half, inp.higher_is_better), test.to_pct(diff + half, inp.higher_is_better))
+        )
         result.ci_low_pct, result.ci_high_pct = lo, hi
-        result.extra["dof"] = dof
-    result.extra["log_scale"] = 1.0 if log_scale else 0.0
+    result.extra["dof"] = test.dof
+    result.extra["log_scale"] = 1.0 if test.log_scale else 0.0
+    result.extra["noise_prior"] = 1.0 if test.prior_used else 0.0
+    if inp.noise is not None and not test.prior_used:
+        result.note = "boots noisier than history: learned noise not used"
     return result
 
 

@@ -37,6 +37,10 @@ class Runner(models.Model):
     version = models.CharField(max_length=32, blank=True, default="")
     hostname = models.CharField(max_length=255, blank=True, default="")
     capabilities = models.JSONField(default=dict, blank=True)
+    # A runner on the machine that also builds kernels (the local QEMU runner
+    # of `make up`) would measure the compiler, not the kernel: it gets no
+    # job while a build is running.
+    yields_to_builds = models.BooleanField(default=False)
     created = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:

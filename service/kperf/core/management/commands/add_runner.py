@@ -18,6 +18,11 @@ class Command(BaseCommand):
         parser.add_argument("--machine-class", required=True, help="e.g. qemu-x86_64, x86-skylake-2s")
         parser.add_argument("--arch", required=True, choices=SUPPORTED_ARCHES)
         parser.add_argument("--description", default="")
+        parser.add_argument(
+            "--yields-to-builds",
+            action="store_true",
+            help="the runner shares its machine with a builds worker: give it no job while a kernel builds",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         mclass, created = MachineClass.objects.get_or_create(
@@ -27,5 +32,7 @@ class Command(BaseCommand):
             raise CommandError(
                 f"machine class {mclass.name} is {mclass.arch}, not {opts['arch']}: pick another class name"
             )
-        _, token = Runner.register(opts["name"], mclass)
+        runner, token = Runner.register(opts["name"], mclass)
+        runner.yields_to_builds = opts["yields_to_builds"]
+        runner.save(update_fields=["yields_to_builds"])
         self.stdout.write(token)

@@ -46,7 +46,10 @@ class Command(BaseCommand):
         mclass, _ = MachineClass.objects.get_or_create(
             name=mclass_name, defaults={"arch": opts["arch"], "description": "QEMU on the kperf host (make up)"}
         )
-        _, runner_token = Runner.register(opts["runner_name"], mclass)
+        runner, runner_token = Runner.register(opts["runner_name"], mclass)
+        # It shares this machine with the builds worker (docs/runners.md).
+        runner.yields_to_builds = True
+        runner.save(update_fields=["yields_to_builds"])
         api_token = old.get("api_token", "")
         from kperf.core.models.accounts import hash_token
 

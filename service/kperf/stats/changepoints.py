@@ -1,0 +1,293 @@
+"""Change points over a tracked branch's per-commit series, found as commits arrive.
+
+Each commit's samples (boots x iterations) are reduced to one summary: the
+mean over boots of each boot's trimmed mean, on the log scale when every value
+is positive. The detector then runs a likelihood-ratio scan for one shift in
+the mean over the current segment (the commits since the last change point):
+
+    Z(k) = (mean(x[k:t]) - mean(x[s:k])) / (sigma * sqrt(1/(k-s) + 1/(t-k)))
+
+for every split k, and raises an alarm when max |Z(k)| exceeds a threshold
+calibrated by simulation to one false alarm per 1000 commits. The change is
+placed at the argmax (the maximum-likelihood split), which is what bisection
+needs: the first commit after the change. Once later commits arrive the
+location is refined over the segment between the neighbouring change points.
+
+Robustness:
+- sigma comes from the series itself, from its first differences (which a
+  step hardly moves), with a winsorized mean square so a few outliers do not
+  inflate it and a two-mode series is not underestimated the way a MAD is;
+- each summary is clipped to within HUBER_C sigma of the median of the
+  previous few commits before it enters the scan (a Huber-type guard), so one
+  slow commit cannot raise an alarm on its own;
+- the scan needs MIN_AFTER commits after the split.
+
+Incremental: the detector keeps prefix sums, so appending a commit costs one
+vectorized pass over at most `window` split points.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as sps
+
+from kperf.stats.abtest import BOOT_TRIM, normalise_boots
+
+# Calibrated by simulation (bench/detectors.py --calibrate) to one false alarm per
+# 1000 commits on Gaussian change-free series of 400 commits, with sigma estimated
+# from the series as below.
+DEFAULT_THRESHOLD = 4.2
+DEFAULT_WINDOW = 512
+MIN_HISTORY = 12  # commits before the first alarm is possible: sigma needs some data
+MIN_BEFORE = 3
+MIN_AFTER = 1
+HUBER_C = 3.0
+MEDIAN_SPAN = 9
+WINSOR_Q = 0.85
+SIGMA_DOF_PER_DIFF = 0.35  # differences overlap and are winsorized: fewer dof than their number
+
+
+def _winsor_factor(q: float) -> float:
+    """E[min(Z^2, c^2)] for standard normal Z, c its two-sided q quantile: makes the estimator consistent."""
+    c = float(sps.norm.ppf(0.5 + q / 2.0))
+    inside = (2.0 * sps.norm.cdf(c) - 1.0) - 2.0 * c * sps.norm.pdf(c)
+    return float(inside + c * c * (1.0 - q))
+
+
+_WINSOR_FACTOR = _winsor_factor(WINSOR_Q)
+
+
+def robust_sigma(values: Sequence[float] | np.ndarray) -> float:
+    """Noise of one point, from first differences, winsorized at their 85th percentile of |d|."""
+    x = np.asarray(values, dtype=float)
+    if x.size < 3:
+        return 0.0
+    d = np.abs(x[1:] - x[:-1])
+    idx = min(d.size - 1, int(WINSOR_Q * d.size))
+    cap = float(np.partition(d, idx)[idx])
+    np.minimum(d, cap, out=d)
+    ms = float(np.dot(d, d)) / d.size
+    return math.sqrt(ms / (2.0 * _WINSOR_FACTOR))
+
+
+def commit_summary(samples: Sequence[float] | Sequence[Sequence[float]], log_scale: bool) -> float:
+    """One number per commit: the mean over boots of each boot's trimmed mean."""
+    boots = normalise_boots(samples)
+    if not boots:
+        return math.nan
+    per_boot = [float(sps.trim_mean(np.log(b) if log_scale else np.asarray(b), BOOT_TRIM)) for b in boots]
+    return float(np.mean(per_boot))
+
+
+@dataclass
+class ChangePoint:
+    index: int  # first point after the change
+    detected_at: int  # index of the commit whose arrival raised the alarm
+    statistic: float  # |Z| at the split
+    p_value: float
+    shift: float  # mean after - mean before, on the scale of the summaries
+    change_pct: float = 0.0  # negative is worse
+    direction: str = ""  # "regression" / "improvement"
+
+
+def _scan(
+    prefix: np.ndarray, start: int, stop: int, sigma: float, min_before: int, min_after: int
+) -> tuple[float, int]:
+    """max |Z(k)| and its argmax over splits k of the segment [start, stop)."""
+    ks = np.arange(start + min_before, stop - min_after + 1)
+    if ks.size == 0 or sigma <= 0.0:
+        return 0.0, -1
+    n1 = (ks - start).astype(float)
+    n2 = (stop - ks).astype(float)
+    total = prefix[stop] - prefix[start]
+    left = prefix[ks] - prefix[start]
+    z = ((total - left) / n2 - left / n1) / (sigma * np.sqrt(1.0 / n1 + 1.0 / n2))
+    i = int(np.argmax(np.abs(z)))
+    return float(z[i]), int(ks[i])
+
+
+class OnlineDetector:
+    """Feed per-commit summaries with append(); alarms come back as ChangePoints.
+
+    sigma: the noise of one summary if known (e.g. learned from history);
+    otherwise it is estimated from the series itself as it grows.
+    """
+
+    def __init__(
+        self,
+        threshold: float = DEFAULT_THRESHOLD,
+        window: int = DEFAULT_WINDOW,
+        sigma: float | None = None,
+        robust: bool = True,
+        min_history: int = MIN_HISTORY,
+    ) -> None:
+        self.threshold = threshold
+        self.window = window
+        self.known_sigma = sigma
+        self.robust = robust
+        self.min_history = min_history
+        self.n = 0
+        self._raw = np.zeros(256)
+        self._prefix = np.zeros(257)  # _prefix[i] = sum of the first i clipped summaries
+        self.segment_start = 0
+        self.alarms: list[ChangePoint] = []
+        self.last_max = 0.0  # max |Z| of the latest scan, for calibration
+
+    @property
+    def raw(self) -> np.ndarray:
+        return self._raw[: self.n]
+
+    @property
+    def prefix(self) -> np.ndarray:
+        return self._prefix[: self.n + 1]
+
+    @property
+    def sigma(self) -> float:
+        if self.known_sigma is not None:
+            return self.known_sigma
+        # The last 256 differences: recent noise, bounded work per commit.
+        return robust_sigma(self._raw[max(0, self.n - 257) : self.n])
+
+    def append(self, value: float) -> ChangePoint | None:
+        sigma = self.sigma
+        x = float(value)
+        n = self.n
+        if self.robust and sigma > 0.0 and n >= 3:
+            # The level of the current segment: after an alarm, only commits since the change.
+            lo = max(0, n - MEDIAN_SPAN)
+            if n - self.segment_start >= 3:
+                lo = max(lo, self.segment_start)
+            recent = sorted(self._raw[lo:n].tolist())
+            m = len(recent)
+            centre = recent[m // 2] if m % 2 else 0.5 * (recent[m // 2 - 1] + recent[m // 2])
+            x = min(max(x, centre - HUBER_C * sigma), centre + HUBER_C * sigma)
+        if n + 1 >= self._raw.size:
+            self._raw = np.concatenate([self._raw, np.zeros(self._raw.size)])
+            self._prefix = np.concatenate([self._prefix, np.zeros(self._raw.size - self._prefix.size + 1)])
+        self._raw[n] = float(value)
+        self._prefix[n + 1] = self._prefix[n] + x
+        self.n = t = n + 1
+        if t < self.min_history:
+            return None
+        start = max(self.segment_start, t - self.window)
+        z, k = _scan(self._prefix, start, t, sigma, MIN_BEFORE, MIN_AFTER)
+        if self.known_sigma is None:
+            z = self._z_equivalent(z, t)
+        self.last_max = abs(z)
+        if k < 0 or abs(z) <= self.threshold:
+            return None
+        cp = self._make(start, k, t, z, sigma, detected_at=t - 1)
+        self.alarms.append(cp)
+        self.segment_start = k
+        self._reclip(k, sigma)
+        return cp
+
+    def _z_equivalent(self, z: float, t: int) -> float:
+        """Discount |Z| for a sigma estimated from few commits (t-like tails), so early commits keep the budget.
+
+        The winsorized estimate from t-1 differences is worth about SIGMA_DOF_PER_DIFF
+        degrees of freedom per difference; |Z| is mapped to the normal quantile with
+        the same tail probability under Student's t with that many degrees of freedom.
+        """
+        dof = SIGMA_DOF_PER_DIFF * min(t - 1, 256)
+        if dof >= 400 or abs(z) < 2.0:
+            return z
+        p = float(sps.t.sf(abs(z), dof))
+        return math.copysign(float(sps.norm.isf(p)), z) if p > 0 else z
+
+    def _reclip(self, k: int, sigma: float) -> None:
+        """Re-clip the new segment's points around its own level.
+
+        They were clipped against the level before the change, so a large
+        step would otherwise look smaller than it is and raise a second alarm
+        a few commits later.
+        """
+        if not self.robust or sigma <= 0.0:
+            return
+        seg = self._raw[k : self.n]
+        centre = float(np.median(seg))
+        clipped = np.clip(seg, centre - HUBER_C * sigma, centre + HUBER_C * sigma)
+        self._prefix[k + 1 : self.n + 1] = self._prefix[k] + np.cumsum(clipped)
+
+    def _make(self, start: int, k: int, stop: int, z: float, sigma: float, detected_at: int) -> ChangePoint:
+        # The size of the change from the raw summaries (trimmed), not the clipped ones.
+        shift = float(sps.trim_mean(self._raw[k:stop], 0.1) - sps.trim_mean(self._raw[start:k], 0.1))
+        # Bonferroni over the splits scanned: conservative, never below the two-sample p.
+        n_splits = max(1, stop - start - MIN_BEFORE - MIN_AFTER + 1)
+        pv = min(1.0, 2.0 * float(sps.norm.sf(abs(z))) * n_splits)
+        return ChangePoint(index=k, detected_at=detected_at, statistic=abs(z), p_value=pv, shift=shift)
+
+    def change_points(self, refine: bool = True) -> list[ChangePoint]:
+        """Alarms so far, each re-placed at the best split between its neighbours."""
+        if not refine:
+            return list(self.alarms)
+        prefix = self.prefix
+        sigma = self.sigma
+        out: list[ChangePoint] = []
+        n = self.n
+        for j, cp in enumerate(self.alarms):
+            lo = self.alarms[j - 1].index if j > 0 else 0
+            hi = self.alarms[j + 1].index if j + 1 < len(self.alarms) else n
+            # Refine near the alarm only: later data sharpen the location, they do not move it far.
+            reach = max(10, 2 * (cp.detected_at - cp.index + 1))
+            lo = max(lo, cp.index - reach)
+            hi = min(hi, cp.index + reach)
+            z, k = _scan(prefix, lo, hi, sigma, MIN_BEFORE, MIN_AFTER)
+            if k < 0:
+                out.append(cp)
+                continue
+            refined = self._make(lo, k, hi, z, sigma, cp.detected_at)
+            out.append(refined)
+        return out
+
+
+def detect(
+    values: Sequence[float] | np.ndarray,
+    threshold: float = DEFAULT_THRESHOLD,
+    sigma: float | None = None,
+    robust: bool = True,
+    window: int = DEFAULT_WINDOW,
+) -> list[ChangePoint]:
+    """Run the online detector over a whole series of summaries; refined change points."""
+    det = OnlineDetector(threshold=threshold, window=window, sigma=sigma, robust=robust)
+    for v in values:
+        det.append(v)
+    return det.change_points()
+
+
+def _signed_pct(shift: float, log_scale: bool, level: float, higher_is_better: bool) -> float:
+    ratio = math.exp(shift) if log_scale else (level + shift) / level if level else 1.0
+    return (ratio - 1.0) * 100.0 if higher_is_better else (1.0 - ratio) * 100.0
+
+
+def series_change_points(
+    points: Sequence[Sequence[float] | Sequence[Sequence[float]]],
+    higher_is_better: bool,
+    threshold: float = DEFAULT_THRESHOLD,
+    min_effect_pct: float = 0.0,
+) -> list[ChangePoint]:
+    """Change points of one metric from raw per-commit samples (the JSON command's input).
+
+    Commits with no finite samples are skipped for the scan but keep their
+    place, so `index` always refers to the caller's list.
+    """
+    log_scale = all(v > 0 for pt in points for b in normalise_boots(pt) for v in b)
+    summaries = [commit_summary(pt, log_scale) for pt in points]
+    keep = [i for i, s in enumerate(summaries) if math.isfinite(s)]
+    found = detect([summaries[i] for i in keep], threshold=threshold)
+    out: list[ChangePoint] = []
+    for cp in found:
+        before = [summaries[i] for i in keep[: cp.index]]
+        level = float(np.mean(before)) if before else 0.0
+        cp.change_pct = _signed_pct(cp.shift, log_scale, level, higher_is_better)
+        if abs(cp.change_pct) < min_effect_pct:
+            continue
+        cp.direction = "regression" if cp.change_pct < 0 else "improvement"
+        cp.index = keep[cp.index]
+        cp.detected_at = keep[cp.detected_at]
+        out.append(cp)
+    return out

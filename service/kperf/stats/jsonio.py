@@ -1,0 +1,157 @@
+"""The JSON formats of `kperf compare --json` and `kperf changepoints --json`.
+
+Both read a document {"metrics": {name: {...}}} and write one keyed the same
+way, so anyone can evaluate the detector on their own data with no server.
+Input errors raise FormatError with the metric and field at fault.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from kperf.stats.abtest import MetricInput, MetricResult, NoisePrior, compare_metrics
+from kperf.stats.changepoints import DEFAULT_THRESHOLD, series_change_points
+from kperf.stats.summary import summary_rows
+
+
+class FormatError(ValueError):
+    pass
+
+
+def _metrics(doc: Any) -> Mapping[str, Any]:
+    if not isinstance(doc, dict) or not isinstance(doc.get("metrics"), dict):
+        raise FormatError('expected a JSON object {"metrics": {"<name>": {...}}}')
+    return doc["metrics"]
+
+
+def _boots(name: str, field: str, value: Any) -> list[list[float]]:
+    if not isinstance(value, list):
+        raise FormatError(
+            f"metric {name!r}: {field!r} must be a list (one list of iterations per boot, or a flat list)"
+        )
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        return [[float(v) for v in value]] if value else []
+    boots: list[list[float]] = []
+    for i, boot in enumerate(value):
+        if not isinstance(boot, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in boot):
+            raise FormatError(f"metric {name!r}: {field}[{i}] must be a list of numbers (one boot's iterations)")
+        boots.append([float(v) for v in boot])
+    return boots
+
+
+def _number(name: str, spec: Mapping[str, Any], key: str, default: float) -> float:
+    value = spec.get(key, default)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise FormatError(f"metric {name!r}: {key!r} must be a number")
+    return float(value)
+
+
+def parse_compare(doc: Any) -> tuple[dict[str, MetricInput], float]:
+    """MetricInputs and alpha from a compare document.
+
+    Per metric: higher_is_better (required), base, head, and optionally
+    min_effect_pct and noise {"sd": ..., "dof": ...}. Top level: optional alpha.
+    """
+    alpha = _number("(top level)", doc if isinstance(doc, dict) else {}, "alpha", 0.05)
+    if not 0.0 < alpha < 1.0:
+        raise FormatError("alpha must be between 0 and 1")
+    inputs: dict[str, MetricInput] = {}
+    for name, spec in _metrics(doc).items():
+        if not isinstance(spec, dict):
+            raise FormatError(f"metric {name!r}: expected an object with base, head and higher_is_better")
+        hib = spec.get("higher_is_better")
+        if not isinstance(hib, bool):
+            raise FormatError(f"metric {name!r}: 'higher_is_better' must be true or false")
+        noise = None
+        if spec.get("noise") is not None:
+            n = spec["noise"]
+            if not isinstance(n, dict):
+                raise FormatError(f"metric {name!r}: 'noise' must be an object {{'sd': ..., 'dof': ...}}")
+            noise = NoisePrior(_number(name, n, "sd", 0.0), _number(name, n, "dof", 0.0))
+        inputs[name] = MetricInput(
+            base=_boots(name, "base", spec.get("base")),
+            head=_boots(name, "head", spec.get("head")),
+            higher_is_better=hib,
+            min_effect_pct=_number(name, spec, "min_effect_pct", 3.0),
+            noise=noise,
+        )
+    return inputs, alpha
+
+
+def _clean(x: float | None) -> float | None:
+    return x if x is None or math.isfinite(x) else None
+
+
+def result_json(inp: MetricInput, r: MetricResult) -> dict[str, Any]:
+    return {
+        "verdict": str(r.verdict),
+        "change_pct": _clean(r.change_pct),
+        "ci_low_pct": _clean(r.ci_low_pct),
+        "ci_high_pct": _clean(r.ci_high_pct),
+        "p_value": _clean(r.p_value),
+        "q_value": _clean(r.q_value),
+        "base_mean": _clean(r.base_mean),
+        "head_mean": _clean(r.head_mean),
+        "base_boots": r.base_boots,
+        "head_boots": r.head_boots,
+        "base_samples": r.base_samples,
+        "head_samples": r.head_samples,
+        "min_effect_pct": r.min_effect_pct,
+        "note": r.note,
+        "summary": [
+            {
+                "row": row.label,
+                "base": row.base,
+                "head": row.head,
+                "change_pct": _clean(row.change_pct),
+                "significant": row.significant,
+            }
+            for row in summary_rows(inp, r.verdict)
+        ],
+    }
+
+
+def run_compare(doc: Any) -> tuple[dict[str, MetricInput], dict[str, MetricResult], dict[str, Any]]:
+    inputs, alpha = parse_compare(doc)
+    results = compare_metrics(inputs, alpha=alpha)
+    out = {"alpha": alpha, "metrics": {name: result_json(inputs[name], results[name]) for name in inputs}}
+    return inputs, results, out
+
+
+def run_changepoints(doc: Any) -> dict[str, Any]:
+    """Change points per metric. Per metric: higher_is_better, points [{commit, samples}], optional min_effect_pct."""
+    threshold = _number("(top level)", doc if isinstance(doc, dict) else {}, "threshold", DEFAULT_THRESHOLD)
+    out: dict[str, Any] = {"metrics": {}}
+    for name, spec in _metrics(doc).items():
+        if not isinstance(spec, dict) or not isinstance(spec.get("points"), list):
+            raise FormatError(f"metric {name!r}: expected an object with 'points': [{{'commit': ..., 'samples': ...}}]")
+        hib = spec.get("higher_is_better")
+        if not isinstance(hib, bool):
+            raise FormatError(f"metric {name!r}: 'higher_is_better' must be true or false")
+        commits: list[str] = []
+        samples: list[list[list[float]]] = []
+        for i, pt in enumerate(spec["points"]):
+            if not isinstance(pt, dict):
+                raise FormatError(f"metric {name!r}: points[{i}] must be an object with commit and samples")
+            commits.append(str(pt.get("commit", i)))
+            samples.append(_boots(name, f"points[{i}].samples", pt.get("samples", [])))
+        found = series_change_points(
+            samples, hib, threshold=threshold, min_effect_pct=_number(name, spec, "min_effect_pct", 0.0)
+        )
+        out["metrics"][name] = {
+            "change_points": [
+                {
+                    "index": cp.index,
+                    "commit": commits[cp.index],
+                    "direction": cp.direction,
+                    "change_pct": round(cp.change_pct, 4),
+                    "p_value": cp.p_value,
+                    "detected_at": cp.detected_at,
+                    "statistic": round(cp.statistic, 4),
+                }
+                for cp in found
+            ]
+        }
+    return out

@@ -1,0 +1,207 @@
+"""Noise per (machine class, metric), learned from history, and what it lets kperf detect.
+
+History is many runs (a run: one kernel on one machine class, several boots,
+several iterations per boot). Runs may differ in their true mean, so the
+variance components are estimated within runs, by one-way random-effects
+ANOVA pooled over runs (REML and ANOVA agree for balanced data; for
+unbalanced data this is the usual moment estimate):
+
+    within-boot  sigma_w^2: pooled variance of iterations around their boot's mean
+    between-boot sigma_b^2: pooled variance of boot means around their run's
+                            mean, minus sigma_w^2 / n_iterations (never below 0)
+
+Robustness: boots are summarised by their trimmed mean (as the A/B test
+does), and runs whose boot variance is implausibly large against the pooled
+value (a broken runner, a benchmark that failed half-way) are dropped before
+the final estimate.
+
+The variance of one boot summary with N iterations is sigma_b^2 + sigma_w^2/N;
+with K boots per side the difference of means has variance twice that over K.
+From it follow the minimum detectable effect and the cheapest K x N design.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize
+from scipy import stats as sps
+
+from kperf.stats.abtest import BOOT_TRIM, PRIOR_DOF_CAP, NoisePrior, normalise_boots
+
+OUTLIER_RUN_P = 0.001
+
+
+@dataclass(frozen=True)
+class NoiseModel:
+    between_sd: float  # sd of a boot's level around the kernel's mean
+    within_sd: float  # sd of one iteration around its boot's level
+    between_dof: float
+    within_dof: float
+    iterations: float  # typical iterations per boot in the history
+    log_scale: bool  # True: the sds are of log values (roughly coefficients of variation)
+    runs: int = 0
+    dropped_runs: int = 0
+
+    def boot_sd(self, iterations: float | None = None) -> float:
+        """sd of one boot summary with `iterations` iterations (default: as in history)."""
+        n = self.iterations if iterations is None else iterations
+        return math.sqrt(self.between_sd**2 + self.within_sd**2 / max(n, 1.0))
+
+    def prior(self, iterations: float | None = None) -> NoisePrior:
+        """The noise prior the A/B test takes (MetricInput.noise)."""
+        return NoisePrior(self.boot_sd(iterations), min(self.between_dof, PRIOR_DOF_CAP))
+
+
+def _boot_stats(boots: list[list[float]], log_scale: bool) -> tuple[np.ndarray, float, int]:
+    """(boot summaries, within-boot sum of squares, its dof)."""
+    summaries, ss, dof = [], 0.0, 0
+    for b in boots:
+        x = np.log(b) if log_scale else np.asarray(b, dtype=float)
+        summaries.append(float(sps.trim_mean(x, BOOT_TRIM)))
+        if x.size > 1:
+            ss += float(np.sum((x - x.mean()) ** 2))
+            dof += x.size - 1
+    return np.asarray(summaries), ss, dof
+
+
+def variance_components(runs: Sequence[Sequence[Sequence[float]]]) -> NoiseModel:
+    """Estimate between- and within-boot noise from many runs (each: boots of iterations)."""
+    cleaned = [normalise_boots(r) for r in runs]
+    cleaned = [r for r in cleaned if r]
+    if not cleaned:
+        raise ValueError("no samples: need at least one run with data")
+    log_scale = all(v > 0 for r in cleaned for b in r for v in b)
+    per_run = [_boot_stats(r, log_scale) for r in cleaned]
+    iters = float(np.mean([len(b) for r in cleaned for b in r]))
+
+    def pooled(idx: Sequence[int]) -> tuple[float, float, float, float]:
+        ssb = sum(float(np.sum((per_run[i][0] - per_run[i][0].mean()) ** 2)) for i in idx)
+        dfb = sum(len(per_run[i][0]) - 1 for i in idx)
+        ssw = sum(per_run[i][1] for i in idx)
+        dfw = sum(per_run[i][2] for i in idx)
+        return ssb, float(dfb), ssw, float(dfw)
+
+    keep = list(range(len(per_run)))
+    ssb, dfb, _, _ = pooled(keep)
+    dropped = 0
+    if dfb > 0 and ssb > 0:
+        s2 = ssb / dfb
+        ok = []
+        for i in keep:
+            k = len(per_run[i][0])
+            if k < 2:
+                ok.append(i)
+                continue
+            v = float(np.var(per_run[i][0], ddof=1))
+            # Drop a run only when its boots are implausibly spread for the pooled noise.
+            if float(sps.chi2.sf((k - 1) * v / s2, k - 1)) >= OUTLIER_RUN_P / len(keep):
+                ok.append(i)
+        dropped = len(keep) - len(ok)
+        keep = ok
+    ssb, dfb, ssw, dfw = pooled(keep)
+    within2 = ssw / dfw if dfw > 0 else 0.0
+    boot2 = ssb / dfb if dfb > 0 else 0.0
+    between2 = max(0.0, boot2 - within2 / iters)
+    return NoiseModel(
+        between_sd=math.sqrt(between2),
+        within_sd=math.sqrt(within2),
+        between_dof=dfb,
+        within_dof=dfw,
+        iterations=iters,
+        log_scale=log_scale,
+        runs=len(keep),
+        dropped_runs=dropped,
+    )
+
+
+def _to_pct(delta: float, log_scale: bool) -> float:
+    return (math.exp(delta) - 1.0) * 100.0 if log_scale else delta * 100.0
+
+
+def detectable_shift(
+    boot_sd: float, boots: int, alpha: float = 0.05, power: float = 0.8, dof: float | None = None
+) -> float:
+    """Smallest true shift (same unit as boot_sd) a two-sided test finds with `power`.
+
+    dof None: the variance is known (z-test, the statistical limit);
+    otherwise a t-test with that many degrees of freedom (exact, noncentral t).
+    """
+    if boots < 1 or boot_sd <= 0.0:
+        return math.inf if boots < 1 else 0.0
+    se = boot_sd * math.sqrt(2.0 / boots)
+    if dof is None:
+        return (float(sps.norm.ppf(1 - alpha / 2)) + float(sps.norm.ppf(power))) * se
+    if dof <= 0:
+        return math.inf
+    crit = float(sps.t.ppf(1 - alpha / 2, dof))
+
+    def gap(ncp: float) -> float:
+        return float(sps.nct.sf(crit, dof, ncp) + sps.nct.cdf(-crit, dof, ncp)) - power
+
+    # The answer lies below crit + z_power plus a margin for the t's heavier tails.
+    hi = crit + float(sps.norm.ppf(power)) + 5.0
+    return float(optimize.brentq(gap, 0.0, hi)) * se
+
+
+def min_detectable_effect(
+    model: NoiseModel,
+    boots: int,
+    iterations: int,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    use_history: bool = True,
+) -> float:
+    """Minimum change in percent kperf's A/B test finds with `power` at K=boots x N=iterations.
+
+    use_history: the test borrows the learned noise (as MetricInput.noise does),
+    so its degrees of freedom are 2(K-1) plus the prior's on each side.
+    """
+    extra = min(model.between_dof, PRIOR_DOF_CAP) if use_history else 0.0
+    dof = 2.0 * (boots - 1 + extra)
+    shift = detectable_shift(model.boot_sd(iterations), boots, alpha, power, dof)
+    return _to_pct(shift, model.log_scale)
+
+
+@dataclass(frozen=True)
+class Design:
+    boots: int  # per side
+    iterations: int  # per boot
+    min_effect_pct: float  # what this design detects with the asked power
+    cost: float
+
+
+def choose_design(
+    model: NoiseModel,
+    target_effect_pct: float,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    max_boots: int = 20,
+    max_iterations: int = 50,
+    boot_cost: float = 10.0,
+    iteration_cost: float = 1.0,
+) -> Design:
+    """The cheapest K boots x N iterations (per side) that detects `target_effect_pct`.
+
+    Cost per side: K * (boot_cost + N * iteration_cost), in any unit (e.g.
+    seconds of machine time). When no design within the limits reaches the
+    target, the one with the smallest detectable effect is returned: check
+    its min_effect_pct.
+    """
+    best: Design | None = None
+    closest: Design | None = None
+    for k in range(2, max_boots + 1):
+        for n in range(1, max_iterations + 1):
+            mde = min_detectable_effect(model, k, n, alpha, power)
+            d = Design(k, n, mde, k * (boot_cost + n * iteration_cost))
+            if closest is None or (mde, d.cost) < (closest.min_effect_pct, closest.cost):
+                closest = d
+            if mde <= target_effect_pct and (best is None or d.cost < best.cost):
+                best = d
+            if mde <= target_effect_pct:
+                break  # more iterations only cost more at this K
+    assert closest is not None
+    return best if best is not None else closest

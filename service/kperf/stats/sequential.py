@@ -1,0 +1,239 @@
+"""More boots for `inconclusive`, without peeking until significant.
+
+A group-sequential design: the looks are fixed in advance (e.g. after 5, 10,
+15 and 20 boots per side) and the false-alarm probability alpha is spent
+across them with a Lan-DeMets spending function, O'Brien-Fleming-like by
+default (almost nothing spent early, nearly the full alpha at the last look)
+or Pocock-like (evenly). The boundaries c_1..c_L on the |z| scale are found
+by numerical integration over the Brownian motion of the score (Armitage,
+McPherson and Rowe's recursion), so that under no change
+
+    P(|Z_k| >= c_k at some look k) = alpha.
+
+At look k each metric's Welch t on boot summaries (kperf.stats.abtest) is
+mapped to a z with the same two-sided p-value (small-sample correction), and
+turned into a repeated p-value: the smallest alpha at which the design would
+stop at this look. Repeated p-values are valid at every look, so
+Benjamini-Hochberg across the comparison's metrics works on them as usual.
+
+Decisions per metric at look k:
+- regression / improvement: its q < alpha and the change clears the minimum
+  effect;
+- no-change: the repeated confidence interval (estimate +- c_k * se) lies
+  inside +- the minimum effect. Stopping for no-change can only lower the
+  chance of a false regression, so it costs no alpha;
+- otherwise undecided: more boots, unless this was the last look, in which
+  case it is inconclusive, budget spent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+from scipy import optimize
+from scipy import special
+from scipy import stats as sps
+
+from kperf.stats.abtest import (
+    MetricInput,
+    MetricResult,
+    Verdict,
+    benjamini_hochberg,
+    boot_test,
+    compare_one,
+    normalise_boots,
+)
+
+GRID = 201  # points per look in the numerical integration
+
+
+def spent(t: float, alpha: float, kind: str) -> float:
+    """Alpha spent by information fraction t (Lan-DeMets)."""
+    t = min(max(t, 0.0), 1.0)
+    if t == 0.0:
+        return 0.0
+    if kind == "obrien-fleming":
+        return float(2.0 - 2.0 * sps.norm.cdf(sps.norm.ppf(1.0 - alpha / 2.0) / math.sqrt(t)))
+    if kind == "pocock":
+        return float(alpha * math.log(1.0 + (math.e - 1.0) * t))
+    raise ValueError(f"unknown spending function {kind!r}: use 'obrien-fleming' or 'pocock'")
+
+
+@lru_cache(maxsize=4096)
+def boundaries(fractions: tuple[float, ...], alpha: float, kind: str = "obrien-fleming") -> tuple[float, ...]:
+    """Two-sided |z| boundaries at the given information fractions (increasing, last = 1)."""
+    out: list[float] = []
+    # density of the score S(t) = Z(t) sqrt(t) on the continuation region, on a grid
+    grid = np.zeros(0)
+    dens = np.zeros(0)
+    prev_t, prev_spent = 0.0, 0.0
+    for t in fractions:
+        target = spent(t, alpha, kind) - prev_spent
+        dt = t - prev_t
+        if not out:
+            c = float(sps.norm.isf(max(target, 1e-300) / 2.0))
+        else:
+            w = np.gradient(grid) if grid.size > 1 else np.ones(1)
+
+            def cross(c: float, grid: np.ndarray = grid, dens: np.ndarray = dens, w: np.ndarray = w) -> float:
+                b = c * math.sqrt(t)
+                sd = math.sqrt(dt)
+                p = special.ndtr((grid - b) / sd) + special.ndtr((-b - grid) / sd)
+                return float(np.sum(dens * p * w)) - target
+
+            if target <= 0.0 or cross(12.0) >= 0.0:
+                c = 12.0
+            else:
+                c = float(optimize.brentq(cross, 0.0, 12.0, xtol=1e-6)) if cross(0.0) > 0 else 0.0
+        out.append(c)
+        b = c * math.sqrt(t)
+        new_grid = np.linspace(-b, b, GRID)
+        if not grid.size:
+            new_dens = sps.norm.pdf(new_grid / math.sqrt(t)) / math.sqrt(t)
+        else:
+            w = np.gradient(grid) if grid.size > 1 else np.ones(1)
+            sd = math.sqrt(dt)
+            u = (new_grid[:, None] - grid[None, :]) / sd
+            kernel = np.exp(-0.5 * u * u) / (sd * math.sqrt(2.0 * math.pi))
+            new_dens = kernel @ (dens * w)
+        grid, dens = new_grid, new_dens
+        prev_t, prev_spent = t, spent(t, alpha, kind)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Boots per side at each look; the last is the budget."""
+
+    looks: tuple[int, ...] = (5, 10, 15, 20)
+    alpha: float = 0.05
+    spending: str = "obrien-fleming"
+
+    def __post_init__(self) -> None:
+        if not self.looks or any(b <= a for a, b in zip(self.looks, self.looks[1:])) or self.looks[0] < 2:
+            raise ValueError("looks must be increasing boot counts, the first at least 2")
+
+    @property
+    def fractions(self) -> tuple[float, ...]:
+        return tuple(k / self.looks[-1] for k in self.looks)
+
+    def boundary(self, look: int, alpha: float | None = None) -> float:
+        """|z| boundary at look number `look` (1-based)."""
+        return boundaries(self.fractions, self.alpha if alpha is None else alpha, self.spending)[look - 1]
+
+    def repeated_p(self, z: float, look: int) -> float:
+        """Smallest alpha at which |z| would cross the boundary at this look (interpolated on log alpha)."""
+        table = _alpha_table(self.fractions, self.spending)
+        cs = np.array([b[look - 1] for b in table])  # falls as alpha grows
+        z = abs(z)
+        if z >= cs[0]:
+            return float(_ALPHAS[0])
+        if z <= cs[-1]:
+            return 1.0
+        return float(np.exp(np.interp(-z, -cs, np.log(_ALPHAS))))
+
+
+_ALPHAS = np.geomspace(1e-8, 0.5, 49)
+
+
+@lru_cache(maxsize=64)
+def _alpha_table(fractions: tuple[float, ...], kind: str) -> tuple[tuple[float, ...], ...]:
+    return tuple(boundaries(fractions, float(a), kind) for a in _ALPHAS)
+
+
+def plan_looks(first: int = 5, budget: int = 20, step: int = 5) -> Plan:
+    """Looks at first, first+step, ..., budget boots per side."""
+    looks = list(range(first, budget + 1, step))
+    if looks[-1] != budget:
+        looks.append(budget)
+    return Plan(tuple(looks))
+
+
+@dataclass
+class Look:
+    """What to do after a look: decide now, or run `more_boots` boots per side and look again."""
+
+    decide: bool
+    more_boots: int
+    look: int
+    results: dict[str, MetricResult] = field(default_factory=dict)
+    boundary: float = math.inf
+    alpha_spent: float = 0.0
+
+
+def _z_from_t(t: float, dof: float) -> float:
+    p = float(2.0 * sps.t.sf(abs(t), dof))
+    return math.copysign(float(sps.norm.isf(p / 2.0)), t) if p > 0 else math.copysign(40.0, t)
+
+
+def sequential_look(metrics: Mapping[str, MetricInput], look: int, plan: Plan) -> Look:
+    """Decide each metric with the alpha spent so far, or ask for more boots.
+
+    metrics: the boots so far (all of them, not just the new ones); look: this
+    look's number (1-based) in plan.looks. The service calls this after each
+    batch of boots; once Look.decide is true the results are final.
+    """
+    if not 1 <= look <= len(plan.looks):
+        raise ValueError(f"look {look} is outside the plan's {len(plan.looks)} looks")
+    bound = plan.boundary(look)
+    results: dict[str, MetricResult] = {}
+    repeated: dict[str, float] = {}
+    for name, inp in metrics.items():
+        r = compare_one(inp, plan.alpha)
+        results[name] = r
+        test = boot_test(normalise_boots(inp.base), normalise_boots(inp.head), inp.noise)
+        if test is None or r.change_pct is None:
+            continue
+        z = _z_from_t(test.t, test.dof) if test.se > 0 else (0.0 if test.diff == 0 else math.copysign(40.0, test.diff))
+        repeated[name] = plan.repeated_p(z, look)
+        r.p_value = repeated[name]
+        # repeated interval on the z scale, mapped back to percent
+        se_z = abs(test.diff / z) if z else test.se
+        lo = test.to_pct(test.diff - bound * se_z, inp.higher_is_better)
+        hi = test.to_pct(test.diff + bound * se_z, inp.higher_is_better)
+        r.ci_low_pct, r.ci_high_pct = sorted((lo, hi))
+    names = list(repeated)
+    for name, q in zip(names, benjamini_hochberg([repeated[n] for n in names]), strict=True):
+        results[name].q_value = q
+    undecided = 0
+    for name, r in results.items():
+        r.extra["look"] = float(look)
+        r.extra["boundary_z"] = bound
+        m = r.min_effect_pct
+        if r.q_value is not None and r.change_pct is not None and r.q_value < plan.alpha and r.change_pct <= -m:
+            r.verdict = Verdict.REGRESSION
+        elif r.q_value is not None and r.change_pct is not None and r.q_value < plan.alpha and r.change_pct >= m:
+            r.verdict = Verdict.IMPROVEMENT
+        elif r.ci_low_pct is not None and r.ci_high_pct is not None and -m < r.ci_low_pct and r.ci_high_pct < m:
+            r.verdict = Verdict.NO_CHANGE
+        else:
+            r.verdict = Verdict.INCONCLUSIVE
+            undecided += 1
+    last = look == len(plan.looks)
+    for r in results.values():
+        if r.verdict is Verdict.INCONCLUSIVE:
+            r.note = (r.note + "; " if r.note else "") + (
+                f"budget of {plan.looks[-1]} boots per side spent" if last else f"look {look} of {len(plan.looks)}"
+            )
+    have = min((min(r.base_boots, r.head_boots) for r in results.values()), default=0)
+    more = 0 if (last or undecided == 0) else max(0, plan.looks[look] - have)
+    return Look(
+        decide=last or undecided == 0,
+        more_boots=more,
+        look=look,
+        results=results,
+        boundary=bound,
+        alpha_spent=spent(plan.fractions[look - 1], plan.alpha, plan.spending),
+    )
+
+
+def look_number(plan: Plan, boots_per_side: int) -> int:
+    """Which look a comparison with this many boots per side is at (the last one reached)."""
+    reached = [i + 1 for i, k in enumerate(plan.looks) if boots_per_side >= k]
+    if not reached:
+        raise ValueError(f"{boots_per_side} boots per side is fewer than the first look ({plan.looks[0]})")
+    return reached[-1]
