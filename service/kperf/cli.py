@@ -114,6 +114,19 @@ def fmt_num(x: float | None, pct: bool = False) -> str:
     return f"{x:+.2f}%" if pct else f"{x:.2f}"
 
 
+def render_comparison(c: dict[str, Any]) -> list[str]:
+    """One comparison's metrics as an aligned plain-text table."""
+    lines = [f"  {'metric':<22} {'base':>12} {'head':>12} {'change':>9} {'95% CI':>20} {'q':>8}  verdict"]
+    for m in c["metrics"]:
+        ci = f"[{m['ci_low_pct']:+.1f}, {m['ci_high_pct']:+.1f}]%" if m["ci_low_pct"] is not None else "n/a"
+        q = f"{m['q_value']:.4f}" if m["q_value"] is not None else "n/a"
+        lines.append(
+            f"  {m['metric']:<22} {fmt_num(m['base_mean']):>12} {fmt_num(m['head_mean']):>12} "
+            f"{fmt_num(m['change_pct'], True):>9} {ci:>20} {q:>8}  {m['verdict']}"
+        )
+    return lines
+
+
 def render_status(d: dict[str, Any]) -> str:
     lines = [
         f"#{d['id']} {d['branch']} ({(d['head_sha'] or '?')[:12]}) vs {d['base']} ({(d['base_sha'] or '?')[:12]})",
@@ -141,14 +154,7 @@ def render_status(d: dict[str, Any]) -> str:
     for c in d.get("comparisons", []):
         lines.append("")
         lines.append(f"{c['benchmark']} on {c['machine_class']} ({c['method']}, alpha {c['alpha']})")
-        lines.append(f"  {'metric':<22} {'base':>12} {'head':>12} {'change':>9} {'95% CI':>20} {'q':>8}  verdict")
-        for m in c["metrics"]:
-            ci = f"[{m['ci_low_pct']:+.1f}, {m['ci_high_pct']:+.1f}]%" if m["ci_low_pct"] is not None else "n/a"
-            q = f"{m['q_value']:.4f}" if m["q_value"] is not None else "n/a"
-            lines.append(
-                f"  {m['metric']:<22} {fmt_num(m['base_mean']):>12} {fmt_num(m['head_mean']):>12} "
-                f"{fmt_num(m['change_pct'], True):>9} {ci:>20} {q:>8}  {m['verdict']}"
-            )
+        lines.extend(render_comparison(c))
     return "\n".join(lines)
 
 
@@ -277,6 +283,10 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("file", help="JSON file, or - for standard input")
     cp.add_argument("--json", action="store_true", help="print change points as JSON")
     cp.set_defaults(func=cmd_changepoints)
+
+    from kperf.cli_mmtests import add_parsers
+
+    add_parsers(sub)
     return p
 
 

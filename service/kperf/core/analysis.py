@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from kperf import stats
@@ -101,3 +103,73 @@ def verdict_summary(sub: Submission) -> dict[str, int]:
     for v in MetricComparison.objects.filter(comparison__submission=sub).values_list("verdict", flat=True):
         counts[v] += 1
     return dict(counts)
+
+
+def boots_per_metric(jobs: QuerySet[Job]) -> dict[str, list[list[float]]]:
+    """{metric: one list of iteration values per boot} over finished jobs, in run order."""
+    per_boot: dict[tuple[str, int], dict[int, float]] = defaultdict(dict)
+    rows = (
+        Sample.objects.filter(boot_record__job__in=jobs, boot_record__job__status=Job.Status.DONE)
+        .values_list("metric", "boot_record_id", "iteration", "value")
+        .order_by("boot_record__job__finished", "boot_record__boot", "iteration")
+    )
+    for metric, boot_id, iteration, value in rows:
+        per_boot[(metric, boot_id)][iteration] = value
+    out: dict[str, list[list[float]]] = defaultdict(list)
+    for (metric, _), iters in per_boot.items():
+        out[metric].append([iters[i] for i in sorted(iters)])
+    return dict(out)
+
+
+def compare_kernels(machine_class: str, benchmark: str, base_sha: str, head_sha: str) -> dict[str, Any]:
+    """Compare every finished boot of two kernels on one machine class, whatever
+    produced them (kperf submissions, tracked branches, mmtests imports)."""
+    jobs = Job.objects.filter(status=Job.Status.DONE, machine_class__name=machine_class, benchmark=benchmark)
+    base = boots_per_metric(jobs.filter(build__sha=base_sha))
+    head = boots_per_metric(jobs.filter(build__sha=head_sha))
+    defs = {m.name: m for m in MetricDef.objects.filter(name__in=set(base) | set(head))}
+    common = sorted(set(base) & set(head))
+    results = stats.compare_metrics(
+        {
+            name: stats.MetricInput(
+                base=base[name],
+                head=head[name],
+                higher_is_better=defs[name].higher_is_better,
+                min_effect_pct=benchmarks.min_effect_pct(name),
+            )
+            for name in common
+        },
+        alpha=settings.KPERF_ALPHA,
+    )
+    return {
+        "machine_class": machine_class,
+        "benchmark": benchmark,
+        "base_sha": base_sha,
+        "head_sha": head_sha,
+        "method": stats.abtest.METHOD,
+        "alpha": settings.KPERF_ALPHA,
+        "only_in_base": sorted(set(base) - set(head)),
+        "only_in_head": sorted(set(head) - set(base)),
+        "metrics": [
+            {
+                "metric": name,
+                "unit": defs[name].unit,
+                "higher_is_better": defs[name].higher_is_better,
+                "verdict": str(r.verdict),
+                "base_mean": r.base_mean,
+                "head_mean": r.head_mean,
+                "change_pct": r.change_pct,
+                "ci_low_pct": r.ci_low_pct,
+                "ci_high_pct": r.ci_high_pct,
+                "p_value": r.p_value,
+                "q_value": r.q_value,
+                "min_effect_pct": r.min_effect_pct,
+                "base_boots": r.base_boots,
+                "head_boots": r.head_boots,
+                "base_samples": r.base_samples,
+                "head_samples": r.head_samples,
+                "note": r.note,
+            }
+            for name, r in sorted(results.items())
+        ],
+    }

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from functools import partial
 import shutil
 import time
+from functools import partial
 from pathlib import Path
 
 from django.conf import settings

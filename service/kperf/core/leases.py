@@ -7,9 +7,9 @@ attempt it names. Every state change happens under a row lock.
 from __future__ import annotations
 
 import logging
-from functools import partial
 import math
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings

@@ -8,8 +8,8 @@ transactions, and leave the queueing of follow-up Celery tasks to
 from __future__ import annotations
 
 import logging
-from functools import partial
 from dataclasses import dataclass, field
+from functools import partial
 
 from django.conf import settings
 from django.contrib.auth.models import User

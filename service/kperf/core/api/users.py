@@ -9,7 +9,7 @@ from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Router, Schema, Status
 
-from kperf.core import benchmarks, presenters, workflow
+from kperf.core import analysis, benchmarks, imports, presenters, workflow
 from kperf.core.api.auth import USER_AUTH
 from kperf.core.api.errors import ApiError
 from kperf.core.models import ApiToken, Runner, Submission
@@ -95,3 +95,38 @@ def list_runners(request: HttpRequest) -> list[dict[str, Any]]:
         }
         for r in Runner.objects.select_related("machine_class").order_by("name")
     ]
+
+
+class MmtestsImportIn(Schema):
+    kernel_sha: str
+    machine_class: str
+    run_name: str = ""
+    environment: dict[str, Any] = {}
+    benchmarks: dict[str, dict[str, Any]]
+
+
+@router.post("/imports/mmtests", auth=USER_AUTH, tags=["imports"], response={201: dict[str, Any]})
+def import_mmtests(request: HttpRequest, payload: MmtestsImportIn) -> Status[dict[str, Any]]:
+    try:
+        result = imports.import_mmtests(payload.model_dump())
+    except imports.KernelImportError as e:
+        raise ApiError(400, "invalid-import", str(e)) from None
+    return Status(201, {"jobs": result.jobs, "samples": result.samples})
+
+
+@router.get("/compare", auth=USER_AUTH, tags=["results"])
+def compare_kernels(request: HttpRequest, machine_class: str, benchmark: str, base: str, head: str) -> dict[str, Any]:
+    """Every finished boot of two kernels (by sha) on one machine class, compared."""
+    if not benchmark or benchmark not in imports.METRIC_RULES:
+        raise ApiError(
+            400, "invalid-compare", f"unknown benchmark {benchmark!r}: choose from {', '.join(benchmarks.known())}"
+        )
+    result = analysis.compare_kernels(machine_class, benchmark, base, head)
+    if not result["metrics"]:
+        raise ApiError(
+            404,
+            "no-data",
+            f"no {benchmark} results for both {base[:12]} and {head[:12]} on {machine_class}: "
+            "submit them or import mmtests runs first",
+        )
+    return result

@@ -1,0 +1,72 @@
+"""`kperf import-mmtests` and `kperf compare-kernels` (wired into kperf.cli)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from kperf.mmtests import MmtestsImportError, read_run
+
+
+def cmd_import_mmtests(args: argparse.Namespace) -> int:
+    from kperf.cli import CliError, client_from_config
+
+    try:
+        run = read_run(Path(args.dir), pft_mode=args.pft_mode)
+    except MmtestsImportError as e:
+        raise CliError(str(e)) from None
+    body: dict[str, Any] = {
+        "kernel_sha": args.kernel_sha,
+        "machine_class": args.machine_class,
+        "run_name": run.run_name,
+        "environment": {"kernel_version": run.kernel_version, "mmtests_run": run.run_name},
+        "benchmarks": {
+            name: {
+                "samples": [{"metric": m, "iteration": i, "value": v} for m, i, v in b.samples],
+                "raw_output": f"imported from {', '.join(b.files)}",
+            }
+            for name, b in run.benchmarks.items()
+        },
+    }
+    result = client_from_config().call("POST", "/imports/mmtests", body)
+    names = ", ".join(f"{n} ({len(b.samples)} samples)" for n, b in sorted(run.benchmarks.items()))
+    print(
+        f"imported {run.run_name} ({run.kernel_version or 'kernel version unknown'}) as {args.kernel_sha[:12]} "
+        f"on {args.machine_class}: {names}; jobs {', '.join(map(str, result['jobs']))}"
+    )
+    return 0
+
+
+def cmd_compare_kernels(args: argparse.Namespace) -> int:
+    from kperf.cli import client_from_config, render_comparison
+
+    query = urlencode(
+        {"machine_class": args.machine_class, "benchmark": args.bench, "base": args.base, "head": args.head}
+    )
+    result = client_from_config().call("GET", f"/compare?{query}")
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"{args.head[:12]} vs {args.base[:12]}")
+        print("\n".join(render_comparison(result)))
+    return 0
+
+
+def add_parsers(sub: Any) -> None:
+    imp = sub.add_parser("import-mmtests", help="import an mmtests result directory (work/log/<run>)")
+    imp.add_argument("dir", help="the run directory mmtests wrote, e.g. work/log/base-run")
+    imp.add_argument("--kernel-sha", required=True, help="full sha of the kernel the run measured")
+    imp.add_argument("--machine-class", required=True, help="the machine class the run's machine belongs to")
+    imp.add_argument("--pft-mode", choices=["threads", "processes"], help="when the run's commands.log does not say")
+    imp.set_defaults(func=cmd_import_mmtests)
+
+    cmp_ = sub.add_parser("compare-kernels", help="compare every result of two kernels on a machine class")
+    cmp_.add_argument("--base", required=True, help="base kernel sha")
+    cmp_.add_argument("--head", required=True, help="head kernel sha")
+    cmp_.add_argument("--machine-class", required=True)
+    cmp_.add_argument("--bench", required=True)
+    cmp_.add_argument("--json", action="store_true")
+    cmp_.set_defaults(func=cmd_compare_kernels)
