@@ -39,6 +39,12 @@ def expand(names: list[str]) -> list[str]:
     return out
 
 
+def grid_names() -> list[str]:
+    """Every grid some benchmark has, `quick` and `full` first."""
+    names = {g for name in known() for g in registry.get_benchmark(name).grids}
+    return sorted(names, key=lambda g: ({"quick": 0, "full": 1}.get(g, 2), g))
+
+
 def grid_for(benchmark: str, grid: str) -> tuple[int, dict[str, Any]]:
     """(boots per side, resolved parameters) for a benchmark's grid."""
     bench = registry.get_benchmark(benchmark)

@@ -19,13 +19,14 @@ class SubmissionForm(forms.Form):
     branch = forms.CharField(label="Branch (head)", max_length=255)
     base = forms.CharField(label="Base", max_length=255, help_text="branch, tag or sha to compare against")
     benchmarks = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, choices=[])
-    grid = forms.ChoiceField(choices=[("quick", "quick (QEMU, CI)"), ("full", "full (mmtests defaults)")])
+    grid = forms.ChoiceField(choices=[])
     arches = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, choices=[(a, a) for a in SUPPORTED_ARCHES])
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         names = benchmarks.known()
         self.fields["benchmarks"].choices = [(n, n) for n in names] + [("all", "all")]  # type: ignore[attr-defined]
+        self.fields["grid"].choices = [(g, g) for g in benchmarks.grid_names()]  # type: ignore[attr-defined]
 
 
 @login_required
