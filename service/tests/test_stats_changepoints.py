@@ -15,9 +15,14 @@ def series(seed: int, n: int = 200, step_at: int | None = None, step: float = 0.
     return x
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_a_flat_series_has_no_change_points(seed: int) -> None:
-    assert detect(series(seed)) == []
+def test_flat_series_stay_within_the_false_alarm_budget() -> None:
+    # The default threshold allows one false alarm per 1000 commits: 20 x 200 commits expect 4.
+    alarms = sum(len(detect(series(seed))) for seed in range(20))
+    assert alarms <= 10
+
+
+def test_a_flat_series_has_no_change_points_at_a_strict_threshold() -> None:
+    assert detect(series(0), threshold=5.0) == []
 
 
 @pytest.mark.parametrize(("step_at", "step"), [(57, -4.0), (120, 3.0), (30, 6.0)])

@@ -60,7 +60,7 @@ def test_false_regressions_stay_under_alpha_across_all_looks() -> None:
     rng = np.random.default_rng(4)
     plan = plan_looks(first=5, budget=15, step=5)
     false = 0
-    trials = 300
+    trials = 200
     for _ in range(trials):
         base, head = boots(rng, 100, 15), boots(rng, 100, 15)
         for i, k in enumerate(plan.looks, start=1):

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import special
 from scipy import stats as sps
 
 from kperf.stats.abtest import BOOT_TRIM, normalise_boots
@@ -40,7 +41,7 @@ from kperf.stats.abtest import BOOT_TRIM, normalise_boots
 # Calibrated by simulation (bench/detectors.py --calibrate) to one false alarm per
 # 1000 commits on Gaussian change-free series of 400 commits, with sigma estimated
 # from the series as below.
-DEFAULT_THRESHOLD = 4.2
+DEFAULT_THRESHOLD = 3.6
 DEFAULT_WINDOW = 512
 MIN_HISTORY = 12  # commits before the first alarm is possible: sigma needs some data
 MIN_BEFORE = 3
@@ -95,10 +96,19 @@ class ChangePoint:
 
 
 def _scan(
-    prefix: np.ndarray, start: int, stop: int, sigma: float, min_before: int, min_after: int
+    prefix: np.ndarray,
+    start: int,
+    stop: int,
+    sigma: float,
+    min_before: int,
+    min_after: int,
+    around: tuple[int, int] | None = None,
 ) -> tuple[float, int]:
-    """max |Z(k)| and its argmax over splits k of the segment [start, stop)."""
-    ks = np.arange(start + min_before, stop - min_after + 1)
+    """max |Z(k)| and its argmax over splits k of the segment [start, stop), k within `around` if given."""
+    k_lo, k_hi = start + min_before, stop - min_after
+    if around is not None:
+        k_lo, k_hi = max(k_lo, around[0]), min(k_hi, around[1])
+    ks = np.arange(k_lo, k_hi + 1)
     if ks.size == 0 or sigma <= 0.0:
         return 0.0, -1
     n1 = (ks - start).astype(float)
@@ -159,7 +169,7 @@ class OnlineDetector:
         if self.robust and sigma > 0.0 and n >= 3:
             # The level of the current segment: after an alarm, only commits since the change.
             lo = max(0, n - MEDIAN_SPAN)
-            if n - self.segment_start >= 3:
+            if self.alarms and n > self.segment_start:
                 lo = max(lo, self.segment_start)
             recent = sorted(self._raw[lo:n].tolist())
             m = len(recent)
@@ -196,8 +206,8 @@ class OnlineDetector:
         dof = SIGMA_DOF_PER_DIFF * min(t - 1, 256)
         if dof >= 400 or abs(z) < 2.0:
             return z
-        p = float(sps.t.sf(abs(z), dof))
-        return math.copysign(float(sps.norm.isf(p)), z) if p > 0 else z
+        p = float(special.stdtr(dof, -abs(z)))
+        return math.copysign(-float(special.ndtri(p)), z) if p > 0 else z
 
     def _reclip(self, k: int, sigma: float) -> None:
         """Re-clip the new segment's points around its own level.
@@ -232,11 +242,12 @@ class OnlineDetector:
         for j, cp in enumerate(self.alarms):
             lo = self.alarms[j - 1].index if j > 0 else 0
             hi = self.alarms[j + 1].index if j + 1 < len(self.alarms) else n
-            # Refine near the alarm only: later data sharpen the location, they do not move it far.
+            # Every commit between the neighbours sharpens the two means; the split may only
+            # move near the alarm's: later data sharpen the location, they do not move it far.
             reach = max(10, 2 * (cp.detected_at - cp.index + 1))
-            lo = max(lo, cp.index - reach)
-            hi = min(hi, cp.index + reach)
-            z, k = _scan(prefix, lo, hi, sigma, MIN_BEFORE, MIN_AFTER)
+            lo = max(lo, cp.index - self.window)
+            hi = min(hi, cp.index + self.window)
+            z, k = _scan(prefix, lo, hi, sigma, MIN_BEFORE, MIN_AFTER, (cp.index - reach, cp.index + reach))
             if k < 0:
                 out.append(cp)
                 continue

@@ -23,7 +23,8 @@ class FormatError(ValueError):
 def _metrics(doc: Any) -> Mapping[str, Any]:
     if not isinstance(doc, dict) or not isinstance(doc.get("metrics"), dict):
         raise FormatError('expected a JSON object {"metrics": {"<name>": {...}}}')
-    return doc["metrics"]
+    metrics: Mapping[str, Any] = doc["metrics"]
+    return metrics
 
 
 def _boots(name: str, field: str, value: Any) -> list[list[float]]:

@@ -57,13 +57,22 @@ class NoiseModel:
 
 
 def _boot_stats(boots: list[list[float]], log_scale: bool) -> tuple[np.ndarray, float, int]:
-    """(boot summaries, within-boot sum of squares, its dof)."""
+    """(boot summaries, within-boot sum of squares, its dof).
+
+    Iterations are winsorized at their boot's median +- 3 robust sds first, so a
+    daemon that woke up in one iteration (which the trimmed boot summary
+    ignores) does not inflate the within-boot noise either.
+    """
     summaries, ss, dof = [], 0.0, 0
-    for b in boots:
-        x = np.log(b) if log_scale else np.asarray(b, dtype=float)
+    xs = [np.log(b) if log_scale else np.asarray(b, dtype=float) for b in boots]
+    devs = np.concatenate([x - np.median(x) for x in xs if x.size > 1]) if any(x.size > 1 for x in xs) else None
+    scale = 1.4826 * float(np.median(np.abs(devs))) if devs is not None and devs.size else 0.0
+    for x in xs:
         summaries.append(float(sps.trim_mean(x, BOOT_TRIM)))
         if x.size > 1:
-            ss += float(np.sum((x - x.mean()) ** 2))
+            med = float(np.median(x))
+            w = np.clip(x, med - 3 * scale, med + 3 * scale) if scale > 0 else x
+            ss += float(np.sum((w - w.mean()) ** 2))
             dof += x.size - 1
     return np.asarray(summaries), ss, dof
 

@@ -34,8 +34,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
-from scipy import optimize
-from scipy import special
+from scipy import optimize, special
 from scipy import stats as sps
 
 from kperf.stats.abtest import (
@@ -79,7 +78,15 @@ def boundaries(fractions: tuple[float, ...], alpha: float, kind: str = "obrien-f
         else:
             w = np.gradient(grid) if grid.size > 1 else np.ones(1)
 
-            def cross(c: float, grid: np.ndarray = grid, dens: np.ndarray = dens, w: np.ndarray = w) -> float:
+            def cross(
+                c: float,
+                grid: np.ndarray = grid,
+                dens: np.ndarray = dens,
+                w: np.ndarray = w,
+                t: float = t,
+                dt: float = dt,
+                target: float = target,
+            ) -> float:
                 b = c * math.sqrt(t)
                 sd = math.sqrt(dt)
                 p = special.ndtr((grid - b) / sd) + special.ndtr((-b - grid) / sd)
@@ -200,7 +207,7 @@ def sequential_look(metrics: Mapping[str, MetricInput], look: int, plan: Plan) -
     for name, q in zip(names, benjamini_hochberg([repeated[n] for n in names]), strict=True):
         results[name].q_value = q
     undecided = 0
-    for name, r in results.items():
+    for r in results.values():
         r.extra["look"] = float(look)
         r.extra["boundary_z"] = bound
         m = r.min_effect_pct

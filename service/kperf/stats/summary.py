@@ -47,7 +47,7 @@ def _hmean(x: np.ndarray) -> float:
 
 def _best(x: np.ndarray, higher_is_better: bool, pct: float = 95.0) -> np.ndarray:
     """The best `pct`% of samples: drop the worst tail, as mmtests' BAmean-95 does."""
-    keep = max(1, int(math.floor(len(x) * pct / 100.0)))
+    keep = max(1, math.floor(len(x) * pct / 100.0))
     ordered = np.sort(x)
     return ordered[-keep:] if higher_is_better else ordered[:keep]
 
