@@ -135,6 +135,11 @@ def render_status(d: dict[str, Any]) -> str:
     ]
     if d.get("error"):
         lines.append(f"error: {d['error']}")
+    for r in d.get("reruns", []):
+        lines.append(
+            f"look {r['look']} of {r['benchmark']} on {r['machine_class']} inconclusive for "
+            f"{', '.join(r['inconclusive'])}: {r['more_boots']} more boots per side queued"
+        )
     for b in d.get("builds", []):
         extra = f" {b['phase']} {b['progress']}".rstrip() if b["status"] == "building" else ""
         lines.append(f"  build {b['side']:4} {b['sha'][:12]} {b['arch']}: {b['status']}{extra}")
@@ -155,6 +160,9 @@ def render_status(d: dict[str, Any]) -> str:
         lines.append("")
         lines.append(f"{c['benchmark']} on {c['machine_class']} ({c['method']}, alpha {c['alpha']})")
         lines.extend(render_comparison(c))
+        if c.get("table"):
+            lines.append("")
+            lines.append(c["table"])
     return "\n".join(lines)
 
 

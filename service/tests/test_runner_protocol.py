@@ -254,3 +254,34 @@ def test_a_runner_that_shares_the_build_host_waits_for_builds(sub: Submission, r
     other.status = KernelBuild.Status.DONE
     other.save()
     assert api.post("/runner/claim").json()["job"] is not None
+
+
+def test_an_inconclusive_look_queues_more_boots_then_decides(sub: Submission, runner_api: Any) -> None:
+    """Noisy boots at the first look: kperf adds boots instead of guessing."""
+    from kperf.core.analysis import analyse_submission
+
+    _, api = runner_api
+    # Base and head draw the same values in a different order: no real change.
+    noisy = iter([1000.0, 900.0, 1300.0, 800.0, 800.0, 1300.0, 900.0, 1000.0] * 4)
+
+    def run_all() -> None:
+        while (job := claim(api)) is not None:
+            assert api.post(f"/runner/jobs/{job['id']}/results", results_body(job, next(noisy))).status_code == 200
+        advance_submission(sub.pk)
+        analyse_submission(sub.pk)
+        sub.refresh_from_db()
+
+    run_all()
+    assert sub.status == Submission.Status.TESTING
+    assert sub.reruns and sub.reruns[0]["look"] == 1 and sub.reruns[0]["more_boots"] == 4
+    assert Job.objects.filter(submission=sub, status=Job.Status.QUEUED).count() == 8
+    comp = sub.comparisons.get()
+    assert not comp.final and comp.look == 1 and comp.looks == 2
+    run_all()
+    assert sub.status == Submission.Status.DONE
+    comp = sub.comparisons.get()
+    assert comp.final and comp.look == 2
+    m = comp.metrics.get(metric="spawn-vmas-0")
+    assert m.base_boots == m.head_boots == 8
+    assert m.verdict != "regression"
+    assert "Hmean" in comp.table and next(row["label"] for row in m.summary) == "Min"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import defaultdict
 from typing import Any
@@ -14,6 +15,7 @@ from django.utils import timezone
 from kperf import stats
 from kperf.core import benchmarks
 from kperf.core.models import Comparison, Job, MetricComparison, MetricDef, Sample, Submission
+from kperf.stats import sequential, summary
 
 log = logging.getLogger("kperf.analysis")
 
@@ -44,14 +46,29 @@ def load_boots(sub: Submission) -> dict[tuple[int, str], dict[str, dict[str, lis
     return out
 
 
+def plan_for(sub: Submission, benchmark: str) -> sequential.Plan:
+    """Looks at K, 2K, ... boots per side, up to the submission's budget.
+
+    K is the grid's boots per side; the budget is KPERF_BOOT_BUDGET_FACTOR x K.
+    Alpha is spent over the looks (O'Brien-Fleming), so looking again after
+    adding boots does not inflate false alarms.
+    """
+    first, _ = benchmarks.grid_for(benchmark, sub.grid)
+    budget = max(first, first * settings.KPERF_BOOT_BUDGET_FACTOR)
+    if budget == first:
+        return sequential.Plan(looks=(first,), alpha=settings.KPERF_ALPHA)
+    plan = sequential.plan_looks(first=first, budget=budget, step=first)
+    return sequential.Plan(looks=plan.looks, alpha=settings.KPERF_ALPHA)
+
+
 def analyse_submission(sub_id: int) -> None:
-    alpha = settings.KPERF_ALPHA
     with transaction.atomic():
         sub = Submission.objects.select_for_update().get(pk=sub_id)
         if sub.status != Submission.Status.ANALYSING:
             return
         defs = {m.name: m for m in MetricDef.objects.all()}
         Comparison.objects.filter(submission=sub).delete()
+        more_boots = False
         for (mclass_id, bench), metrics in load_boots(sub).items():
             inputs = {
                 name: stats.MetricInput(
@@ -62,40 +79,90 @@ def analyse_submission(sub_id: int) -> None:
                 )
                 for name, sides in metrics.items()
             }
-            results = stats.compare_metrics(inputs, alpha=alpha)
+            plan = plan_for(sub, bench)
+            have = min(min(len(s["base"]), len(s["head"])) for s in metrics.values())
+            look = sequential.sequential_look(inputs, sequential.look_number(plan, have), plan)
             comp = Comparison.objects.create(
-                submission=sub, machine_class_id=mclass_id, benchmark=bench, method=stats.abtest.METHOD, alpha=alpha
+                submission=sub,
+                machine_class_id=mclass_id,
+                benchmark=bench,
+                method=f"{stats.abtest.METHOD}; {plan.spending} alpha spending",
+                alpha=plan.alpha,
+                look=look.look,
+                looks=len(plan.looks),
+                final=look.decide,
+                table=summary.format_table(inputs, look.results),
             )
-            MetricComparison.objects.bulk_create(
-                [
-                    MetricComparison(
-                        comparison=comp,
-                        metric=name,
-                        unit=defs[name].unit,
-                        higher_is_better=defs[name].higher_is_better,
-                        verdict=str(r.verdict),
-                        base_mean=r.base_mean,
-                        head_mean=r.head_mean,
-                        change_pct=r.change_pct,
-                        ci_low_pct=r.ci_low_pct,
-                        ci_high_pct=r.ci_high_pct,
-                        p_value=r.p_value,
-                        q_value=r.q_value,
-                        min_effect_pct=r.min_effect_pct,
-                        base_boots=r.base_boots,
-                        head_boots=r.head_boots,
-                        base_samples=r.base_samples,
-                        head_samples=r.head_samples,
-                        values={"base": metrics[name]["base"], "head": metrics[name]["head"]},
-                        note=r.note,
-                    )
-                    for name, r in sorted(results.items())
-                ]
-            )
+            _store_metrics(comp, inputs, look.results, metrics, defs)
+            if not look.decide and look.more_boots > 0:
+                more_boots = True
+                _rerun(sub, mclass_id, bench, look)
+        if more_boots:
+            sub.status = Submission.Status.TESTING
+            sub.save(update_fields=["status", "reruns", "updated"])
+            log.info("submission %s: inconclusive at this look, more boots queued", sub_id)
+            return
         sub.status = Submission.Status.DONE
         sub.finished = timezone.now()
         sub.save(update_fields=["status", "finished", "updated"])
     log.info("submission %s analysed", sub_id)
+
+
+def _store_metrics(
+    comp: Comparison,
+    inputs: dict[str, stats.MetricInput],
+    results: dict[str, stats.MetricResult],
+    metrics: dict[str, dict[str, list[list[float]]]],
+    defs: dict[str, MetricDef],
+) -> None:
+    MetricComparison.objects.bulk_create(
+        [
+            MetricComparison(
+                comparison=comp,
+                metric=name,
+                unit=defs[name].unit,
+                higher_is_better=defs[name].higher_is_better,
+                verdict=str(r.verdict),
+                base_mean=r.base_mean,
+                head_mean=r.head_mean,
+                change_pct=r.change_pct,
+                ci_low_pct=r.ci_low_pct,
+                ci_high_pct=r.ci_high_pct,
+                p_value=r.p_value,
+                q_value=r.q_value,
+                min_effect_pct=r.min_effect_pct,
+                base_boots=r.base_boots,
+                head_boots=r.head_boots,
+                base_samples=r.base_samples,
+                head_samples=r.head_samples,
+                values={"base": metrics[name]["base"], "head": metrics[name]["head"]},
+                summary=[dataclasses.asdict(row) for row in summary.summary_rows(inputs[name], r.verdict)],
+                note=r.note,
+            )
+            for name, r in sorted(results.items())
+        ]
+    )
+
+
+def _rerun(sub: Submission, mclass_id: int, bench: str, look: sequential.Look) -> None:
+    """Queue more boots for one comparison and say so on the submission."""
+    from kperf.core.workflow import queue_boots
+
+    jobs = Job.objects.filter(submission=sub, machine_class_id=mclass_id, benchmark=bench)
+    base = jobs.filter(side="base").select_related("build").first()
+    head = jobs.filter(side="head").select_related("build").first()
+    assert base is not None and head is not None
+    queue_boots(sub, base.build, head.build, base.machine_class, bench, base.params, look.more_boots)
+    sub.reruns = [
+        *sub.reruns,
+        {
+            "machine_class": base.machine_class.name,
+            "benchmark": bench,
+            "look": look.look,
+            "more_boots": look.more_boots,
+            "inconclusive": sorted(n for n, r in look.results.items() if r.verdict == stats.Verdict.INCONCLUSIVE),
+        },
+    ]
 
 
 def verdict_summary(sub: Submission) -> dict[str, int]:

@@ -59,6 +59,10 @@ def comparisons(sub: Submission) -> list[dict[str, Any]]:
                 "benchmark": comp.benchmark,
                 "method": comp.method,
                 "alpha": comp.alpha,
+                "look": comp.look,
+                "looks": comp.looks,
+                "final": comp.final,
+                "table": comp.table,
                 "metrics": [
                     {
                         "metric": m.metric,
@@ -78,6 +82,7 @@ def comparisons(sub: Submission) -> list[dict[str, Any]]:
                         "base_samples": m.base_samples,
                         "head_samples": m.head_samples,
                         "samples": m.values,
+                        "summary": m.summary,
                         "note": m.note,
                     }
                     for m in comp.metrics.all()
@@ -112,6 +117,7 @@ def submission_summary(sub: Submission) -> dict[str, Any]:
         "arches": sub.arches,
         "status": sub.status,
         "error": sub.error,
+        "reruns": sub.reruns,
         "owner": sub.owner.get_username(),
         "created": _iso(sub.created),
         "finished": _iso(sub.finished),

@@ -10,10 +10,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from kperf.core import benchmarks, gitops
@@ -200,28 +202,42 @@ def advance_submission(sub_id: int) -> None:
 
 def schedule_jobs(sub: Submission, links: list[SubmissionBuild]) -> None:
     """Queue one-boot jobs, base and head alternating, per machine class and benchmark."""
-    seq = 0
     for arch in sub.arches:
         base = next(sb.build for sb in links if sb.side == SubmissionBuild.Side.BASE and sb.build.arch == arch)
         head = next(sb.build for sb in links if sb.side == SubmissionBuild.Side.HEAD and sb.build.arch == arch)
         for mclass in MachineClass.objects.filter(arch=arch).order_by("name"):
             for bench in sub.benchmarks:
                 boots, params = benchmarks.grid_for(bench, sub.grid)
-                for _ in range(boots):
-                    for side, build in (("base", base), ("head", head)):
-                        Job.objects.create(
-                            submission=sub,
-                            build=build,
-                            side=side,
-                            benchmark=bench,
-                            grid=sub.grid,
-                            params=params,
-                            boots=1,
-                            machine_class=mclass,
-                            seq=seq,
-                            max_attempts=settings.KPERF_JOB_MAX_ATTEMPTS,
-                        )
-                        seq += 1
+                queue_boots(sub, base, head, mclass, bench, params, boots)
+
+
+def queue_boots(
+    sub: Submission,
+    base: KernelBuild,
+    head: KernelBuild,
+    mclass: MachineClass,
+    bench: str,
+    params: dict[str, Any],
+    boots: int,
+) -> None:
+    """Queue `boots` more one-boot jobs per side, alternating base and head."""
+    last = Job.objects.filter(submission=sub).aggregate(m=Max("seq"))["m"]
+    seq = 0 if last is None else last + 1
+    for _ in range(boots):
+        for side, build in (("base", base), ("head", head)):
+            Job.objects.create(
+                submission=sub,
+                build=build,
+                side=side,
+                benchmark=bench,
+                grid=sub.grid,
+                params=params,
+                boots=1,
+                machine_class=mclass,
+                seq=seq,
+                max_attempts=settings.KPERF_JOB_MAX_ATTEMPTS,
+            )
+            seq += 1
 
 
 def queue_position(sub: Submission) -> int | None:

@@ -57,6 +57,13 @@ class Comparison(models.Model):
     benchmark = models.CharField(max_length=64)
     method = models.CharField(max_length=200)
     alpha = models.FloatField()
+    # Sequential design: which look this is, of how many; interim comparisons
+    # are replaced when the boots kperf added come in.
+    look = models.PositiveIntegerField(default=1)
+    looks = models.PositiveIntegerField(default=1)
+    final = models.BooleanField(default=True)
+    # The mmtests-style table a developer pastes into a cover letter.
+    table = models.TextField(blank=True, default="")
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -96,6 +103,8 @@ class MetricComparison(models.Model):
     head_samples = models.PositiveIntegerField()
     # Per-boot iteration values, as compared: {"base": [[..], ..], "head": [[..], ..]}
     values = models.JSONField(default=dict)
+    # mmtests summary rows: [{"label": "Hmean", "base": .., "head": .., "change_pct": .., "significant": ..}]
+    summary = models.JSONField(default=list)
     note = models.CharField(max_length=300, blank=True, default="")
 
     class Meta:

@@ -31,6 +31,9 @@ class Submission(models.Model):
     arches = models.JSONField(default=list)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     error = models.TextField(blank=True, default="")
+    # Boots kperf added because a look was inconclusive:
+    # [{"machine_class": .., "benchmark": .., "look": 1, "more_boots": 4, "inconclusive": [..]}]
+    reruns = models.JSONField(default=list, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
     finished = models.DateTimeField(null=True, blank=True)
