@@ -154,3 +154,18 @@ def test_the_cli_imports_a_run_and_compares_kernels(
         timeout=60,
     )
     assert bad.returncode == 2 and "no iter-0" in bad.stderr
+
+
+@pytest.mark.django_db
+def test_noise_is_learned_per_machine_class_and_metric(alice_api: Api, qemu_class: Any, tmp_path: Path) -> None:
+    for i in range(3):
+        alice_api.post("/imports/mmtests", payload(make_run(tmp_path / f"b{i}", f"b-{i}", seed=40 + i), BASE))
+        alice_api.post("/imports/mmtests", payload(make_run(tmp_path / f"h{i}", f"h-{i}", seed=50 + i), HEAD))
+    report = alice_api.get("/noise?machine_class=qemu-x86_64&boots=5&iterations=12").json()
+    page = next(m for m in report["metrics"] if m["metric"] == "page_test")
+    assert page["kernels"] == 2 and page["boots"] == 6
+    # The runs were made with 1% iteration noise and no boot-level noise.
+    assert 0.005 < page["within_boot_sd"] < 0.02
+    assert page["between_boot_sd"] < 0.01
+    assert 0 < page["min_detectable_pct"] < 5
+    assert alice_api.get("/noise?machine_class=qemu-x86_64&boots=1").status_code == 400

@@ -15,7 +15,7 @@ from django.utils import timezone
 from kperf import stats
 from kperf.core import benchmarks
 from kperf.core.models import Comparison, Job, MetricComparison, MetricDef, Sample, Submission
-from kperf.stats import sequential, summary
+from kperf.stats import noise, sequential, summary
 
 log = logging.getLogger("kperf.analysis")
 
@@ -240,3 +240,38 @@ def compare_kernels(machine_class: str, benchmark: str, base_sha: str, head_sha:
             for name, r in sorted(results.items())
         ],
     }
+
+
+def noise_report(machine_class: str, boots: int, iterations: int) -> list[dict[str, Any]]:
+    """Between- and within-boot noise per metric, learned from every finished
+    boot on a machine class (one run per kernel sha), and what K x N detects."""
+    jobs = Job.objects.filter(status=Job.Status.DONE, machine_class__name=machine_class)
+    shas = jobs.values_list("build__sha", flat=True).distinct()
+    per_metric: dict[str, list[list[list[float]]]] = defaultdict(list)
+    for sha in shas:
+        for metric, sha_boots in boots_per_metric(jobs.filter(build__sha=sha)).items():
+            per_metric[metric].append(sha_boots)
+    out = []
+    for metric, runs in sorted(per_metric.items()):
+        if sum(len(r) for r in runs) < 3:
+            continue
+        try:
+            model = noise.variance_components(runs)
+        except ValueError:
+            continue
+        out.append(
+            {
+                "metric": metric,
+                "kernels": len(runs),
+                "boots": sum(len(r) for r in runs),
+                "between_boot_sd": model.between_sd,
+                "within_boot_sd": model.within_sd,
+                "log_scale": model.log_scale,
+                "boots_per_side": boots,
+                "iterations": iterations,
+                "min_detectable_pct": noise.min_detectable_effect(
+                    model, boots, iterations, alpha=settings.KPERF_ALPHA, use_history=False
+                ),
+            }
+        )
+    return out

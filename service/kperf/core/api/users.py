@@ -130,3 +130,12 @@ def compare_kernels(request: HttpRequest, machine_class: str, benchmark: str, ba
             "submit them or import mmtests runs first",
         )
     return result
+
+
+@router.get("/noise", auth=USER_AUTH, tags=["results"])
+def noise(request: HttpRequest, machine_class: str, boots: int = 4, iterations: int = 3) -> dict[str, Any]:
+    """Per-metric between-boot and within-boot noise learned from history, and
+    the smallest change K boots x N iterations per side detect (80% power)."""
+    if not 2 <= boots <= 1000 or not 1 <= iterations <= 10000:
+        raise ApiError(400, "invalid-noise", "boots must be 2..1000 and iterations 1..10000")
+    return {"machine_class": machine_class, "metrics": analysis.noise_report(machine_class, boots, iterations)}
