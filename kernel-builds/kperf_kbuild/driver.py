@@ -45,6 +45,11 @@ BASE_CONFIG = "tinyconfig"
 
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 
+# Out-of-tree modules built against every kernel (kernel-builds/modules/<name>/,
+# each with a Kbuild file): the benchmarks that run inside the kernel. Their
+# sources are part of the config digest, so editing one rebuilds the kernels.
+MODULES_DIR = Path(__file__).resolve().parent.parent / "modules"
+
 # Image names as QEMU's -kernel and kexec want them. tuxmake's arm64 default
 # is Image.gz; the uncompressed Image boots everywhere without a decompressor
 # stub and kexec_file_load takes it directly.
@@ -141,6 +146,9 @@ class BuildResult:
     # builds sharing one cache do not blur them), e.g. {"direct_cache_hit": 812,
     # "cache_miss": 3}. Empty when the build never reached the compiler.
     ccache_stats: dict[str, int] = field(default_factory=dict)
+    # Things that did not stop the kernel from building but leave an
+    # artifact out, e.g. "pagealloc.ko not built: CONFIG_MODULES is not set".
+    warnings: list[str] = field(default_factory=list)
 
 
 ProgressFn = Callable[[str, str], None]
@@ -170,7 +178,29 @@ def config_digest(arch: str, fragments: Sequence[Path] = ()) -> str:
     part(BASE_CONFIG.encode())
     for path in (arch_fragment(arch), *fragments):
         part(Path(path).read_bytes())
+    # The benchmark modules are built with the kernel: a new module source
+    # is a new build, as a new fragment is.
+    for path in module_sources():
+        part(b"module:" + path.relative_to(MODULES_DIR).as_posix().encode())
+        part(path.read_bytes())
     return h.hexdigest()
+
+
+def module_names() -> list[str]:
+    """The out-of-tree modules built with every kernel, e.g. ["pagealloc"]."""
+    if not MODULES_DIR.is_dir():
+        return []
+    return sorted(d.name for d in MODULES_DIR.iterdir() if (d / "Kbuild").is_file())
+
+
+def module_sources() -> list[Path]:
+    """Every file of every module in module_names(), in a fixed order."""
+    return [
+        path
+        for name in module_names()
+        for path in sorted((MODULES_DIR / name).rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts
+    ]
 
 
 def parse_fragment(text: str) -> dict[str, str]:
@@ -412,6 +442,13 @@ def _run_tuxmake(
             modules.unlink()
 
     ok = returncode == 0 and kernel_ok and scanner.status.get("modules") in ("PASS", "SKIP")
+    warnings: list[str] = []
+    if ok:
+        report("modules", f"building {', '.join(module_names()) or 'no'} benchmark module(s)")
+        built, warnings = _build_benchmark_modules(req, src, obj, output_dir, env, obj.parent / "ext")
+        artifacts.update(built)
+        for warning in warnings:
+            report("modules", warning[:200])
     error = ""
     if not ok:
         error = scanner.first_error or f"build failed (tuxmake exit {returncode})"
@@ -423,7 +460,61 @@ def _run_tuxmake(
         duration_s=0.0,
         error=error,
         ccache_stats=ccache_stats,
+        warnings=warnings,
     )
+
+
+def _build_benchmark_modules(
+    req: BuildRequest, src: Path, obj: Path, output_dir: Path, env: dict[str, str], scratch: Path
+) -> tuple[dict[str, Path], list[str]]:
+    """Build each module of MODULES_DIR against the finished kernel in obj
+    (kbuild's external-module build, M=), while its object tree and .config
+    still exist; the artifact is ``<name>.ko`` in output_dir.
+
+    A module that cannot be built is a warning, not a failed build: the
+    kernel is fine and every other benchmark can run on it. The job of the
+    benchmark that needs the module fails with the warning instead.
+    """
+    names = module_names()
+    artifacts: dict[str, Path] = {}
+    warnings: list[str] = []
+    if not names:
+        return artifacts, warnings
+    config = obj / ".config"
+    options = parse_fragment(config.read_text()) if config.is_file() else {}
+    if options.get("CONFIG_MODULES") != "y":
+        reason = "the kernel's .config has no CONFIG_MODULES=y (a fragment turned it off?)"
+        return artifacts, [f"{name}.ko not built: {reason}" for name in names]
+    for name in names:
+        moddir = scratch / name
+        shutil.rmtree(moddir, ignore_errors=True)
+        # kbuild writes objects next to the sources of an external module:
+        # build a copy, never the package's own directory.
+        shutil.copytree(MODULES_DIR / name, moddir)
+        argv = [
+            "make",
+            "-C",
+            str(obj),
+            f"ARCH={req.arch}",
+            f"CROSS_COMPILE={CROSS_COMPILE[req.arch]}",
+            f"M={moddir}",
+            "KCFLAGS=",
+            "modules",
+        ]
+        proc = subprocess.run(
+            argv, cwd=src, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False
+        )
+        log_path = output_dir / f"{name}-module.log"
+        log_path.write_text(f"$ {' '.join(argv)}\n{proc.stdout}{proc.stderr}")
+        built = moddir / f"{name}.ko"
+        if proc.returncode != 0 or not built.is_file():
+            lines = (proc.stdout + proc.stderr).splitlines()
+            first = next((line for line in lines if _FIRST_ERROR.search(line)), lines[-1] if lines else "")
+            first = first.replace(f"{moddir}/", "").strip()
+            warnings.append(f"{name}.ko not built: {first[:300] or f'make exited with {proc.returncode}'}")
+            continue
+        artifacts[f"{name}.ko"] = Path(shutil.copy2(built, output_dir / f"{name}.ko"))
+    return artifacts, warnings
 
 
 class _LogScanner:
@@ -537,6 +628,9 @@ def _clear_outputs(output_dir: Path) -> None:
         (output_dir / name).unlink(missing_ok=True)
     for old in output_dir.glob("modules.tar*"):
         old.unlink()
+    for name in module_names():
+        (output_dir / f"{name}.ko").unlink(missing_ok=True)
+        (output_dir / f"{name}-module.log").unlink(missing_ok=True)
 
 
 def _remove_build_root(repo: Path, build_root: Path) -> None:

@@ -367,6 +367,7 @@ def _load_manifest(path: Path) -> BuildResult | None:
             duration_s=float(data["duration_s"]),
             error=str(data["error"]),
             ccache_stats={str(k): int(v) for k, v in data.get("ccache_stats", {}).items()},
+            warnings=[str(w) for w in data.get("warnings", [])],
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None

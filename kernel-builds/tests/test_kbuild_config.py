@@ -131,12 +131,86 @@ def test_fixture_headers() -> None:
         assert fixture.why, fixture.name
         assert fixture.patch.startswith("diff --git ")
         assert "# kperf-fixture" not in fixture.patch
-    assert fixtures["fork-slow"].moves == ("spawn-*",)
+    assert fixtures["fork-slow"].moves == ("spawn-*", "fork_test", "exec_test")
     assert "kernel/fork.c" in fixtures["fork-slow"].patch
     assert "udelay(" in fixtures["fork-slow"].patch
     assert fixtures["neutral"].moves == ()
     assert fixtures["neutral"].must_not_move == ("*",)
     assert "#error" in fixtures["broken-build"].patch
+
+
+def test_slow_path_fixtures_delay_the_paths_they_name() -> None:
+    fixtures = {f.name: f for f in list_fixtures()}
+    fault = fixtures["pagefault-slow"]
+    assert fault.moves == ("faults/*",)
+    assert "spawn-*" in fault.must_not_move
+    assert "+++ b/mm/memory.c" in fault.patch and "+\tudelay(20);" in fault.patch
+    alloc = fixtures["pagealloc-slow"]
+    assert alloc.moves == ("alloc-odr*", "total-odr*", "page_test")
+    assert alloc.must_not_move == ()
+    assert "+++ b/mm/page_alloc.c" in alloc.patch and "+\tudelay(5);" in alloc.patch
+
+
+def test_fixture_patterns_name_metrics_that_exist() -> None:
+    """Every moves / must-not-move pattern matches some metric of the registry's grids."""
+    import fnmatch
+
+    from kperf_runner.benchmarks import BENCHMARKS, resolve_params
+
+    names = {
+        metric.name
+        for bench in BENCHMARKS.values()
+        for grid in bench.grids
+        for metric in bench.metrics(resolve_params(bench.name, grid))
+    }
+    for fixture in list_fixtures():
+        for pattern in (*fixture.moves, *fixture.must_not_move):
+            assert fnmatch.filter(names, pattern), f"{fixture.name}: {pattern!r} matches no metric"
+
+
+def test_module_sources_are_part_of_the_config_digest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert "pagealloc" in driver.module_names()
+    assert [p.name for p in driver.module_sources()] == ["Kbuild", "pagealloc.c"]
+    modules = tmp_path / "modules"
+    shutil.copytree(driver.MODULES_DIR, modules)
+    monkeypatch.setattr(driver, "MODULES_DIR", modules)
+    same = config_digest("x86_64")
+    (modules / "pagealloc" / "pagealloc.c").write_text("// changed\n")
+    changed = config_digest("x86_64")
+    assert changed != same
+    # A directory without a Kbuild file is not a module.
+    (modules / "notes").mkdir()
+    (modules / "notes" / "README").write_text("x")
+    assert config_digest("x86_64") == changed
+    shutil.rmtree(modules / "pagealloc")
+    assert driver.module_names() == []
+    assert config_digest("x86_64") not in (same, changed)
+
+
+def test_pagealloc_module_source_is_gpl_and_reports_its_clock() -> None:
+    source = (driver.MODULES_DIR / "pagealloc" / "pagealloc.c").read_text()
+    assert source.startswith("// SPDX-License-Identifier: GPL-2.0\n")
+    assert (driver.MODULES_DIR / "pagealloc" / "Kbuild").read_text().startswith("# SPDX-License-Identifier: GPL-2.0")
+    assert 'MODULE_LICENSE("GPL")' in source
+    assert '"tsc"' in source and '"cntvct"' in source
+    assert "alloc_pages(GFP_KERNEL | __GFP_NOWARN, order)" in source and "__free_pages(" in source
+    assert 'emit("order %2d batch %6lu alloc %llu free %llu\\n"' in source
+
+
+def test_a_kernel_without_modules_gets_no_module_and_a_reason(tmp_path: Path) -> None:
+    obj = tmp_path / "obj"
+    obj.mkdir()
+    (obj / ".config").write_text("CONFIG_64BIT=y\n# CONFIG_MODULES is not set\n")
+    request = driver.BuildRequest(
+        repo=tmp_path, sha="0" * 40, arch="x86_64", work_root=tmp_path, output_dir=tmp_path / "out"
+    )
+    artifacts, warnings = driver._build_benchmark_modules(
+        request, tmp_path, obj, tmp_path / "out", {}, tmp_path / "ext"
+    )
+    assert artifacts == {}
+    assert warnings == [
+        "pagealloc.ko not built: the kernel's .config has no CONFIG_MODULES=y (a fragment turned it off?)"
+    ]
 
 
 def test_neutral_fixture_only_adds_comments_in_mm() -> None:

@@ -156,6 +156,11 @@ def test_base_build_has_the_fragment_config(x86_64_kernel: BuildResult) -> None:
     assert {"kernel", "config", "build-log"} <= set(result.artifacts)
     # The fragment selects no module, so there is nothing to ship.
     assert "modules" not in result.artifacts
+    # kperf's own benchmark module is built against it, out of tree.
+    assert result.warnings == []
+    module = result.artifacts["pagealloc.ko"]
+    assert module.read_bytes()[:4] == b"\x7fELF"
+    assert b"vermagic=6.1.192+ SMP mod_unload" in module.read_bytes()
     kernel = result.artifacts["kernel"].read_bytes()
     assert kernel[0x202:0x206] == b"HdrS", "not an x86 boot image"
     wanted = parse_fragment(arch_fragment("x86_64").read_text())
@@ -234,6 +239,7 @@ def test_another_branch_hits_ccache(
         "config",
         "build",
         "collect",
+        "modules",
         "done",
     ]
     # The checkout and the object tree are gone; only the lock file stays.
@@ -252,3 +258,16 @@ def test_arm64_base_builds_and_boots(kernel_tree: Path, kperf_cache: Path, tmp_p
     assert unmet_options(result.artifacts["config"].read_text(), wanted) == {}
     console = boot("arm64", image, make_initramfs("arm64", tmp_path), "panic=-1")
     assert f"{BOOT_MARKER} panic=-1" in console, console[-3000:]
+
+
+@pytest.mark.parametrize("branch", ["pagefault-slow", "pagealloc-slow"])
+def test_slow_path_fixtures_build_with_the_module(
+    x86_64_kernel: BuildResult, kernel_tree: Path, kperf_cache: Path, branch: str
+) -> None:
+    # Built once per cache like the base kernel (one changed file in mm/:
+    # ccache makes it a minute or two). Whether they move the metrics they
+    # claim is for the detection tests; here: they compile, with the module.
+    result = build_fixture_kernel(kernel_tree, branch, "x86_64", kperf_cache)
+    assert result.ok, result.log_tail
+    assert result.warnings == []
+    assert {"kernel", "pagealloc.ko"} <= set(result.artifacts)

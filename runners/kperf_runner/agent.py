@@ -262,8 +262,10 @@ class Agent:
         bench = get_benchmark(job["benchmark"])
         params = bench.validate(job["params"])
         kernel = self._download_kernel(job, label, progress)
+        extra = self._download_bench_artifacts(job, label, bench, progress)
         progress.update("preparing", 1, f"compiling {bench.name} for {job['arch']}")
         binaries = compile_all(bench.sources(), job["arch"], self.config.state_dir)
+        binaries.update(extra)
         commands = bench.command(params, self.backend.bindir)
         boot_job = BootJob(
             commands=commands,
@@ -346,6 +348,9 @@ class Agent:
         environment["backend"] = self.backend.name
         environment.update({k: v for k, v in result.details.items() if k == "accel"})
         environment["bench_sources_sha256"] = sources_digest(bench)
+        # What the benchmark itself states about the run (pagealloc: which
+        # cycle counter get_cycles() read).
+        environment.update(bench.environment(result.raw_output))
         return {
             "boot": index,
             "environment": environment,
@@ -354,11 +359,36 @@ class Agent:
             "console": result.console,
         }
 
+    def _download_bench_artifacts(
+        self, job: dict[str, Any], label: str, bench: Benchmark, progress: _Progress
+    ) -> dict[str, Path]:
+        """The build artifacts the benchmark runs (e.g. pagealloc.ko), by name.
+
+        A build without one is a fact about the kernel under test (a kernel
+        without CONFIG_MODULES, a module that does not compile against it),
+        so the job fails as a benchmark failure, not as the runner's fault.
+        """
+        artifacts = {artifact["name"]: artifact for artifact in job.get("artifacts", [])}
+        out: dict[str, Path] = {}
+        for name in bench.artifacts():
+            if name not in artifacts:
+                raise BenchmarkFailure(
+                    f"{bench.name} needs the build artifact {name}, which build "
+                    f"{(job.get('kernel') or {}).get('build_id')} does not have (has: "
+                    f"{', '.join(sorted(artifacts))}): the kernel was built without "
+                    "CONFIG_MODULES or the module did not compile against it; the build's "
+                    "warnings say which"
+                )
+            out[name] = self._download(artifacts[name], label, progress)
+        return out
+
     def _download_kernel(self, job: dict[str, Any], label: str, progress: _Progress) -> Path:
         artifacts = {artifact["name"]: artifact for artifact in job.get("artifacts", [])}
         if "kernel" not in artifacts:
             raise RuntimeError(f"the job lists no kernel artifact (has: {sorted(artifacts)})")
-        artifact = artifacts["kernel"]
+        return self._download(artifacts["kernel"], label, progress)
+
+    def _download(self, artifact: dict[str, Any], label: str, progress: _Progress) -> Path:
         start = self.clock()
         path = self.client.download(
             artifact["url"],
@@ -368,8 +398,9 @@ class Agent:
             on_chunk=lambda _received: progress.console(""),
         )
         log.info(
-            "%s: kernel %s (%d bytes) ready in %.1f s",
+            "%s: %s %s (%d bytes) ready in %.1f s",
             label,
+            artifact.get("name", "artifact"),
             artifact["sha256"][:12],
             path.stat().st_size,
             self.clock() - start,

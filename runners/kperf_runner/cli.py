@@ -3,7 +3,8 @@
 kperf-runner run --server URL --token TOKEN --name NAME [--arch x86_64]
                  [--machine-class qemu-x86_64] [--backend qemu] [--state-dir DIR]
                  [--once] [--poll SECONDS] [--qemu-accel auto|kvm|tcg]
-kperf-runner bench spawn [--grid quick] [--set key=value ...] [--json]
+kperf-runner bench NAME [--grid quick] [--set key=value ...] [--json]
+                   [--artifact pagealloc.ko=PATH]
 kperf-runner version
 """
 
@@ -113,6 +114,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print one JSON document (params, samples, raw output) only",
     )
+    bench.add_argument(
+        "--artifact",
+        dest="artifacts",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="a build artifact the benchmark needs (pagealloc: pagealloc.ko=PATH, built with the running kernel)",
+    )
     bench.add_argument("--state-dir", type=Path, default=default_state_dir())
 
     sub.add_parser("version", help="print the version")
@@ -133,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "bench":
             return bench_command(args)
         return run_command(args)
-    except (UnknownBenchmark, BadParameters, ToolchainError) as error:
+    except (UnknownBenchmark, BadParameters, ToolchainError, NativeRunError) as error:
         print(f"kperf-runner: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -194,7 +203,9 @@ def bench_command(args: argparse.Namespace) -> int:
             raise BadParameters(f"--set wants KEY=VALUE, got {item!r}")
         overrides[key.strip()] = value.strip()
     params = resolve_params(bench.name, args.grid, overrides)
+    extra = native_artifacts(bench.name, bench.artifacts(), args.artifacts)
     binaries = compile_all(bench.sources(), host_arch(), args.state_dir)
+    binaries.update(extra)
     outputs: list[str] = []
     with tempfile.TemporaryDirectory(prefix="kperf-bench-") as bindir:
         # The commands name binaries by program name, as in the initramfs.
@@ -232,6 +243,61 @@ def bench_command(args: argparse.Namespace) -> int:
     else:
         print(json.dumps(sample_dicts, indent=2))
     return 0
+
+
+class NativeRunError(ValueError):
+    """A benchmark cannot run natively here; the message says why and what to do."""
+
+
+def module_vermagic(path: Path) -> str | None:
+    """The kernel release a .ko was built for (first word of its vermagic)."""
+    data = path.read_bytes()
+    start = data.find(b"vermagic=")
+    if start < 0:
+        return None
+    end = data.find(b"\0", start)
+    words = data[start + len(b"vermagic=") : end].decode("utf-8", "replace").split()
+    return words[0] if words else None
+
+
+def native_artifacts(benchmark: str, needed: list[str], given: list[str]) -> dict[str, Path]:
+    """{name: path} of the build artifacts a native run needs, from --artifact NAME=PATH.
+
+    A module only loads into the kernel it was built against, so a .ko must
+    name the running kernel's release in its vermagic.
+    """
+    paths: dict[str, Path] = {}
+    for item in given:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise NativeRunError(f"--artifact wants NAME=PATH, got {item!r}")
+        paths[name.strip()] = Path(value.strip())
+    unknown = sorted(set(paths) - set(needed))
+    if unknown:
+        raise NativeRunError(
+            f"{benchmark} uses no artifact {', '.join(unknown)}"
+            + (f"; it needs {', '.join(needed)}" if needed else "; it needs none")
+        )
+    release = os.uname().release
+    for name in needed:
+        if name not in paths:
+            raise NativeRunError(
+                f"{benchmark} needs {name}, a kernel module kperf builds with each kernel under test: "
+                f"it runs natively only on a kperf-built kernel. Boot one (this machine runs {release}) "
+                f"and pass --artifact {name}=PATH with that build's {name}, or let a runner boot the "
+                "build (kperf-runner run)"
+            )
+        path = paths[name]
+        if not path.is_file():
+            raise NativeRunError(f"--artifact {name}: {path} does not exist")
+        if name.endswith(".ko"):
+            built_for = module_vermagic(path)
+            if built_for != release:
+                raise NativeRunError(
+                    f"{path} was built for kernel {built_for or '(no vermagic: not a module?)'} but this "
+                    f"machine runs {release}: {benchmark} needs the {name} of the running kernel's build"
+                )
+    return {name: paths[name] for name in needed}
 
 
 def _run_streaming(argv: list[str], echo: bool) -> tuple[int, str]:

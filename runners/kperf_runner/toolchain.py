@@ -22,6 +22,12 @@ CSRC = Path(__file__).resolve().parent / "csrc"
 
 CFLAGS = ("-std=gnu11", "-O2", "-Wall", "-Wextra", "-static", "-s")
 
+# Sources built without the C library: true.c is the few-hundred-byte
+# program aim9's exec_test executes (its own _start makes exit_group).
+EXTRA_CFLAGS: dict[str, tuple[str, ...]] = {
+    "true.c": ("-nostdlib", "-nostartfiles", "-ffreestanding", "-Wl,--build-id=none"),
+}
+
 # Arch names follow the kernel's (ARCH=x86_64 / arm64), as the service does.
 ARCH_ALIASES = {
     "x86_64": "x86_64",
@@ -121,7 +127,8 @@ def compile_static(source: str, arch: str, state_dir: Path) -> Path:
     ):
         key.update(part)
         key.update(b"\0")
-    key.update(" ".join(CFLAGS).encode())
+    flags = (*CFLAGS, *EXTRA_CFLAGS.get(source, ()))
+    key.update(" ".join(flags).encode())
     name = src.stem
     target = state_dir / "bin" / compiler.arch / f"{name}-{key.hexdigest()[:16]}" / name
     if target.is_file():
@@ -131,7 +138,7 @@ def compile_static(source: str, arch: str, state_dir: Path) -> Path:
     # or one killed mid-compile, never leave a half-written binary behind.
     fd, tmp = tempfile.mkstemp(prefix=f".{name}-", dir=target.parent)
     os.close(fd)
-    command = [compiler.path, *CFLAGS, "-o", tmp, str(src)]
+    command = [compiler.path, *flags, "-o", tmp, str(src)]
     try:
         run = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
         if run.returncode != 0:

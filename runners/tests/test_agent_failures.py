@@ -239,7 +239,7 @@ def test_a_job_is_uploaded_in_the_protocol_shape(
     assert streamed.count("KPERF-DONE") == 2 and streamed.count("KPERF-BEGIN 1") == 2
     assert fake.bodies("heartbeat")[0]["capabilities"] == {
         "backends": ["native"],
-        "benchmarks": ["spawn"],
+        "benchmarks": ["aim9", "pagealloc", "pft", "spawn"],
     }
     assert not fake.bodies("fail")
 
@@ -499,3 +499,86 @@ def test_run_without_a_server_says_what_is_missing(tmp_path: Path) -> None:
     )
     assert run.returncode != 0
     assert "--server (or KPERF_SERVER) is required" in run.stderr
+
+
+# -- benchmarks that need a build artifact (pagealloc.ko) ------------------------
+
+PAGEALLOC_RAW = (Path(__file__).parent / "data" / "pagealloc-quick-qemu-x86_64.txt").read_text()
+MODULE = b"pretend pagealloc.ko\n" * 16
+
+
+class RecordingBackend(Backend):
+    """Records what a boot was given and answers with captured pagealloc output."""
+
+    name = "recording"
+    bindir = "/kperf/bin"
+
+    def __init__(self) -> None:
+        self.jobs: list[BootJob] = []
+
+    def boot(self, job: BootJob, kernel: Path, on_console: ConsoleCallback | None = None) -> BootResult:
+        self.jobs.append(job)
+        console = f"KPERF-ENV cpus=2\nKPERF-BEGIN 0\n{PAGEALLOC_RAW}KPERF-END 0 0\nKPERF-DONE\n"
+        record = parse_boot(console, job.commands)
+        return BootResult(console, record.environment, record.commands, 0.1)
+
+
+def _pagealloc_job(with_module: bool) -> dict[str, Any]:
+    job = _job(
+        benchmark="pagealloc",
+        params={"orders": [0, 1, 2, 3, 4], "batch_limit_kb": 4096, "outer": 3, "inner": 100},
+        boots=1,
+    )
+    if with_module:
+        job["artifacts"].append(
+            {
+                "name": "pagealloc.ko",
+                "url": "/api/v1/runner/builds/3/artifacts/pagealloc.ko",
+                "sha256": hashlib.sha256(KERNEL).hexdigest(),  # the fake serves KERNEL for every artifact
+                "size": len(KERNEL),
+            }
+        )
+    return job
+
+
+def test_the_module_artifact_is_downloaded_and_put_next_to_the_binaries(
+    service: tuple[FakeService, str], tmp_path: Path, runner_state: Path, spawn_binary: Path
+) -> None:
+    fake, url = service
+    fake.job = _pagealloc_job(with_module=True)
+    backend = RecordingBackend()
+    assert _agent(url, tmp_path, backend, runner_state).run() == 0
+    [job] = backend.jobs
+    assert job.binaries["pagealloc.ko"].read_bytes() == KERNEL
+    assert {"kmodload", "pagealloc.ko"} <= set(job.binaries)
+    assert job.commands[0][:6] == [
+        "/kperf/bin/kmodload",
+        "-c",
+        "0",
+        "-o",
+        "/proc/kperf_pagealloc",
+        "/kperf/bin/pagealloc.ko",
+    ]
+    [results] = fake.bodies("results")
+    boot = results["boots"][0]
+    # Which cycle counter the module read is part of the environment.
+    assert boot["environment"]["cycle_clock"] == "tsc"
+    assert len(boot["samples"]) == 3 * 3 * (10 + 9 + 8 + 7 + 6)
+    assert results["metrics"]["alloc-odr0-1"] == {"unit": "cycles", "higher_is_better": False}
+    # The fake serves the same bytes for both, and artifacts are cached by
+    # sha256: one download serves the kernel and the module.
+    assert [name for _, name, _ in fake.calls].count("builds") == 1
+
+
+def test_a_build_without_the_module_fails_the_job_as_benchmark(
+    service: tuple[FakeService, str], tmp_path: Path, runner_state: Path
+) -> None:
+    fake, url = service
+    fake.job = _pagealloc_job(with_module=False)
+    backend = RecordingBackend()
+    assert _agent(url, tmp_path, backend, runner_state).run() == 0
+    assert backend.jobs == []
+    [fail] = fake.bodies("fail")
+    assert fail["kind"] == "benchmark"
+    assert "needs the build artifact pagealloc.ko" in fail["message"]
+    assert "CONFIG_MODULES" in fail["message"]

@@ -15,7 +15,9 @@ from kperf_runner.benchmarks import (
 
 
 def test_unknown_benchmark_lists_the_known_ones() -> None:
-    with pytest.raises(UnknownBenchmark, match=r"unknown benchmark 'spwan'; known benchmarks: spawn"):
+    with pytest.raises(
+        UnknownBenchmark, match=r"unknown benchmark 'spwan'; known benchmarks: aim9, pagealloc, pft, spawn"
+    ):
         get_benchmark("spwan")
     with pytest.raises(UnknownBenchmark):
         resolve_params("spwan", "quick")
