@@ -1,9 +1,13 @@
 """End to end, the path a user takes: a real kernel tree, real builds, real
-QEMU boots, real spawn numbers, a verdict.
+QEMU boots, real benchmark numbers, a verdict.
 
-Two submissions against the untouched base of Debian's linux-source-6.1:
-`fork-slow` (a deliberate delay in fork's VMA copy, kernel-builds/fixtures)
-must be reported as a spawn regression; `neutral` (a comment) must not.
+Submissions against the untouched base of Debian's linux-source-6.1, each
+with a fixture patch from kernel-builds/fixtures/: `fork-slow` must be a
+spawn regression and `neutral` (a comment) must not; `broken-build` must
+fail with the compiler's error; `pagefault-slow` must be a pft regression
+and leave the page allocator alone; `pagealloc-slow` must be a pagealloc and
+aim9 page_test regression. One stack serves them all, so the base kernel is
+built once.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -107,18 +111,29 @@ def web_page(stack: RunningStack, path: str) -> str:
     return resp.text
 
 
-def test_fork_slowdown_is_a_spawn_regression_and_a_comment_is_not(
-    tmp_path: Path, kperf_cache: Path, kernel_tree: Path
-) -> None:
-    env, drop_database = stack_env(tmp_path, kperf_cache)
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, kperf_cache: Path) -> Iterator[RunningStack]:
+    """One stack for every end-to-end test, so the base kernel is built once."""
+    tmp = tmp_path_factory.mktemp("e2e")
+    env, drop_database = stack_env(tmp, kperf_cache)
     try:
-        with running_stack(tmp_path / "home", env) as stack:
-            run_submissions(stack, tmp_path, kernel_tree)
+        with running_stack(tmp / "home", env) as running:
+            yield running
     finally:
         drop_database()
 
 
-def run_submissions(stack: RunningStack, tmp_path: Path, kernel_tree: Path) -> None:
+def submit(stack: RunningStack, tree: Path, branch: str, benchmarks: list[str]) -> dict[str, Any]:
+    resp = stack.api(
+        "POST", "/submissions", {"tree": str(tree), "branch": branch, "base": "base", "benchmarks": benchmarks}
+    )
+    assert resp.status_code == 201, resp.text
+    return wait_final(stack, resp.json()["id"])
+
+
+def test_fork_slowdown_is_a_spawn_regression_and_a_comment_is_not(
+    stack: RunningStack, tmp_path: Path, kernel_tree: Path
+) -> None:
     # The local runner shares this machine's two cores with the builds worker,
     # so submissions go one after another: a kernel build next to a QEMU boot
     # would measure the build, not the kernel (docs/runners.md).
@@ -177,3 +192,37 @@ def run_submissions(stack: RunningStack, tmp_path: Path, kernel_tree: Path) -> N
     assert "spawn-vmas-0" in status and "regression" in status
     page = web_page(stack, f"/submissions/{slow['id']}")
     assert 'data-metric="spawn-vmas-0"' in page and "verdict-regression" in page
+
+
+def test_a_slower_anonymous_fault_is_a_pft_regression_and_leaves_the_allocator_alone(
+    stack: RunningStack, kernel_tree: Path
+) -> None:
+    """kernel-builds/fixtures/pagefault-slow.patch: udelay in do_anonymous_page."""
+    d = submit(stack, kernel_tree, "pagefault-slow", ["pft", "pagealloc"])
+    assert d["status"] == "done", d["error"]
+    by_bench = {c["benchmark"]: {m["metric"]: m["verdict"] for m in c["metrics"]} for c in d["comparisons"]}
+    pft = by_bench["pft"]
+    assert pft["faults/sec-threads-1"] == "regression", d["comparisons"]
+    assert pft["faults/sec-threads-2"] == "regression"
+    assert "improvement" not in pft.values()
+    # The page allocator's own cost did not change: at most the false
+    # discoveries the FDR control allows among its 120 metrics.
+    alloc = by_bench["pagealloc"]
+    assert len(alloc) >= 100
+    assert sum(v == "regression" for v in alloc.values()) <= 0.05 * len(alloc), alloc
+
+
+def test_a_slower_allocator_fast_path_is_a_pagealloc_and_page_test_regression(
+    stack: RunningStack, kernel_tree: Path
+) -> None:
+    """kernel-builds/fixtures/pagealloc-slow.patch: udelay before the fast-path allocation."""
+    d = submit(stack, kernel_tree, "pagealloc-slow", ["pagealloc", "aim9"])
+    assert d["status"] == "done", d["error"]
+    metrics = {m["metric"]: m for c in d["comparisons"] for m in c["metrics"]}
+    for name in ("alloc-odr0-1", "total-odr0-1", "alloc-odr0-16", "page_test"):
+        assert metrics[name]["verdict"] == "regression", (name, metrics[name])
+    # Lower-is-better cycles going up reads negative, as in mmtests.
+    assert metrics["alloc-odr0-1"]["change_pct"] < 0 and metrics["alloc-odr0-1"]["unit"] == "cycles"
+    # brk_test moves the break without touching a page: no allocation to slow down.
+    assert metrics["brk_test"]["verdict"] != "regression", metrics["brk_test"]
+    assert any(c["table"] and "page_test" in c["table"] for c in d["comparisons"])
