@@ -44,7 +44,7 @@ from .client import (
     ProtocolError,
     ServerUnavailable,
 )
-from .toolchain import CSRC, compile_all, normalize_arch
+from .toolchain import COMMON_HEADER, CSRC, compile_all, normalize_arch
 
 log = logging.getLogger("kperf_runner")
 
@@ -461,6 +461,6 @@ def _join_consoles(consoles: list[str]) -> str:
 def sources_digest(bench: Benchmark) -> str:
     """sha256 over the benchmark's C sources and the init, in a fixed order."""
     h = hashlib.sha256()
-    for name in sorted({*bench.sources(), "init.c"}):
+    for name in sorted({*bench.sources(), "init.c", COMMON_HEADER}):
         h.update(name.encode() + b"\0" + (CSRC / name).read_bytes())
     return h.hexdigest()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 
+COMMON_HEADER = "kperf_bench.h"
 CFLAGS = ("-std=gnu11", "-O2", "-Wall", "-Wextra", "-static", "-s")
 
 # Sources built without the C library: true.c is the few-hundred-byte
@@ -113,6 +114,10 @@ def source_path(source: str) -> Path:
     return path
 
 
+def _read_if_exists(path: Path) -> bytes:
+    return path.read_bytes() if path.is_file() else b""
+
+
 def compile_static(source: str, arch: str, state_dir: Path) -> Path:
     """The cached static binary built from csrc/<source> for arch."""
     compiler = find_compiler(arch)
@@ -121,6 +126,8 @@ def compile_static(source: str, arch: str, state_dir: Path) -> Path:
     key = hashlib.sha256()
     for part in (
         text,
+        # Every program may include the shared header: it is part of the source.
+        _read_if_exists(CSRC / COMMON_HEADER),
         compiler.path.encode(),
         compiler.version.encode(),
         compiler.arch.encode(),
@@ -138,7 +145,7 @@ def compile_static(source: str, arch: str, state_dir: Path) -> Path:
     # or one killed mid-compile, never leave a half-written binary behind.
     fd, tmp = tempfile.mkstemp(prefix=f".{name}-", dir=target.parent)
     os.close(fd)
-    command = [compiler.path, *flags, "-o", tmp, str(src)]
+    command = [compiler.path, *flags, "-I", str(CSRC), "-o", tmp, str(src)]
     try:
         run = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
         if run.returncode != 0:

@@ -53,6 +53,21 @@ def test_an_edited_source_gets_a_new_binary(
     assert first != second and first.name == second.name == "hello"
 
 
+def test_an_edited_shared_header_gets_a_new_binary(
+    runner_state: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    csrc = tmp_path / "csrc"
+    csrc.mkdir()
+    (csrc / "kperf_bench.h").write_text("#define ANSWER 0\n")
+    (csrc / "hello.c").write_text('#include "kperf_bench.h"\nint main(void) { return ANSWER; }\n')
+    monkeypatch.setattr(toolchain, "CSRC", csrc)
+    first = compile_static("hello.c", host_arch(), runner_state)
+    (csrc / "kperf_bench.h").write_text("#define ANSWER 1\n")
+    second = compile_static("hello.c", host_arch(), runner_state)
+    assert first != second
+    assert subprocess.run([str(second)], check=False).returncode == 1
+
+
 def test_a_missing_cross_compiler_names_the_package(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -39,23 +39,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#define PROGRAM "aim9"
+#include "kperf_bench.h"
+
 #define KIB 1024L
 
 static const char *true_path = "true";
-
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fflush(stdout);
-	fputs("aim9: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(1);
-}
 
 static void usage(void)
 {
@@ -200,18 +189,6 @@ static void run_test(int number, const struct test *t, double seconds)
 	printf("%6d %-15s%10.2f %10lu %10.5f %15.2f %s\n", number, t->name, elapsed, calls,
 	       (double)calls / elapsed, (double)calls * (double)t->ops_per_call / elapsed, t->units);
 	fflush(stdout);
-}
-
-static long parse_long(const char *opt, const char *s, long min, long max)
-{
-	char *end;
-	long v;
-
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno || end == s || *end != '\0' || v < min || v > max)
-		die("%s wants an integer in [%ld, %ld], got '%s'", opt, min, max, s);
-	return v;
 }
 
 int main(int argc, char **argv)

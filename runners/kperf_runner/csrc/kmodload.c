@@ -24,19 +24,8 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fflush(stdout);
-	fputs("kmodload: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(1);
-}
+#define PROGRAM "kmodload"
+#include "kperf_bench.h"
 
 static void usage(void)
 {

@@ -42,19 +42,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fflush(stdout);
-	fputs("pft: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(1);
-}
+#define PROGRAM "pft"
+#include "kperf_bench.h"
 
 static void usage(void)
 {
@@ -64,18 +53,6 @@ static void usage(void)
 			"  -i  iterations (a fresh region each)\n"
 			"  -M  threads (one mm, the default) or processes\n");
 	exit(2);
-}
-
-static long parse_long(const char *opt, const char *s, long min, long max)
-{
-	char *end;
-	long v;
-
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno || end == s || *end != '\0' || v < min || v > max)
-		die("%s wants an integer in [%ld, %ld], got '%s'", opt, min, max, s);
-	return v;
 }
 
 static double now_seconds(void)

@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Helpers shared by kperf's benchmark programs. Each program stays one
+ * self-contained static binary: define PROGRAM (its name, for messages)
+ * and include this after the system headers.
+ */
+#ifndef KPERF_BENCH_H
+#define KPERF_BENCH_H
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifndef PROGRAM
+#error "define PROGRAM before including kperf_bench.h"
+#endif
+
+static inline void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static inline void die(const char *fmt, ...)
+{
+	va_list ap;
+
+	fflush(stdout);
+	fputs(PROGRAM ": ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(1);
+}
+
+static inline long parse_long(const char *opt, const char *s, long min, long max)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || end == s || *end != '\0' || v < min || v > max)
+		die("%s wants an integer in [%ld, %ld], got '%s'", opt, min, max, s);
+	return v;
+}
+
+#endif
