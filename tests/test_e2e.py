@@ -223,6 +223,7 @@ def test_a_slower_allocator_fast_path_is_a_pagealloc_and_page_test_regression(
         assert metrics[name]["verdict"] == "regression", (name, metrics[name])
     # Lower-is-better cycles going up reads negative, as in mmtests.
     assert metrics["alloc-odr0-1"]["change_pct"] < 0 and metrics["alloc-odr0-1"]["unit"] == "cycles"
-    # brk_test moves the break without touching a page: no allocation to slow down.
-    assert metrics["brk_test"]["verdict"] != "regression", metrics["brk_test"]
+    # The fixture declares nothing it must not move: every brk, exec and fork
+    # allocates too (page tables, slab pages for the VMA tree), so no aim9
+    # test is a clean control here; pagefault-slow's test has the controls.
     assert any(c["table"] and "page_test" in c["table"] for c in d["comparisons"])
