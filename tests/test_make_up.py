@@ -14,6 +14,25 @@ import requests
 from kperf.testing.stack import running_stack
 
 
+def cmdlines(procs: list[psutil.Process]) -> list[str]:
+    """Command lines of the processes still there (short-lived helpers such as
+    a compiler probe may exit between listing and reading)."""
+    out = []
+    for p in procs:
+        try:
+            out.append(" ".join(p.cmdline()))
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            continue
+    return out
+
+
+def alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def test_kperf_up_names_missing_tools_with_the_apt_command(tmp_path: Path) -> None:
     kperf_up = str(Path(sys.executable).parent / "kperf-up")
     env = dict(os.environ, PATH=str(tmp_path))  # nothing on PATH: every tool is missing
@@ -78,13 +97,13 @@ def test_kperf_up_runs_everything_on_embedded_defaults_and_stops_on_ctrl_c(tmp_p
         assert runners[0]["name"] == "local-qemu-x86_64" and runners[0]["last_heartbeat"], stack.log("runner")
         assert runners[0]["machine_class"] == "qemu-x86_64"
         children = psutil.Process(stack.proc.pid).children(recursive=True)
-        names = " ".join(" ".join(c.cmdline()) for c in children)
+        names = " ".join(cmdlines(children))
         for part in ("gunicorn", "-Q builds", "-Q default,analysis", "beat", "kperf-runner"):
             assert part in names, part
         pgdata = str(stack.home / "pgdata")
         assert any(pgdata in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
     assert stack.proc.returncode == 0
     time.sleep(1)
-    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    assert not [c for c in children if alive(c)]
     # The embedded PostgreSQL stopped too.
     assert not any(pgdata in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
