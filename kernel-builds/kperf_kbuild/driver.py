@@ -264,7 +264,7 @@ def build_kernel(req: BuildRequest, progress: ProgressFn | None = None) -> Build
 
     key = f"{req.arch}-{req.sha[:12]}-{digest[:12]}"
     build_root = work_root / key
-    with _locked(work_root / f"{key}.lock"):
+    with file_lock(work_root / f"{key}.lock"):
         _remove_build_root(repo, build_root)
         build_root.mkdir()
         try:
@@ -650,7 +650,8 @@ def _remove_build_root(repo: Path, build_root: Path) -> None:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive flock on `path` (created if missing): one process at a time."""
     with path.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:

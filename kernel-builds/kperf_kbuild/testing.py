@@ -16,8 +16,6 @@ Everything lives in a cache directory (KPERF_CACHE, ~/.cache/kperf)::
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -26,7 +24,6 @@ import re
 import shutil
 import subprocess
 import tarfile
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -37,6 +34,7 @@ from kperf_kbuild.driver import (
     BuildResult,
     build_kernel,
     config_digest,
+    file_lock,
 )
 
 log = logging.getLogger(__name__)
@@ -147,7 +145,7 @@ def ensure_test_tree(
     cache_dir = Path(cache_dir).resolve()
     cache_dir.mkdir(parents=True, exist_ok=True)
     tree = cache_dir / TREE_NAME
-    with _locked(cache_dir / "linux-test.lock"):
+    with file_lock(cache_dir / "linux-test.lock"):
         state = _read_state(tree)
         identity = _tarball_identity(tarball) if tarball.is_file() else None
         usable = state.get("format") == _TREE_FORMAT
@@ -184,7 +182,7 @@ def build_fixture_kernel(tree: Path, branch: str, arch: str, cache_dir: Path) ->
     builds = cache_dir / "fixture-builds"
     builds.mkdir(parents=True, exist_ok=True)
     out = builds / key
-    with _locked(builds / f"{key}.lock"):
+    with file_lock(builds / f"{key}.lock"):
         cached = _load_manifest(out / MANIFEST)
         if cached is not None:
             return cached
@@ -402,16 +400,6 @@ def _write_state(tree: Path, state: dict[str, Any]) -> None:
     tmp = tree / f"{STATE_FILE}.tmp"
     tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
     tmp.replace(tree / STATE_FILE)
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _git(repo: Path, *args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> str:

@@ -254,14 +254,7 @@ int main(int argc, char **argv)
 		if (strcmp(chosen[i]->name, "exec_test") == 0 && access(true_path, X_OK) != 0)
 			die("exec_test cannot execute '%s': %s (pass -x PATH)", true_path,
 			    strerror(errno));
-	if (cpu >= 0) {
-		cpu_set_t set;
-
-		CPU_ZERO(&set);
-		CPU_SET((int)cpu, &set);
-		if (sched_setaffinity(0, sizeof(set), &set) != 0)
-			die("cannot pin to CPU %ld: %s", cpu, strerror(errno));
-	}
+	pin(cpu);
 	/* Touch the brk area once, so the first page_test call is not special. */
 	page_test();
 

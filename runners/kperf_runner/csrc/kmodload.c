@@ -166,14 +166,7 @@ int main(int argc, char **argv)
 		strcat(params, argv[i]);
 	}
 	module_name(argv[optind], name, sizeof(name));
-	if (cpu >= 0) {
-		cpu_set_t set;
-
-		CPU_ZERO(&set);
-		CPU_SET((int)cpu, &set);
-		if (sched_setaffinity(0, sizeof(set), &set) != 0)
-			die("cannot pin to CPU %ld: %s", cpu, strerror(errno));
-	}
+	pin(cpu);
 	printf("kmodload: module=%s cpu=%ld params=%s\n", name, cpu, params);
 	fflush(stdout);
 	load(argv[optind], params);

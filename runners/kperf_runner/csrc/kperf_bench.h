@@ -8,12 +8,27 @@
 #define KPERF_BENCH_H
 
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #ifndef PROGRAM
 #error "define PROGRAM before including kperf_bench.h"
+/* Pin the calling process to one CPU (cpu < 0: leave it where it is). */
+static inline void pin(long cpu)
+{
+	cpu_set_t set;
+
+	if (cpu < 0)
+		return;
+	CPU_ZERO(&set);
+	CPU_SET((int)cpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set) != 0)
+		die("cannot pin to CPU %ld: %s", cpu, strerror(errno));
+}
+
 #endif
 
 static inline void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -40,6 +55,19 @@ static inline long parse_long(const char *opt, const char *s, long min, long max
 	if (errno || end == s || *end != '\0' || v < min || v > max)
 		die("%s wants an integer in [%ld, %ld], got '%s'", opt, min, max, s);
 	return v;
+}
+
+/* Pin the calling process to one CPU (cpu < 0: leave it where it is). */
+static inline void pin(long cpu)
+{
+	cpu_set_t set;
+
+	if (cpu < 0)
+		return;
+	CPU_ZERO(&set);
+	CPU_SET((int)cpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set) != 0)
+		die("cannot pin to CPU %ld: %s", cpu, strerror(errno));
 }
 
 #endif

@@ -96,18 +96,6 @@ static void make_vmas(long extra)
 		    after - before);
 }
 
-static void pin(long cpu)
-{
-	cpu_set_t set;
-
-	if (cpu < 0)
-		return;
-	CPU_ZERO(&set);
-	CPU_SET((int)cpu, &set);
-	if (sched_setaffinity(0, sizeof(set), &set) != 0)
-		die("cannot pin to CPU %ld: %s", cpu, strerror(errno));
-}
-
 static unsigned long spawn_for(double seconds, double *elapsed)
 {
 	unsigned long count = 0;
