@@ -227,3 +227,57 @@ def test_a_slower_allocator_fast_path_is_a_pagealloc_and_page_test_regression(
     # allocates too (page tables, slab pages for the VMA tree), so no aim9
     # test is a clean control here; pagefault-slow's test has the controls.
     assert any(c["table"] and "page_test" in c["table"] for c in d["comparisons"])
+
+
+def wait_branch(stack: RunningStack, branch_id: int, commits: int) -> dict[str, Any]:
+    deadline = time.monotonic() + TIMEOUT_S
+    last = ""
+    while time.monotonic() < deadline:
+        d: dict[str, Any] = stack.api("GET", f"/branches/{branch_id}").json()
+        state = f"{[(c['sha'][:8], c['status'], c['boots_done']) for c in d['commits']]} {d['last_error']}"
+        if state != last:
+            print(f"branch {branch_id}: {state}", flush=True)
+            last = state
+        if len(d["commits"]) >= commits and all(c["status"] in ("done", "failed") for c in d["commits"]):
+            return d
+        time.sleep(5)
+    raise AssertionError(f"branch {branch_id} not measured after {TIMEOUT_S} s: {last}\n{stack.log('worker')[-3000:]}")
+
+
+def test_a_tracked_branch_measures_each_commit_it_moves_to(
+    stack: RunningStack, tmp_path: Path, kernel_tree: Path
+) -> None:
+    """`kperf track`, then the branch moves: the new commit is built (or its
+    build reused), booted and added to the series, on the API, CLI and page."""
+    clone = tmp_path / "linux"
+    subprocess.run(["git", "clone", "-q", "--shared", "--bare", str(kernel_tree), str(clone)], check=True)
+    subprocess.run(["git", "-C", str(clone), "branch", "-f", "tracked", "base"], check=True)
+    cli_env = dict(
+        os.environ, KPERF_SERVER=stack.url, KPERF_TOKEN=stack.creds["api_token"], KPERF_CONFIG=str(tmp_path / "c.json")
+    )
+    kperf = str(Path(sys.executable).parent / "kperf")
+
+    def cli(*args: str) -> str:
+        done = subprocess.run([kperf, *args], env=cli_env, capture_output=True, text=True, timeout=120, check=True)
+        return done.stdout
+
+    out = cli("track", str(clone), "tracked", "--bench", "spawn", "--boots", "1")
+    branch_id = int(re.search(r"tracking branch (\d+)", out).group(1))  # type: ignore[union-attr]
+    first = wait_branch(stack, branch_id, 1)
+    base_sha = subprocess.run(
+        ["git", "-C", str(clone), "rev-parse", "base"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert [(c["sha"], c["status"]) for c in first["commits"]] == [(base_sha, "done")], first
+
+    # The branch moves on by one commit (the fork slowdown); a poll finds it.
+    subprocess.run(["git", "-C", str(clone), "branch", "-f", "tracked", "fork-slow"], check=True)
+    cli("branches", str(branch_id), "--poll")
+    d = wait_branch(stack, branch_id, 2)
+    assert [c["status"] for c in d["commits"]] == ["done", "done"], d["commits"]
+    assert d["commits"][0]["subject"] and d["commits"][0]["boots_done"] == 1
+    series = stack.api("GET", f"/branches/{branch_id}/series?machine_class=qemu-x86_64&benchmark=spawn").json()
+    assert len(series["commits"]) == 2
+    assert all(v > 0 for boots in series["metrics"]["spawn-vmas-0"] for boot in boots for v in boot)
+    shown = cli("branches", str(branch_id))
+    assert d["commits"][0]["sha"][:12] in shown and "done" in shown
+    assert d["commits"][0]["sha"][:12] in web_page(stack, f"/branches/{branch_id}")

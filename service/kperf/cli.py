@@ -292,9 +292,10 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--json", action="store_true", help="print change points as JSON")
     cp.set_defaults(func=cmd_changepoints)
 
-    from kperf.cli_mmtests import add_parsers
+    from kperf import cli_mmtests, cli_track
 
-    add_parsers(sub)
+    cli_mmtests.add_parsers(sub)
+    cli_track.add_parsers(sub)
     return p
 
 

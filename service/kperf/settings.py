@@ -111,6 +111,7 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ROUTES = {
     "kperf.build_kernel": {"queue": "builds"},
     "kperf.analyse_submission": {"queue": "analysis"},
+    "kperf.analyse_branch_commit": {"queue": "analysis"},
 }
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -141,4 +142,9 @@ KPERF_CONSOLE_LOG_MAX_BYTES = env_int("KPERF_CONSOLE_LOG_MAX_BYTES", 2 * 1024 * 
 # operators can change the intervals in the admin.
 CELERY_BEAT_SCHEDULE = {
     "expire-leases": {"task": "kperf.expire_leases", "schedule": float(env_int("KPERF_LEASE_CHECK_SECONDS", 30))},
+    # How often tracked branches are fetched to see whether they moved.
+    "poll-tracked-branches": {
+        "task": "kperf.poll_tracked_branches",
+        "schedule": float(env_int("KPERF_TRACK_POLL_SECONDS", 300, minimum=10)),
+    },
 }

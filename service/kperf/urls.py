@@ -15,6 +15,8 @@ urlpatterns = [
     path("", views.submission_list, name="submission-list"),
     path("submissions/new", views.submission_new, name="submission-new"),
     path("submissions/<int:sub_id>", views.submission_detail, name="submission-detail"),
+    path("branches/", views.branch_list, name="branch-list"),
+    path("branches/<int:branch_id>", views.branch_detail, name="branch-detail"),
     path("builds/<int:build_id>/log", views.build_log, name="build-log"),
     path("jobs/<int:job_id>/console", views.job_console, name="job-console"),
 ]

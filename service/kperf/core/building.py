@@ -96,4 +96,6 @@ def _finish(build_id: int, ok: bool, error: str, log_tail: str, artifacts: dict[
         sub_ids = list(build.submission_builds.values_list("submission_id", flat=True).distinct())
         for sub_id in sub_ids:
             transaction.on_commit(partial(tasks.advance_submission.delay, sub_id))
+        for commit_id in build.branch_commits.values_list("pk", flat=True):
+            transaction.on_commit(partial(tasks.advance_branch_commit.delay, commit_id))
     log.info("build %s: %s", build_id, "done" if ok else f"FAILED: {error}")

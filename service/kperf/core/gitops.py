@@ -196,3 +196,34 @@ def resolve_ref(mirror: Path, ref: str) -> str:
 
 def commit_subject(mirror: Path, sha: str) -> str:
     return run_git(["-C", str(mirror), "log", "-1", "--format=%s", sha, "--"], timeout=60).strip()
+
+
+def is_ancestor(mirror: Path, older: str, newer: str) -> bool:
+    """True when `older` is reachable from `newer` (both shas in the mirror)."""
+    try:
+        run_git(["-C", str(mirror), "merge-base", "--is-ancestor", older, newer], timeout=120)
+    except GitError:
+        return False
+    return True
+
+
+def first_parent_commits(mirror: Path, newest: str, since: str = "", limit: int = 0) -> list[tuple[str, str]]:
+    """(sha, subject) of the first-parent history of `newest`, oldest first.
+
+    With `since`, only commits after it (`since..newest`); with `limit`, only
+    the newest `limit` of them. First-parent, because a branch's history is
+    the sequence of states it was in: a merged topic branch arrives as one
+    step, as a bisection over the mainline would see it.
+    """
+    args = ["-C", str(mirror), "log", "--first-parent", "--format=%H %s"]
+    if limit:
+        args.append(f"-n{limit}")
+    args += [f"{since}..{newest}" if since else newest, "--"]
+    out = run_git(args, timeout=600)
+    rows = [line.split(" ", 1) for line in out.splitlines() if line]
+    return [(r[0], r[1] if len(r) > 1 else "") for r in reversed(rows)]
+
+
+def count_first_parent(mirror: Path, sha: str) -> int:
+    """How many commits the first-parent history of `sha` has, itself included."""
+    return int(run_git(["-C", str(mirror), "rev-list", "--first-parent", "--count", sha, "--"], timeout=600).strip())

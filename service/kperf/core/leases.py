@@ -71,7 +71,9 @@ def claim(runner: Runner) -> Job | None:
         job = (
             Job.objects.select_for_update(skip_locked=True, of=("self",))
             .filter(status=Job.Status.QUEUED, machine_class=runner.machine_class)
-            .order_by("submission_id", "seq", "id")
+            # Developers' submissions first, oldest first (NULLs sort last:
+            # tracked-branch jobs run when no submission waits).
+            .order_by("submission_id", "branch_commit_id", "seq", "id")
             .first()
         )
         if job is None:
@@ -197,8 +199,6 @@ def _validate_results(
 
 
 def record_results(runner: Runner, job_id: int, data: dict[str, Any]) -> Job:
-    from kperf.core import tasks
-
     with transaction.atomic():
         job = _held(runner, job_id, data.get("attempt"))
         parsed = _validate_results(job, data)
@@ -222,15 +222,12 @@ def record_results(runner: Runner, job_id: int, data: dict[str, Any]) -> Job:
             job.console_log = ""
             _append_console(job, str(data["console_log"]))
         job.save()
-        if job.submission_id is not None:
-            sub_id = job.submission_id
-            transaction.on_commit(partial(tasks.advance_submission.delay, sub_id))
+        _advance_owner(job)
     log.info("job %s: results recorded from %s", job_id, runner.name)
     return job
 
 
 def record_failure(runner: Runner, job_id: int, data: dict[str, Any]) -> Job:
-    from kperf.core import tasks
 
     kind = data.get("kind")
     if kind not in Job.FailureKind.values:
@@ -250,11 +247,20 @@ def record_failure(runner: Runner, job_id: int, data: dict[str, Any]) -> Job:
             job.lease_expires = None
             job.phase = "failed"
         job.save()
-        if job.status == Job.Status.FAILED and job.submission_id is not None:
-            sub_id = job.submission_id
-            transaction.on_commit(partial(tasks.advance_submission.delay, sub_id))
+        if job.status == Job.Status.FAILED:
+            _advance_owner(job)
     log.warning("job %s: %s failure reported by %s: %s", job_id, kind, runner.name, message)
     return job
+
+
+def _advance_owner(job: Job) -> None:
+    """After the transaction commits, let the submission or branch commit that owns a finished job move on."""
+    from kperf.core import tasks
+
+    if job.submission_id is not None:
+        transaction.on_commit(partial(tasks.advance_submission.delay, job.submission_id))
+    if job.branch_commit_id is not None:
+        transaction.on_commit(partial(tasks.advance_branch_commit.delay, job.branch_commit_id))
 
 
 def _requeue(job: Job, why: str) -> None:
@@ -268,8 +274,6 @@ def _requeue(job: Job, why: str) -> None:
 
 def expire_leases() -> int:
     """Put jobs whose lease ran out back in the queue, or fail them after the last attempt."""
-    from kperf.core import tasks
-
     now = timezone.now()
     changed = 0
     with transaction.atomic():
@@ -289,9 +293,7 @@ def expire_leases() -> int:
                 )
                 job.finished = now
                 job.lease_expires = None
-                if job.submission_id is not None:
-                    sub_id = job.submission_id
-                    transaction.on_commit(partial(tasks.advance_submission.delay, sub_id))
+                _advance_owner(job)
             job.save()
             changed += 1
             log.warning("job %s: lease of %s expired, now %s", job.pk, holder, job.status)

@@ -1,11 +1,11 @@
-"""One JSON shape of a submission, shared by the API, the CLI and the web page."""
+"""One JSON shape of a submission or tracked branch, shared by the API, the CLI and the web pages."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from kperf.core import workflow
-from kperf.core.models import Job, Submission
+from kperf.core.models import ChangePoint, Job, Submission, TrackedBranch
 
 
 def _iso(dt: Any) -> str | None:
@@ -136,4 +136,72 @@ def submission_detail(sub: Submission) -> dict[str, Any]:
             "comparisons": comparisons(sub),
         }
     )
+    return data
+
+
+def branch_summary(b: TrackedBranch) -> dict[str, Any]:
+    return {
+        "id": b.pk,
+        "tree": b.tree.url,
+        "branch": b.branch,
+        "benchmarks": b.benchmarks,
+        "grid": b.grid,
+        "arches": b.arches,
+        "boots": b.boots,
+        "max_commits": b.max_commits,
+        "enabled": b.enabled,
+        "head_sha": b.head_sha or None,
+        "last_polled": _iso(b.last_polled),
+        "last_error": b.last_error,
+        "owner": b.owner.get_username(),
+        "created": _iso(b.created),
+    }
+
+
+def change_point_dict(cp: ChangePoint) -> dict[str, Any]:
+    return {
+        "machine_class": cp.machine_class.name,
+        "benchmark": cp.benchmark,
+        "metric": cp.metric,
+        "sha": cp.commit.sha,
+        "subject": cp.commit.subject,
+        "previous_sha": cp.previous.sha if cp.previous else None,
+        # Unmeasured commits between `previous_sha` and `sha`: 0 means the
+        # change is pinned to one commit, more means bisect that range.
+        "untested_between": cp.commit.skipped_before,
+        "detected_at_sha": cp.detected_at.sha,
+        "direction": cp.direction,
+        "change_pct": cp.change_pct,
+        "p_value": cp.p_value,
+        "statistic": cp.statistic,
+        "first_seen": _iso(cp.first_seen),
+    }
+
+
+def branch_detail(b: TrackedBranch, commits_limit: int = 200) -> dict[str, Any]:
+    data = branch_summary(b)
+    commits = list(b.commits.order_by("-position")[:commits_limit])
+    jobs: dict[int, list[Job]] = {}
+    for j in Job.objects.filter(branch_commit__in=commits).select_related("machine_class", "runner"):
+        jobs.setdefault(j.branch_commit_id or 0, []).append(j)
+    data["commits"] = [
+        {
+            "sha": c.sha,
+            "position": c.position,
+            "subject": c.subject,
+            "untested_before": c.skipped_before,
+            "on_branch": c.on_branch,
+            "status": c.status,
+            "error": c.error,
+            "boots_done": sum(j.boots for j in jobs.get(c.pk, []) if j.status == Job.Status.DONE),
+            "boots_total": sum(j.boots for j in jobs.get(c.pk, [])),
+            "created": _iso(c.created),
+            "finished": _iso(c.finished),
+        }
+        for c in commits
+    ]
+    data["change_points"] = [
+        change_point_dict(cp)
+        for cp in b.change_points.select_related("machine_class", "commit", "previous", "detected_at")
+    ]
     return data

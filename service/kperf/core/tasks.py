@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from kperf.core import analysis, building, leases, workflow
+from kperf.core import analysis, building, leases, tracking, workflow
 
 
 @shared_task(name="kperf.prepare_submission")
@@ -30,3 +30,23 @@ def analyse_submission(sub_id: int) -> None:
 @shared_task(name="kperf.expire_leases")
 def expire_leases() -> int:
     return leases.expire_leases()
+
+
+@shared_task(name="kperf.poll_tracked_branches")
+def poll_tracked_branches() -> int:
+    return tracking.poll_all()
+
+
+@shared_task(name="kperf.poll_branch")
+def poll_branch(branch_id: int, backfill: int = 0) -> None:
+    tracking.poll_branch(branch_id, backfill)
+
+
+@shared_task(name="kperf.advance_branch_commit")
+def advance_branch_commit(commit_id: int) -> None:
+    tracking.advance_branch_commit(commit_id)
+
+
+@shared_task(name="kperf.analyse_branch_commit")
+def analyse_branch_commit(commit_id: int) -> None:
+    tracking.analyse_branch_commit(commit_id)

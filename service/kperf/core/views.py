@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from kperf.core import benchmarks, presenters, workflow
-from kperf.core.models import Job, KernelBuild, Submission
+from kperf.core.models import Job, KernelBuild, Submission, TrackedBranch
 from kperf_kbuild.driver import SUPPORTED_ARCHES
 
 
@@ -84,3 +84,15 @@ def build_log(request: HttpRequest, build_id: int) -> HttpResponse:
 def job_console(request: HttpRequest, job_id: int) -> HttpResponse:
     job = get_object_or_404(Job, pk=job_id)
     return _text(job.console_log or f"job {job_id} has no console output yet (status: {job.status})")
+
+
+@login_required
+def branch_list(request: HttpRequest) -> HttpResponse:
+    branches = TrackedBranch.objects.select_related("tree", "owner")
+    return render(request, "kperf/branch_list.html", {"branches": branches})
+
+
+@login_required
+def branch_detail(request: HttpRequest, branch_id: int) -> HttpResponse:
+    branch = get_object_or_404(TrackedBranch.objects.select_related("tree", "owner"), pk=branch_id)
+    return render(request, "kperf/branch_detail.html", {"b": branch, "d": presenters.branch_detail(branch)})

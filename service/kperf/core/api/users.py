@@ -1,4 +1,4 @@
-"""The API for people: tokens, benchmarks, submissions."""
+"""The API for people: tokens, benchmarks, submissions, tracked branches, results."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from django.http import HttpRequest
 from django.shortcuts import get_object_or_404
 from ninja import Router, Schema, Status
 
-from kperf.core import analysis, benchmarks, imports, presenters, workflow
+from kperf.core import analysis, benchmarks, imports, presenters, tracking, workflow
 from kperf.core.api.auth import USER_AUTH
 from kperf.core.api.errors import ApiError
-from kperf.core.models import ApiToken, Runner, Submission
+from kperf.core.models import ApiToken, MachineClass, Runner, Submission, TrackedBranch
 
 router = Router()
 
@@ -139,3 +139,97 @@ def noise(request: HttpRequest, machine_class: str, boots: int = 4, iterations: 
     if not 2 <= boots <= 1000 or not 1 <= iterations <= 10000:
         raise ApiError(400, "invalid-noise", "boots must be 2..1000 and iterations 1..10000")
     return {"machine_class": machine_class, "metrics": analysis.noise_report(machine_class, boots, iterations)}
+
+
+class TrackIn(Schema):
+    tree: str
+    branch: str
+    benchmarks: list[str] = ["spawn"]
+    grid: str = "quick"
+    arches: list[str] = ["x86_64"]
+    boots: int = 0
+    max_commits: int = 16
+    backfill: int = 0
+
+
+class TrackUpdateIn(Schema):
+    enabled: bool
+
+
+@router.post("/branches", auth=USER_AUTH, tags=["branches"], response={201: dict[str, Any]})
+def track_branch(request: HttpRequest, payload: TrackIn) -> Status[dict[str, Any]]:
+    """Track a branch: every commit it moves to is built, measured and searched for change points.
+
+    Posting a branch that is already tracked updates its settings."""
+    req = tracking.TrackRequest(
+        tree_url=payload.tree,
+        branch=payload.branch,
+        benchmarks=payload.benchmarks,
+        grid=payload.grid,
+        arches=payload.arches,
+        boots=payload.boots,
+        max_commits=payload.max_commits,
+        backfill=payload.backfill,
+    )
+    try:
+        branch = tracking.track(request.auth, req)  # type: ignore[attr-defined]
+    except workflow.SubmissionError as e:
+        raise ApiError(400, "invalid-branch", str(e), field=e.field) from None
+    return Status(201, presenters.branch_summary(branch))
+
+
+@router.get("/branches", auth=USER_AUTH, tags=["branches"])
+def list_branches(request: HttpRequest) -> list[dict[str, Any]]:
+    return [presenters.branch_summary(b) for b in TrackedBranch.objects.select_related("tree", "owner")]
+
+
+def _branch(branch_id: int) -> TrackedBranch:
+    return get_object_or_404(TrackedBranch.objects.select_related("tree", "owner"), pk=branch_id)
+
+
+@router.get("/branches/{branch_id}", auth=USER_AUTH, tags=["branches"])
+def get_branch(request: HttpRequest, branch_id: int) -> dict[str, Any]:
+    return presenters.branch_detail(_branch(branch_id))
+
+
+@router.patch("/branches/{branch_id}", auth=USER_AUTH, tags=["branches"])
+def update_branch(request: HttpRequest, branch_id: int, payload: TrackUpdateIn) -> dict[str, Any]:
+    """Pause (`enabled: false`) or resume polling; measurements are kept either way."""
+    branch = _branch(branch_id)
+    branch.enabled = payload.enabled
+    branch.save(update_fields=["enabled"])
+    return presenters.branch_summary(branch)
+
+
+@router.post("/branches/{branch_id}/poll", auth=USER_AUTH, tags=["branches"], response={202: dict[str, Any]})
+def poll_branch(request: HttpRequest, branch_id: int) -> Status[dict[str, Any]]:
+    """Fetch the tree now instead of waiting for the next periodic poll."""
+    from kperf.core import tasks
+
+    branch = _branch(branch_id)
+    tasks.poll_branch.delay(branch.pk)
+    return Status(202, {"queued": True, "branch": branch.pk})
+
+
+@router.get("/branches/{branch_id}/series", auth=USER_AUTH, tags=["branches"])
+def branch_series(request: HttpRequest, branch_id: int, machine_class: str, benchmark: str) -> dict[str, Any]:
+    """Per measured commit, in branch order: every boot's iterations of every
+    metric of one benchmark on one machine class, and the change points."""
+    branch = _branch(branch_id)
+    mclass = MachineClass.objects.filter(name=machine_class).first()
+    if mclass is None:
+        raise ApiError(404, "no-machine-class", f"no machine class {machine_class!r}: GET /api/v1/runners lists them")
+    commits, metrics = tracking.series(branch, mclass.pk, benchmark)
+    return {
+        "branch": branch.pk,
+        "machine_class": machine_class,
+        "benchmark": benchmark,
+        "commits": [{"sha": c.sha, "position": c.position, "subject": c.subject} for c in commits],
+        "metrics": {name: points for name, points in sorted(metrics.items())},
+        "change_points": [
+            presenters.change_point_dict(cp)
+            for cp in branch.change_points.filter(machine_class=mclass, benchmark=benchmark).select_related(
+                "machine_class", "commit", "previous", "detected_at"
+            )
+        ],
+    }

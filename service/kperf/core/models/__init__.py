@@ -5,11 +5,14 @@ from kperf.core.models.builds import KernelBuild
 from kperf.core.models.lab import Job, MachineClass, Runner
 from kperf.core.models.results import BootRecord, Comparison, MetricComparison, MetricDef, Sample
 from kperf.core.models.submissions import Submission, SubmissionBuild
+from kperf.core.models.tracking import BranchCommit, ChangePoint, TrackedBranch
 from kperf.core.models.trees import Tree
 
 __all__ = [
     "ApiToken",
     "BootRecord",
+    "BranchCommit",
+    "ChangePoint",
     "Comparison",
     "Job",
     "KernelBuild",
@@ -20,5 +23,6 @@ __all__ = [
     "Sample",
     "Submission",
     "SubmissionBuild",
+    "TrackedBranch",
     "Tree",
 ]

@@ -9,6 +9,7 @@ from django.db import models
 from kperf.core.models.accounts import hash_token
 from kperf.core.models.builds import KernelBuild
 from kperf.core.models.submissions import Submission
+from kperf.core.models.tracking import BranchCommit
 
 
 class MachineClass(models.Model):
@@ -78,6 +79,11 @@ class Job(models.Model):
     FINAL = (Status.DONE, Status.FAILED, Status.CANCELLED)
 
     submission = models.ForeignKey(Submission, on_delete=models.CASCADE, related_name="jobs", null=True, blank=True)
+    # A job measures either one side of a submission or one commit of a
+    # tracked branch (or, imported from mmtests, neither).
+    branch_commit = models.ForeignKey(
+        BranchCommit, on_delete=models.CASCADE, related_name="jobs", null=True, blank=True
+    )
     build = models.ForeignKey(KernelBuild, on_delete=models.PROTECT, related_name="jobs")
     side = models.CharField(max_length=4, blank=True, default="")
     benchmark = models.CharField(max_length=64)

@@ -1,0 +1,356 @@
+"""Tracked branches: poll, build and measure new commits, find change points.
+
+A tracked branch is followed along its first-parent history. Each poll
+fetches the tree; when the branch moved, the new commits (at most
+`max_commits` of them, evenly spaced, newest included) become
+`BranchCommit`s whose kernels are built (shared with any submission of the
+same sha) and measured with one-boot jobs. When a commit's jobs are in, the
+series of every metric on that machine class is searched for change points
+with `kperf.stats.changepoints` and the result replaces the stored one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import partial
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from kperf.core import benchmarks, gitops
+from kperf.core.models import (
+    BranchCommit,
+    ChangePoint,
+    Job,
+    KernelBuild,
+    MachineClass,
+    MetricDef,
+    Sample,
+    TrackedBranch,
+    Tree,
+)
+from kperf.core.workflow import SubmissionError, SubmissionRequest, validate
+from kperf.stats.changepoints import series_change_points
+from kperf_kbuild.driver import config_digest
+
+log = logging.getLogger("kperf.tracking")
+
+MAX_COMMITS_LIMIT = 500
+MAX_BACKFILL = 200
+
+
+@dataclass
+class TrackRequest:
+    tree_url: str
+    branch: str
+    benchmarks: list[str] = field(default_factory=lambda: ["spawn"])
+    grid: str = "quick"
+    arches: list[str] = field(default_factory=lambda: ["x86_64"])
+    boots: int = 0
+    max_commits: int = 16
+    backfill: int = 0
+
+
+def track(owner: User, req: TrackRequest) -> TrackedBranch:
+    """Start tracking a branch (or update the settings of one already tracked) and poll it now."""
+    # The same checks as a submission: URL, ref syntax, benchmarks, grid, arches.
+    clean = validate(
+        SubmissionRequest(req.tree_url, req.branch, req.branch, list(req.benchmarks), req.grid, list(req.arches))
+    )
+    if not 0 <= req.boots <= 100:
+        raise SubmissionError("boots must be 0 (the grid's boots per side) to 100", "boots")
+    if not 1 <= req.max_commits <= MAX_COMMITS_LIMIT:
+        raise SubmissionError(f"max_commits must be 1 to {MAX_COMMITS_LIMIT}", "max_commits")
+    if not 0 <= req.backfill <= MAX_BACKFILL:
+        raise SubmissionError(f"backfill must be 0 to {MAX_BACKFILL} commits", "backfill")
+    from kperf.core import tasks
+
+    with transaction.atomic():
+        tree, _ = Tree.objects.get_or_create(url=clean.tree_url)
+        branch, created = TrackedBranch.objects.update_or_create(
+            tree=tree,
+            branch=clean.head_ref,
+            defaults={
+                "benchmarks": clean.benchmarks,
+                "grid": clean.grid,
+                "arches": clean.arches,
+                "boots": req.boots,
+                "max_commits": req.max_commits,
+                "enabled": True,
+            },
+            create_defaults={
+                "owner": owner,
+                "benchmarks": clean.benchmarks,
+                "grid": clean.grid,
+                "arches": clean.arches,
+                "boots": req.boots,
+                "max_commits": req.max_commits,
+            },
+        )
+        branch_id, backfill = branch.pk, req.backfill if created else 0
+        transaction.on_commit(partial(tasks.poll_branch.delay, branch_id, backfill))
+    log.info("tracking %s %s (%s)", clean.tree_url, clean.head_ref, "new" if created else "updated")
+    return branch
+
+
+def poll_all() -> int:
+    """Queue a poll of every enabled tracked branch (the beat task); returns how many."""
+    from kperf.core import tasks
+
+    ids = list(TrackedBranch.objects.filter(enabled=True).values_list("pk", flat=True))
+    for branch_id in ids:
+        tasks.poll_branch.delay(branch_id)
+    return len(ids)
+
+
+def _spread(commits: list[tuple[str, str]], keep: int) -> list[int]:
+    """Indices of `keep` evenly spaced commits, the newest always among them."""
+    n = len(commits)
+    if n <= keep:
+        return list(range(n))
+    step = n / keep
+    return sorted({n - 1 - int(i * step) for i in range(keep)})
+
+
+def poll_branch(branch_id: int, backfill: int = 0) -> list[BranchCommit]:
+    """Fetch the tree; if the branch moved, queue builds for its new commits."""
+    from kperf.core import tasks
+
+    branch = TrackedBranch.objects.select_related("tree").get(pk=branch_id)
+    tree = branch.tree
+    mirror = tree.mirror_path
+    try:
+        gitops.update_mirror(tree.url, mirror, timeout=settings.KPERF_GIT_TIMEOUT)
+        try:
+            new_head = gitops.resolve_ref(mirror, f"refs/heads/{branch.branch}")
+        except gitops.GitError:
+            raise gitops.GitError(f"there is no branch {branch.branch!r} in {tree.url}") from None
+        Tree.objects.filter(pk=tree.pk).update(last_fetched=timezone.now())
+        if new_head == branch.head_sha:
+            TrackedBranch.objects.filter(pk=branch_id).update(last_polled=timezone.now(), last_error="")
+            return []
+        known = {c.sha: c for c in branch.commits.all()}
+        # A forced push: commits no longer in the branch's history leave the
+        # series (their measurements stay), and the series continues from the
+        # newest measured commit that is still there.
+        dropped = [sha for sha, c in known.items() if c.on_branch and not gitops.is_ancestor(mirror, sha, new_head)]
+        still = [c for c in known.values() if c.on_branch and c.sha not in dropped]
+        since = max(still, key=lambda c: c.position).sha if still else ""
+        if since:
+            candidates = gitops.first_parent_commits(mirror, new_head, since=since)
+        else:
+            candidates = gitops.first_parent_commits(mirror, new_head, limit=1 + max(0, backfill))
+        candidates = [c for c in candidates if c[0] not in known]
+        base_position = gitops.count_first_parent(mirror, candidates[0][0]) if candidates else 0
+    except gitops.GitError as e:
+        TrackedBranch.objects.filter(pk=branch_id).update(last_polled=timezone.now(), last_error=str(e)[:2000])
+        log.warning("tracked branch %s: %s", branch_id, e)
+        return []
+
+    chosen = _spread(candidates, branch.max_commits)
+    created: list[BranchCommit] = []
+    new_builds: list[int] = []
+    with transaction.atomic():
+        locked = TrackedBranch.objects.select_for_update().get(pk=branch_id)
+        if dropped:
+            BranchCommit.objects.filter(branch=locked, sha__in=dropped).update(on_branch=False)
+        previous = -1
+        for idx in chosen:
+            sha, subject = candidates[idx]
+            commit, new = BranchCommit.objects.get_or_create(
+                branch=locked,
+                sha=sha,
+                defaults={
+                    # first-parent log is a chain: positions follow the list
+                    "position": base_position + idx,
+                    "subject": subject[:300],
+                    "skipped_before": idx - previous - 1,
+                },
+            )
+            previous = idx
+            if not new:
+                continue
+            for arch in locked.arches:
+                build, made = KernelBuild.objects.get_or_create(
+                    sha=sha, arch=arch, config_digest=config_digest(arch), defaults={"tree": tree}
+                )
+                commit.builds.add(build)
+                if made:
+                    new_builds.append(build.pk)
+            created.append(commit)
+        locked.head_sha = new_head
+        locked.last_polled = timezone.now()
+        locked.last_error = ""
+        locked.save(update_fields=["head_sha", "last_polled", "last_error"])
+        for build_id in new_builds:
+            transaction.on_commit(partial(tasks.build_kernel.delay, build_id))
+        for commit in created:
+            transaction.on_commit(partial(tasks.advance_branch_commit.delay, commit.pk))
+    log.info(
+        "tracked branch %s moved to %s: %d new commits, %d measured, %d left the branch",
+        branch_id,
+        new_head[:12],
+        len(candidates),
+        len(created),
+        len(dropped),
+    )
+    return created
+
+
+def boots_for(branch: TrackedBranch, bench: str) -> int:
+    grid_boots, _ = benchmarks.grid_for(bench, branch.grid)
+    return branch.boots or grid_boots
+
+
+def _fail(commit: BranchCommit, message: str) -> None:
+    commit.status = BranchCommit.Status.FAILED
+    commit.error = message
+    commit.finished = timezone.now()
+    commit.save(update_fields=["status", "error", "finished"])
+    Job.objects.filter(branch_commit=commit, status=Job.Status.QUEUED).update(status=Job.Status.CANCELLED)
+    log.warning("branch commit %s failed: %s", commit, message)
+
+
+def advance_branch_commit(commit_id: int) -> None:
+    """Move a commit on when its builds or jobs have finished."""
+    from kperf.core import tasks
+
+    with transaction.atomic():
+        commit = BranchCommit.objects.select_for_update().select_related("branch").get(pk=commit_id)
+        branch = commit.branch
+        if commit.status == BranchCommit.Status.BUILDING:
+            builds = list(commit.builds.all())
+            failed = [b for b in builds if b.status == KernelBuild.Status.FAILED]
+            if failed:
+                b = failed[0]
+                _fail(commit, f"the kernel ({b.sha[:12]}, {b.arch}) failed to build: {b.error or 'see the build log'}")
+                return
+            if builds and all(b.status == KernelBuild.Status.DONE for b in builds):
+                seq = (Job.objects.filter(branch_commit=commit).aggregate(m=Max("seq"))["m"] or 0) + 1
+                for build in builds:
+                    for mclass in MachineClass.objects.filter(arch=build.arch).order_by("name"):
+                        for bench in branch.benchmarks:
+                            _, params = benchmarks.grid_for(bench, branch.grid)
+                            for _ in range(boots_for(branch, bench)):
+                                Job.objects.create(
+                                    branch_commit=commit,
+                                    build=build,
+                                    benchmark=bench,
+                                    grid=branch.grid,
+                                    params=params,
+                                    boots=1,
+                                    machine_class=mclass,
+                                    seq=seq,
+                                    max_attempts=settings.KPERF_JOB_MAX_ATTEMPTS,
+                                )
+                                seq += 1
+                commit.status = BranchCommit.Status.TESTING
+                commit.save(update_fields=["status"])
+            return
+        if commit.status == BranchCommit.Status.TESTING:
+            jobs = list(commit.jobs.select_related("machine_class"))
+            hard = [j for j in jobs if j.status == Job.Status.FAILED]
+            if hard:
+                j = hard[0]
+                _fail(
+                    commit,
+                    f"the kernel did not run {j.benchmark} on {j.machine_class.name} "
+                    f"(job {j.pk}, {j.failure_kind} failure): {j.failure_message}",
+                )
+                return
+            if jobs and all(j.status == Job.Status.DONE for j in jobs):
+                commit.status = BranchCommit.Status.ANALYSING
+                commit.save(update_fields=["status"])
+                transaction.on_commit(partial(tasks.analyse_branch_commit.delay, commit_id))
+
+
+def analyse_branch_commit(commit_id: int) -> None:
+    """Re-search the series this commit joined, then mark it done."""
+    with transaction.atomic():
+        commit = BranchCommit.objects.select_for_update().select_related("branch").get(pk=commit_id)
+        if commit.status != BranchCommit.Status.ANALYSING:
+            return
+        # One analysis of a branch at a time: two commits finishing together
+        # must not interleave their replacements of the stored change points.
+        TrackedBranch.objects.select_for_update().get(pk=commit.branch_id)
+        pairs = set(Job.objects.filter(branch_commit=commit).values_list("machine_class_id", "benchmark"))
+        for mclass_id, bench in sorted(pairs):
+            analyse_series(commit.branch, mclass_id, bench)
+        commit.status = BranchCommit.Status.DONE
+        commit.finished = timezone.now()
+        commit.save(update_fields=["status", "finished"])
+
+
+Series = dict[str, list[list[list[float]]]]  # metric -> per commit -> per boot -> iterations
+
+
+def series(branch: TrackedBranch, mclass_id: int, bench: str) -> tuple[list[BranchCommit], Series]:
+    """The measured commits in branch order and, per metric, one entry per
+    commit: its boots, each a list of iterations (empty where nothing ran)."""
+    commits = list(
+        branch.commits.filter(on_branch=True, status__in=[BranchCommit.Status.DONE, BranchCommit.Status.ANALYSING])
+        .filter(jobs__machine_class_id=mclass_id, jobs__benchmark=bench, jobs__status=Job.Status.DONE)
+        .distinct()
+        .order_by("position")
+    )
+    where = {c.pk: i for i, c in enumerate(commits)}
+    per_boot: dict[tuple[str, int, int], dict[int, float]] = defaultdict(dict)
+    rows = (
+        Sample.objects.filter(
+            boot_record__job__branch_commit__in=commits,
+            boot_record__job__machine_class_id=mclass_id,
+            boot_record__job__benchmark=bench,
+            boot_record__job__status=Job.Status.DONE,
+        )
+        .values_list("metric", "boot_record__job__branch_commit_id", "boot_record_id", "iteration", "value")
+        .order_by("boot_record__job__seq", "boot_record__boot", "iteration")
+    )
+    for metric, commit_id, boot_id, iteration, value in rows:
+        per_boot[(metric, where[commit_id], boot_id)][iteration] = value
+    out: Series = defaultdict(lambda: [[] for _ in commits])
+    for (metric, idx, _), iters in per_boot.items():
+        out[metric][idx].append([iters[i] for i in sorted(iters)])
+    return commits, dict(out)
+
+
+def analyse_series(branch: TrackedBranch, mclass_id: int, bench: str) -> list[ChangePoint]:
+    """Find the change points of every metric of one benchmark on one machine
+    class, and store them in place of the previous answer."""
+    commits, metrics = series(branch, mclass_id, bench)
+    defs = {m.name: m for m in MetricDef.objects.filter(name__in=list(metrics))}
+    kept: list[ChangePoint] = []
+    for name, points in sorted(metrics.items()):
+        if name not in defs:
+            continue
+        found = series_change_points(
+            points, defs[name].higher_is_better, min_effect_pct=benchmarks.min_effect_pct(name)
+        )
+        for cp in found:
+            row, _ = ChangePoint.objects.update_or_create(
+                branch=branch,
+                machine_class_id=mclass_id,
+                metric=name,
+                commit=commits[cp.index],
+                defaults={
+                    "benchmark": bench,
+                    "previous": commits[cp.index - 1] if cp.index > 0 else None,
+                    "detected_at": commits[cp.detected_at],
+                    "direction": cp.direction,
+                    "change_pct": cp.change_pct,
+                    "p_value": cp.p_value,
+                    "statistic": cp.statistic,
+                },
+            )
+            kept.append(row)
+    stale = ChangePoint.objects.filter(branch=branch, machine_class_id=mclass_id, benchmark=bench).exclude(
+        pk__in=[c.pk for c in kept]
+    )
+    stale.delete()
+    if kept:
+        log.info("branch %s, %s on class %s: %d change points", branch.pk, bench, mclass_id, len(kept))
+    return kept

@@ -1,0 +1,254 @@
+"""Tracked branches: polling real git, queueing builds and boots, finding change points.
+
+Runs on the real database and a real git repository; the runner side is the
+real HTTP protocol driven by the test (the end-to-end test boots kernels).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from django.test import Client
+
+from kperf.core import tracking
+from kperf.core.models import BranchCommit, ChangePoint, Job, KernelBuild, TrackedBranch
+
+from .conftest import Api, git
+from .lab_fixtures import results_body
+
+pytestmark = pytest.mark.django_db
+
+
+def commit_n(repo: Path, n: int, branch: str = "master") -> list[str]:
+    git(repo, "checkout", "-q", branch)
+    shas = []
+    for _ in range(n):
+        counter = repo / "COUNTER"
+        value = int(counter.read_text()) + 1 if counter.exists() else 1
+        counter.write_text(f"{value}\n")
+        git(repo, "add", "COUNTER")
+        git(repo, "commit", "-q", "-m", f"step {value}")
+        shas.append(git(repo, "rev-parse", "HEAD"))
+    return shas
+
+
+def track(api: Api, repo: Path, **extra: Any) -> dict[str, Any]:
+    body = {"tree": str(repo), "branch": "master", "benchmarks": ["spawn"], "grid": "quick", **extra}
+    resp = api.post("/branches", body)
+    assert resp.status_code == 201, resp.content
+    data: dict[str, Any] = resp.json()
+    return data
+
+
+def finish_builds(branch: TrackedBranch, tmp: Path, fail: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+    """Stand in for the build worker (builds are tested for real elsewhere): give
+    every queued build of the branch an artifact, or fail the named shas."""
+    for build in KernelBuild.objects.filter(branch_commits__branch=branch, status=KernelBuild.Status.QUEUED):
+        if build.sha in fail:
+            build.status, build.error = KernelBuild.Status.FAILED, "mm/memory.c:42: error: expected ';'"
+        else:
+            kernel = tmp / f"bzImage-{build.sha[:8]}"
+            kernel.write_bytes(b"kernel " + build.sha.encode())
+            build.status = KernelBuild.Status.DONE
+            build.artifacts = {
+                "kernel": {
+                    "path": str(kernel),
+                    "sha256": hashlib.sha256(kernel.read_bytes()).hexdigest(),
+                    "size": kernel.stat().st_size,
+                }
+            }
+        build.save()
+    for commit in branch.commits.filter(status=BranchCommit.Status.BUILDING):
+        tracking.advance_branch_commit(commit.pk)
+
+
+def run_jobs(runner: Api, level_of: dict[str, float], rng: np.random.Generator) -> int:
+    """Claim every queued job over the runner protocol and upload samples
+    around the level given for its kernel (1% noise per boot)."""
+    done = 0
+    while True:
+        resp = runner.post("/runner/claim")
+        assert resp.status_code == 200, resp.content
+        job = resp.json()["job"]
+        if job is None:
+            return done
+        level = level_of[job["kernel"]["sha"]] * (1 + rng.normal(0, 0.01))
+        assert runner.post(f"/runner/jobs/{job['id']}/results", results_body(job, value=level)).status_code == 200
+        commit = Job.objects.get(pk=job["id"]).branch_commit
+        assert commit is not None
+        tracking.advance_branch_commit(commit.pk)
+        commit.refresh_from_db()
+        if commit.status == BranchCommit.Status.ANALYSING:
+            tracking.analyse_branch_commit(commit.pk)
+        done += 1
+
+
+def test_tracking_validates_like_a_submission_and_stores_nothing_bad(
+    alice_api: Api, small_tree: Path, qemu_class: Any, settings_dirs: Any
+) -> None:
+    bad = [
+        ({"tree": "ext::sh -c touch% /tmp/x", "branch": "master"}, "tree"),
+        ({"tree": str(small_tree), "branch": "-x"}, "branch"),
+        ({"tree": str(small_tree), "branch": "master", "benchmarks": ["nope"]}, "benchmarks"),
+        ({"tree": str(small_tree), "branch": "master", "max_commits": 0}, "max_commits"),
+        ({"tree": str(small_tree), "branch": "master", "backfill": 10_000}, "backfill"),
+        ({"tree": str(small_tree), "branch": "master", "arches": ["riscv"]}, "arches"),
+    ]
+    for body, field in bad:
+        resp = alice_api.post("/branches", body)
+        assert resp.status_code == 400, body
+        assert resp.json()["field"] == field, resp.json()
+        assert resp.json()["detail"]
+    assert not TrackedBranch.objects.exists()
+
+    first = track(alice_api, small_tree)
+    again = track(alice_api, small_tree, max_commits=4)
+    assert first["id"] == again["id"] and again["max_commits"] == 4
+    assert TrackedBranch.objects.count() == 1
+    assert alice_api.get("/branches").json()[0]["branch"] == "master"
+    assert alice_api.get("/branches/999").status_code == 404
+
+
+def test_polling_follows_the_first_parent_history(
+    alice_api: Api, small_tree: Path, qemu_class: Any, settings_dirs: Any
+) -> None:
+    commit_n(small_tree, 3)
+    data = track(alice_api, small_tree, backfill=2, max_commits=4)
+    branch = TrackedBranch.objects.get(pk=data["id"])
+
+    # first poll: the head and two commits before it
+    made = tracking.poll_branch(branch.pk, backfill=2)
+    log = git(small_tree, "log", "--first-parent", "--format=%H", "-n3", "master").split()
+    assert [c.sha for c in made] == log[::-1]
+    positions = [c.position for c in made]
+    assert positions == list(range(positions[0], positions[0] + 3))
+    assert all(c.builds.count() == 1 and c.status == BranchCommit.Status.BUILDING for c in made)
+    assert KernelBuild.objects.filter(status=KernelBuild.Status.QUEUED).count() == 3
+
+    # nothing moved: nothing new
+    assert tracking.poll_branch(branch.pk) == []
+
+    # more commits than max_commits: evenly spaced ones, newest included, gaps recorded
+    new = commit_n(small_tree, 10)
+    made = tracking.poll_branch(branch.pk)
+    assert len(made) == 4 and made[-1].sha == new[-1]
+    assert sum(c.skipped_before for c in made) + len(made) == 10
+    assert [c.position for c in made] == sorted(c.position for c in made)
+
+    # a forced push: the commits it removed leave the series, the new ones join
+    git(small_tree, "reset", "-q", "--hard", new[4])
+    (small_tree / "REWRITE").write_text("a different commit\n")
+    git(small_tree, "add", "REWRITE")
+    git(small_tree, "commit", "-q", "-m", "rewritten")
+    rewritten = [git(small_tree, "rev-parse", "HEAD")]
+    made = tracking.poll_branch(branch.pk)
+    assert [c.sha for c in made] == rewritten
+    gone = set(new[5:])
+    for c in branch.commits.all():
+        assert c.on_branch == (c.sha not in gone), c.sha
+
+    # a branch that disappears is reported, not fatal
+    git(small_tree, "checkout", "-q", "feature")
+    git(small_tree, "branch", "-q", "-D", "master")
+    assert tracking.poll_branch(branch.pk) == []
+    branch.refresh_from_db()
+    assert "no branch 'master'" in branch.last_error
+    assert alice_api.get(f"/branches/{branch.pk}").json()["last_error"] == branch.last_error
+
+
+def test_a_step_in_the_series_is_found_at_its_commit(
+    alice_api: Api,
+    runner_api: tuple[Any, Api],
+    small_tree: Path,
+    qemu_class: Any,
+    settings_dirs: Any,
+    tmp_path: Path,
+) -> None:
+    _, runner = runner_api
+    rng = np.random.default_rng(7)
+    data = track(alice_api, small_tree, boots=2, max_commits=50)
+    branch = TrackedBranch.objects.get(pk=data["id"])
+    tracking.poll_branch(branch.pk)
+    before = commit_n(small_tree, 15)
+    tracking.poll_branch(branch.pk)
+    levels = {c.sha: 1000.0 for c in branch.commits.all()}
+
+    finish_builds(branch, tmp_path)
+    jobs = Job.objects.filter(branch_commit__branch=branch)
+    assert jobs.count() == 16 * 2 and all(j.boots == 1 and j.benchmark == "spawn" for j in jobs)
+    assert run_jobs(runner, levels, rng) == 32
+    assert set(branch.commits.values_list("status", flat=True)) == {"done"}
+    assert not ChangePoint.objects.exists()
+
+    # the culprit makes spawn 10% slower; one commit after it does not build
+    after = commit_n(small_tree, 10)
+    broken = after[3]
+    tracking.poll_branch(branch.pk)
+    levels.update({sha: 900.0 for sha in after})
+    finish_builds(branch, tmp_path, fail={broken})
+    run_jobs(runner, levels, rng)
+
+    failed = BranchCommit.objects.get(branch=branch, sha=broken)
+    assert failed.status == BranchCommit.Status.FAILED and "failed to build" in failed.error
+    cps = list(ChangePoint.objects.filter(branch=branch))
+    assert cps, "no change point found"
+    assert {cp.commit.sha for cp in cps} == {after[0]}
+    for cp in cps:
+        assert cp.direction == "regression"
+        assert -12 < cp.change_pct < -8
+        assert cp.previous is not None and cp.previous.sha == before[-1]
+        assert cp.detected_at.position >= cp.commit.position
+
+    detail = alice_api.get(f"/branches/{branch.pk}").json()
+    assert {cp["sha"] for cp in detail["change_points"]} == {after[0]}
+    assert detail["change_points"][0]["untested_between"] == 0
+    assert len(detail["commits"]) == 26
+    series = alice_api.get(f"/branches/{branch.pk}/series?machine_class={qemu_class.name}&benchmark=spawn").json()
+    assert len(series["commits"]) == 25  # the broken commit has no measurements
+    assert all(len(boots) == 2 for points in series["metrics"].values() for boots in points)
+    assert alice_api.get(f"/branches/{branch.pk}/series?machine_class=nope&benchmark=spawn").status_code == 404
+
+    # re-analysing keeps the change point (and when it was first seen)
+    seen = {cp.pk: cp.first_seen for cp in cps}
+    tracking.analyse_series(branch, qemu_class.pk, "spawn")
+    assert {cp.pk: cp.first_seen for cp in ChangePoint.objects.filter(branch=branch)} == seen
+
+    # the web pages show it
+    browser = Client()
+    assert browser.login(username="alice", password="alice-password-1")
+    page = browser.get(f"/branches/{branch.pk}").content.decode()
+    assert after[0][:12] in page and "regression" in page and "failed to build" in page
+    assert small_tree.name in browser.get("/branches/").content.decode()
+
+
+def test_a_job_that_fails_fails_its_commit_only(
+    alice_api: Api, runner_api: tuple[Any, Api], small_tree: Path, qemu_class: Any, settings_dirs: Any, tmp_path: Path
+) -> None:
+    _, runner = runner_api
+    data = track(alice_api, small_tree, boots=1)
+    branch = TrackedBranch.objects.get(pk=data["id"])
+    tracking.poll_branch(branch.pk)
+    finish_builds(branch, tmp_path)
+    job = runner.post("/runner/claim").json()["job"]
+    resp = runner.post(
+        f"/runner/jobs/{job['id']}/fail",
+        {"attempt": job["attempt"], "kind": "boot", "message": "kernel panic - not syncing", "log": "panic\n"},
+    )
+    assert resp.status_code == 200, resp.content
+    commit = branch.commits.get()
+    tracking.advance_branch_commit(commit.pk)
+    commit.refresh_from_db()
+    assert commit.status == BranchCommit.Status.FAILED
+    assert "boot failure" in commit.error and "kernel panic" in commit.error
+    branch.refresh_from_db()
+    assert branch.enabled  # the branch keeps being followed
+
+
+def test_the_pages_need_a_login(db: Any) -> None:
+    for path in ("/branches/", "/branches/1"):
+        resp = Client().get(path)
+        assert resp.status_code == 302 and resp["Location"].startswith("/accounts/login/"), path
