@@ -13,7 +13,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from kperf import stats
-from kperf.core import benchmarks
+from kperf.core import benchmarks, presenters
 from kperf.core.models import Comparison, Job, MetricComparison, MetricDef, Sample, Submission
 from kperf.stats import noise, sequential, summary
 
@@ -218,25 +218,7 @@ def compare_kernels(machine_class: str, benchmark: str, base_sha: str, head_sha:
         "only_in_base": sorted(set(base) - set(head)),
         "only_in_head": sorted(set(head) - set(base)),
         "metrics": [
-            {
-                "metric": name,
-                "unit": defs[name].unit,
-                "higher_is_better": defs[name].higher_is_better,
-                "verdict": str(r.verdict),
-                "base_mean": r.base_mean,
-                "head_mean": r.head_mean,
-                "change_pct": r.change_pct,
-                "ci_low_pct": r.ci_low_pct,
-                "ci_high_pct": r.ci_high_pct,
-                "p_value": r.p_value,
-                "q_value": r.q_value,
-                "min_effect_pct": r.min_effect_pct,
-                "base_boots": r.base_boots,
-                "head_boots": r.head_boots,
-                "base_samples": r.base_samples,
-                "head_samples": r.head_samples,
-                "note": r.note,
-            }
+            presenters.metric_verdict(name, defs[name].unit, defs[name].higher_is_better, r)
             for name, r in sorted(results.items())
         ],
     }

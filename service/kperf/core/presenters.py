@@ -50,6 +50,35 @@ def job_dict(j: Job) -> dict[str, Any]:
     }
 
 
+VERDICT_FIELDS = (
+    "base_mean",
+    "head_mean",
+    "change_pct",
+    "ci_low_pct",
+    "ci_high_pct",
+    "p_value",
+    "q_value",
+    "min_effect_pct",
+    "base_boots",
+    "head_boots",
+    "base_samples",
+    "head_samples",
+    "note",
+)
+
+
+def metric_verdict(metric: str, unit: str, higher_is_better: bool, r: Any) -> dict[str, Any]:
+    """One metric's answer; `r` is a stored MetricComparison or a fresh
+    kperf.stats MetricResult (they share these attribute names)."""
+    return {
+        "metric": metric,
+        "unit": unit,
+        "higher_is_better": higher_is_better,
+        "verdict": str(r.verdict),
+        **{f: getattr(r, f) for f in VERDICT_FIELDS},
+    }
+
+
 def comparisons(sub: Submission) -> list[dict[str, Any]]:
     out = []
     for comp in sub.comparisons.select_related("machine_class").prefetch_related("metrics"):
@@ -65,25 +94,9 @@ def comparisons(sub: Submission) -> list[dict[str, Any]]:
                 "table": comp.table,
                 "metrics": [
                     {
-                        "metric": m.metric,
-                        "unit": m.unit,
-                        "higher_is_better": m.higher_is_better,
-                        "verdict": m.verdict,
-                        "base_mean": m.base_mean,
-                        "head_mean": m.head_mean,
-                        "change_pct": m.change_pct,
-                        "ci_low_pct": m.ci_low_pct,
-                        "ci_high_pct": m.ci_high_pct,
-                        "p_value": m.p_value,
-                        "q_value": m.q_value,
-                        "min_effect_pct": m.min_effect_pct,
-                        "base_boots": m.base_boots,
-                        "head_boots": m.head_boots,
-                        "base_samples": m.base_samples,
-                        "head_samples": m.head_samples,
+                        **metric_verdict(m.metric, m.unit, m.higher_is_better, m),
                         "samples": m.values,
                         "summary": m.summary,
-                        "note": m.note,
                     }
                     for m in comp.metrics.all()
                 ],
