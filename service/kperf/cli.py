@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import requests
 
@@ -200,6 +201,28 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_noise(args: argparse.Namespace) -> int:
+    client = client_from_config()
+    query = urlencode({"machine_class": args.machine_class, "boots": args.boots, "iterations": args.iterations})
+    d = client.call("GET", f"/noise?{query}")
+    if args.json:
+        print(json.dumps(d, indent=2))
+        return 0
+    if not d["metrics"]:
+        print(f"no history on {args.machine_class} yet: noise is learned from finished boots of earlier kernels")
+        return 0
+    design = f"{args.boots}x{args.iterations}"
+    print(f"{'metric':<28} {'kernels':>7} {'boots':>6} {'between':>8} {'within':>8}  detectable at {design}")
+    for m in d["metrics"]:
+        unit = "%" if m["log_scale"] else ""
+        scale = 100.0 if m["log_scale"] else 1.0
+        print(
+            f"{m['metric']:<28} {m['kernels']:>7} {m['boots']:>6} {m['between_boot_sd'] * scale:>7.2f}{unit:1}"
+            f"{m['within_boot_sd'] * scale:>8.2f}{unit:1}  {m['min_detectable_pct']:.2f}%"
+        )
+    return 0
+
+
 def _read_doc(path: str) -> Any:
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text()
@@ -291,6 +314,13 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("file", help="JSON file, or - for standard input")
     cp.add_argument("--json", action="store_true", help="print change points as JSON")
     cp.set_defaults(func=cmd_changepoints)
+
+    nz = sub.add_parser("noise", help="per-metric noise learned on a machine class, and the change K x N detects")
+    nz.add_argument("--machine-class", required=True)
+    nz.add_argument("--boots", type=int, default=4, help="boots per side (K)")
+    nz.add_argument("--iterations", type=int, default=3, help="iterations per boot (N)")
+    nz.add_argument("--json", action="store_true")
+    nz.set_defaults(func=cmd_noise)
 
     from kperf import cli_mmtests, cli_track
 

@@ -146,6 +146,17 @@ def test_the_cli_imports_a_run_and_compares_kernels(
     )
     assert out.returncode == 0, out.stderr
     assert "page_test" in out.stdout and "regression" in out.stdout
+    noise = subprocess.run(
+        [kperf, "noise", "--machine-class", "qemu-x86_64", "--boots", "5", "--iterations", "12"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert noise.returncode == 0, noise.stderr
+    row = next(line for line in noise.stdout.splitlines() if line.startswith("page_test "))
+    assert row.split()[1:3] == ["2", "4"], row  # two kernels, four imported runs (one boot each)
+    assert "detectable at 5x12" in noise.stdout
     bad = subprocess.run(
         [kperf, "import-mmtests", str(tmp_path), "--kernel-sha", BASE, "--machine-class", "qemu-x86_64"],
         env=env,

@@ -7,6 +7,10 @@ real HTTP protocol driven by the test (the end-to-end test boots kernels).
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -252,3 +256,32 @@ def test_the_pages_need_a_login(db: Any) -> None:
     for path in ("/branches/", "/branches/1"):
         resp = Client().get(path)
         assert resp.status_code == 302 and resp["Location"].startswith("/accounts/login/"), path
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_cli_tracks_lists_and_shows_branches(
+    live_server: Any, alice_api: Api, small_tree: Path, qemu_class: Any, settings_dirs: Any, tmp_path: Path
+) -> None:
+    env = dict(
+        os.environ, KPERF_SERVER=live_server.url, KPERF_TOKEN=alice_api.token or "", KPERF_CONFIG=str(tmp_path / "c")
+    )
+    kperf = str(Path(sys.executable).parent / "kperf")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([kperf, *args], env=env, capture_output=True, text=True, timeout=60)
+
+    bad = cli("track", str(small_tree), "master", "--bench", "dhrystone")
+    assert bad.returncode == 2 and "unknown benchmark" in bad.stderr
+    ok = cli("track", str(small_tree), "master", "--bench", "spawn", "--boots", "1", "--max-commits", "3")
+    assert ok.returncode == 0, ok.stderr
+    branch_id = int(ok.stdout.split("tracking branch ")[1].split(":")[0])
+    listed = cli("branches")
+    assert listed.returncode == 0 and f"#{branch_id}" in listed.stdout and "polling" in listed.stdout
+    tracking.poll_branch(branch_id)  # what the worker would do with the queued poll
+    paused = cli("branches", str(branch_id), "--pause")
+    assert paused.returncode == 0, paused.stderr
+    assert "(paused)" in paused.stdout and "building" in paused.stdout
+    assert git(small_tree, "rev-parse", "master")[:12] in paused.stdout
+    assert not TrackedBranch.objects.get(pk=branch_id).enabled
+    shown = cli("branches", str(branch_id), "--json")
+    assert json.loads(shown.stdout)["commits"][0]["status"] == "building"

@@ -45,6 +45,9 @@ METHOD = "welch-t on trimmed boot means (log scale), noise prior when learned, B
 BOOT_TRIM = 0.2  # proportion cut from each end of a boot's iterations
 PRIOR_DOF_CAP = 30.0  # history never counts for more than this many boots' worth of variance
 PRIOR_REJECT_P = 0.01
+# With learned noise, a boot whose summary lies this many prior sds from the median of its side is a
+# broken boot (two daemons in one boot, a throttled run) and is set aside; at most a minority per side.
+BOOT_OUTLIER_SDS = 5.0
 
 
 class Verdict(enum.StrEnum):
@@ -132,6 +135,26 @@ def boot_summaries(boots: list[list[float]], log_scale: bool) -> np.ndarray:
     )
 
 
+def _keep_boots(x: np.ndarray, prior: NoisePrior | None) -> np.ndarray:
+    """Mask of the boots kept: with a prior, those within BOOT_OUTLIER_SDS prior sds of the side's median.
+
+    The prior's scale is what makes this safe: under its own noise a boot lies
+    5 sds from the median of five about once in a million, so clean data is never
+    touched, while one boot knocked far off by two slow iterations (which the
+    trimmed mean cannot absorb) no longer decides the comparison or drops the
+    prior. At most a minority of a side's boots (and never below 2) is set aside.
+    """
+    keep = np.ones(len(x), dtype=bool)
+    if prior is None or prior.sd <= 0.0 or prior.dof <= 0.0 or len(x) < 3:
+        return keep
+    dev = np.abs(x - float(np.median(x)))
+    far = np.flatnonzero(dev > BOOT_OUTLIER_SDS * prior.sd)
+    limit = (len(x) - 1) // 2
+    if far.size:
+        keep[far[np.argsort(-dev[far])][:limit]] = False
+    return keep
+
+
 def _moderated_var(x: np.ndarray, prior: NoisePrior | None) -> tuple[float, float, bool]:
     """(variance of one boot summary, its degrees of freedom, prior used?)."""
     n = len(x)
@@ -155,6 +178,7 @@ class BootTest:
     log_scale: bool
     base_level: float  # mean of base boot summaries (linear scale) for percent conversion
     prior_used: bool
+    set_aside: tuple[int, int] = (0, 0)  # boots of (base, head) set aside as broken (only with a prior)
 
     @property
     def t(self) -> float:
@@ -176,6 +200,9 @@ def boot_test(base: list[list[float]], head: list[list[float]], prior: NoisePrio
         return None
     log_scale = all(v > 0 for b in (*base, *head) for v in b)
     xb, xh = boot_summaries(base, log_scale), boot_summaries(head, log_scale)
+    kb, kh = _keep_boots(xb, prior), _keep_boots(xh, prior)
+    aside = (int(len(xb) - kb.sum()), int(len(xh) - kh.sum()))
+    xb, xh = xb[kb], xh[kh]
     var_b, dof_b, used_b = _moderated_var(xb, prior)
     var_h, dof_h, used_h = _moderated_var(xh, prior)
     vb, vh = var_b / len(xb), var_h / len(xh)
@@ -183,7 +210,7 @@ def boot_test(base: list[list[float]], head: list[list[float]], prior: NoisePrio
     denom = (vb**2 / dof_b if vb else 0.0) + (vh**2 / dof_h if vh else 0.0)
     dof = (vb + vh) ** 2 / denom if denom > 0 else dof_b + dof_h
     level = float(np.mean(xb)) if not log_scale else float(np.exp(np.mean(xb)))
-    return BootTest(float(np.mean(xh) - np.mean(xb)), se, dof, log_scale, level, used_b and used_h)
+    return BootTest(float(np.mean(xh) - np.mean(xb)), se, dof, log_scale, level, used_b and used_h, aside)
 
 
 def compare_one(inp: MetricInput, alpha: float = 0.05) -> MetricResult:
@@ -223,6 +250,10 @@ def compare_one(inp: MetricInput, alpha: float = 0.05) -> MetricResult:
         result.note = "needs at least 2 boots per side to estimate between-boot noise"
         return result
     result.p_value = test.p_value()
+    if any(test.set_aside):
+        # The change is the test's: without the boots set aside.
+        diff = test.diff
+        result.change_pct = test.to_pct(diff, inp.higher_is_better)
     if test.se == 0.0:
         # Identical boots on both sides: nothing varies, so any difference is exact.
         result.ci_low_pct = result.ci_high_pct = result.change_pct
@@ -235,8 +266,16 @@ def compare_one(inp: MetricInput, alpha: float = 0.05) -> MetricResult:
     result.extra["dof"] = test.dof
     result.extra["log_scale"] = 1.0 if test.log_scale else 0.0
     result.extra["noise_prior"] = 1.0 if test.prior_used else 0.0
+    notes = []
+    if any(test.set_aside):
+        result.extra["boots_set_aside"] = float(sum(test.set_aside))
+        notes.append(
+            f"boots set aside as broken (over {BOOT_OUTLIER_SDS:g} learned sds from their side's median): "
+            f"{test.set_aside[0]} base, {test.set_aside[1]} head"
+        )
     if inp.noise is not None and not test.prior_used:
-        result.note = "boots noisier than history: learned noise not used"
+        notes.append("boots noisier than history: learned noise not used")
+    result.note = "; ".join(notes)
     return result
 
 
