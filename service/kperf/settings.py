@@ -137,6 +137,9 @@ KPERF_MIN_EFFECT_PCT = env_float("KPERF_MIN_EFFECT_PCT", 3.0)
 # Sequential testing: a comparison that is inconclusive after the grid's K
 # boots per side gets K more, up to this many times K in all.
 KPERF_BOOT_BUDGET_FACTOR = env_int("KPERF_BOOT_BUDGET_FACTOR", 2, minimum=1)
+# Moderate each comparison's boot variance towards the noise learned from
+# earlier runs on the same machine class (docs/statistics.md, "Learned noise").
+KPERF_LEARNED_NOISE = env_bool("KPERF_LEARNED_NOISE", False)
 KPERF_CONSOLE_LOG_MAX_BYTES = env_int("KPERF_CONSOLE_LOG_MAX_BYTES", 2 * 1024 * 1024, minimum=1024)
 # Periodic work; django-celery-beat copies these into its tables at start, where
 # operators can change the intervals in the admin.

@@ -70,12 +70,14 @@ def analyse_submission(sub_id: int) -> None:
         Comparison.objects.filter(submission=sub).delete()
         more_boots = False
         for (mclass_id, bench), metrics in load_boots(sub).items():
+            priors = learned_priors(sub, mclass_id, bench, metrics)
             inputs = {
                 name: stats.MetricInput(
                     base=sides["base"],
                     head=sides["head"],
                     higher_is_better=defs[name].higher_is_better,
                     min_effect_pct=benchmarks.min_effect_pct(name),
+                    noise=priors.get(name),
                 )
                 for name, sides in metrics.items()
             }
@@ -86,7 +88,8 @@ def analyse_submission(sub_id: int) -> None:
                 submission=sub,
                 machine_class_id=mclass_id,
                 benchmark=bench,
-                method=f"{stats.abtest.METHOD}; {plan.spending} alpha spending",
+                method=f"{stats.abtest.METHOD}; {plan.spending} alpha spending"
+                + (f"; noise learned from history for {len(priors)} of {len(inputs)} metrics" if priors else ""),
                 alpha=plan.alpha,
                 look=look.look,
                 looks=len(plan.looks),
@@ -224,17 +227,52 @@ def compare_kernels(machine_class: str, benchmark: str, base_sha: str, head_sha:
     }
 
 
+def history_runs(jobs: QuerySet[Job]) -> dict[str, list[list[list[float]]]]:
+    """{metric: one run per kernel sha, each its boots of iterations}: the
+    shape noise.variance_components learns from (a kernel's boots share its
+    true mean; different kernels may differ)."""
+    per_metric: dict[str, list[list[list[float]]]] = defaultdict(list)
+    for sha in jobs.values_list("build__sha", flat=True).distinct().order_by("build__sha"):
+        for metric, sha_boots in boots_per_metric(jobs.filter(build__sha=sha)).items():
+            per_metric[metric].append(sha_boots)
+    return dict(per_metric)
+
+
+# Fewer boots of history than this and the prior is not worth its degrees of freedom.
+MIN_HISTORY_BOOTS = 6
+
+
+def learned_priors(
+    sub: Submission, mclass_id: int, bench: str, metrics: dict[str, dict[str, list[list[float]]]]
+) -> dict[str, stats.NoisePrior]:
+    """Per metric, the boot-summary noise learned from earlier runs of the same
+    benchmark and grid on this machine class, excluding this submission's own
+    boots (they are the data, not the history)."""
+    if not settings.KPERF_LEARNED_NOISE:
+        return {}
+    jobs = Job.objects.filter(
+        status=Job.Status.DONE, machine_class_id=mclass_id, benchmark=bench, grid=sub.grid
+    ).exclude(submission=sub)
+    out: dict[str, stats.NoisePrior] = {}
+    for metric, runs in history_runs(jobs).items():
+        if metric not in metrics or len(runs) < 2 or sum(len(r) for r in runs) < MIN_HISTORY_BOOTS:
+            continue
+        try:
+            model = noise.variance_components(runs)
+        except ValueError:
+            continue
+        boots = metrics[metric]["base"] + metrics[metric]["head"]
+        iterations = sorted(len(b) for b in boots)[len(boots) // 2] if boots else None
+        out[metric] = model.prior(iterations)
+    return out
+
+
 def noise_report(machine_class: str, boots: int, iterations: int) -> list[dict[str, Any]]:
     """Between- and within-boot noise per metric, learned from every finished
     boot on a machine class (one run per kernel sha), and what K x N detects."""
     jobs = Job.objects.filter(status=Job.Status.DONE, machine_class__name=machine_class)
-    shas = jobs.values_list("build__sha", flat=True).distinct()
-    per_metric: dict[str, list[list[list[float]]]] = defaultdict(list)
-    for sha in shas:
-        for metric, sha_boots in boots_per_metric(jobs.filter(build__sha=sha)).items():
-            per_metric[metric].append(sha_boots)
     out = []
-    for metric, runs in sorted(per_metric.items()):
+    for metric, runs in sorted(history_runs(jobs).items()):
         if sum(len(r) for r in runs) < 3:
             continue
         try:
