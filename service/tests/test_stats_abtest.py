@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -9,6 +11,7 @@ from hypothesis import strategies as st
 
 from kperf.stats import MetricInput, Verdict, compare_metrics, compare_one
 from kperf.stats.abtest import NoisePrior, benjamini_hochberg
+from kperf.stats.noise import variance_components
 
 
 def boots(rng: np.random.Generator, mean: float, k: int, n: int, boot_sd: float, iter_sd: float) -> list[list[float]]:
@@ -171,6 +174,55 @@ def test_null_pairs_rarely_give_false_regressions_at_five_boots() -> None:
         r = compare_metrics({"m": MetricInput(shaped(rng, "bimodal", 100.0), shaped(rng, "bimodal", 100.0), True, 0.0)})
         false += r["m"].verdict is Verdict.REGRESSION
     assert false / 300 <= 0.05  # two-sided alpha .05 spends at most half of it on regressions
+
+
+def skewed(rng: np.random.Generator, shape: str, k: int = 5, n: int = 5) -> list[list[float]]:
+    """k boots of n iterations, one boot summary's sd about 1% of the level (as bench/detectors.py)."""
+    out = []
+    for _ in range(k):
+        b = (0.9 if rng.random() < 0.5 else -0.9) + rng.normal(0, 0.3) if shape == "bimodal" else rng.normal(0, 0.95)
+        w = math.sqrt((1 - 0.95**2) * n)
+        if shape == "lognormal":
+            it = (rng.lognormal(0, 0.5, n) - math.exp(0.125)) / math.sqrt((math.e**0.25 - 1) * math.e**0.25) * w
+        else:
+            it = rng.normal(0, w, n)
+        out.append([float(v) for v in 100.0 * (1 + 0.01 * (b + it))])
+    return out
+
+
+@pytest.mark.parametrize("shape", ["bimodal", "lognormal"])
+def test_learned_noise_keeps_false_regressions_within_the_budget(shape: str) -> None:
+    # Each history (20 runs of 5 boots, as kperf.stats.noise learns it) serves a few null pairs;
+    # averaged over histories the moderated t spends no more than alpha/2 on regressions.
+    rng = np.random.default_rng(20 + len(shape))
+    false = pairs = 0
+    for _ in range(100):
+        prior = variance_components([skewed(rng, shape) for _ in range(20)]).prior(5)
+        for _ in range(20):
+            r = compare_one(MetricInput(skewed(rng, shape), skewed(rng, shape), True, 0.0, noise=prior), alpha=0.02)
+            false += r.p_value is not None and r.p_value < 0.02 and (r.change_pct or 0.0) < 0
+            pairs += 1
+    assert false / pairs <= 0.016  # 1% budget; 2000 pairs have a standard error of 0.22 points
+
+
+def test_a_broken_boot_is_set_aside_when_the_noise_is_known() -> None:
+    rng = np.random.default_rng(15)
+    base, head = boots(rng, 100, 5, 5, 1, 0.3), boots(rng, 100, 5, 5, 1, 0.3)
+    head[2] = [v - 12.0 for v in head[2]]  # two slow iterations in one boot move its trimmed mean by 12 sds
+    prior = NoisePrior(sd=0.01, dof=30)
+    r = compare_one(MetricInput(base, head, True, 0.0, noise=prior), alpha=0.02)
+    assert r.extra["boots_set_aside"] == 1.0 and "set aside" in r.note
+    assert r.extra["noise_prior"] == 1.0 and r.p_value is not None and r.p_value > 0.02
+    assert r.change_pct == pytest.approx(0.0, abs=1.5)
+    cold = compare_one(MetricInput(base, head, True, 0.0), alpha=0.02)
+    assert "boots_set_aside" not in cold.extra  # without history there is no scale to call a boot broken
+
+
+def test_clean_boots_are_never_set_aside() -> None:
+    rng = np.random.default_rng(16)
+    for _ in range(200):
+        r = compare_one(MetricInput(skewed(rng, "normal"), skewed(rng, "normal"), True, noise=NoisePrior(0.01, 30)))
+        assert "boots_set_aside" not in r.extra
 
 
 boot_lists = st.lists(st.lists(st.floats(1.0, 1000.0, allow_nan=False), min_size=1, max_size=4), min_size=2, max_size=6)

@@ -42,6 +42,10 @@ log = logging.getLogger("kperf.tracking")
 
 MAX_COMMITS_LIMIT = 500
 MAX_BACKFILL = 200
+# Each analysis re-reads at most this many newest measured commits of a
+# series; the detector itself looks back at most 512 commits from the last
+# change point, so older ones could only matter through a change point there.
+SERIES_WINDOW = 1000
 
 
 @dataclass
@@ -137,8 +141,14 @@ def poll_branch(branch_id: int, backfill: int = 0) -> list[BranchCommit]:
         known = {c.sha: c for c in branch.commits.all()}
         # A forced push: commits no longer in the branch's history leave the
         # series (their measurements stay), and the series continues from the
-        # newest measured commit that is still there.
-        dropped = [sha for sha, c in known.items() if c.on_branch and not gitops.is_ancestor(mirror, sha, new_head)]
+        # newest measured commit that is still there. A fast-forward (the
+        # usual case) drops nothing, and needs no check per commit.
+        fast_forward = bool(branch.head_sha) and gitops.is_ancestor(mirror, branch.head_sha, new_head)
+        dropped = [
+            sha
+            for sha, c in known.items()
+            if c.on_branch and not fast_forward and not gitops.is_ancestor(mirror, sha, new_head)
+        ]
         still = [c for c in known.values() if c.on_branch and c.sha not in dropped]
         since = max(still, key=lambda c: c.position).sha if still else ""
         if since:
@@ -292,12 +302,13 @@ Series = dict[str, list[list[list[float]]]]  # metric -> per commit -> per boot 
 def series(branch: TrackedBranch, mclass_id: int, bench: str) -> tuple[list[BranchCommit], Series]:
     """The measured commits in branch order and, per metric, one entry per
     commit: its boots, each a list of iterations (empty where nothing ran)."""
-    commits = list(
+    newest = list(
         branch.commits.filter(on_branch=True, status__in=[BranchCommit.Status.DONE, BranchCommit.Status.ANALYSING])
         .filter(jobs__machine_class_id=mclass_id, jobs__benchmark=bench, jobs__status=Job.Status.DONE)
         .distinct()
-        .order_by("position")
+        .order_by("-position")[:SERIES_WINDOW]
     )
+    commits = newest[::-1]
     where = {c.pk: i for i, c in enumerate(commits)}
     per_boot: dict[tuple[str, int, int], dict[int, float]] = defaultdict(dict)
     rows = (
@@ -347,9 +358,14 @@ def analyse_series(branch: TrackedBranch, mclass_id: int, bench: str) -> list[Ch
                 },
             )
             kept.append(row)
-    stale = ChangePoint.objects.filter(branch=branch, machine_class_id=mclass_id, benchmark=bench).exclude(
-        pk__in=[c.pk for c in kept]
-    )
+    # Change points older than the window were decided on commits no longer
+    # re-read, and stay as they are.
+    stale = ChangePoint.objects.filter(
+        branch=branch,
+        machine_class_id=mclass_id,
+        benchmark=bench,
+        commit__position__gte=commits[0].position if commits else 0,
+    ).exclude(pk__in=[c.pk for c in kept])
     stale.delete()
     if kept:
         log.info("branch %s, %s on class %s: %d change points", branch.pk, bench, mclass_id, len(kept))
