@@ -53,6 +53,7 @@ def cmd_track(args: argparse.Namespace) -> int:
         "boots": args.boots,
         "max_commits": args.max_commits,
         "backfill": args.backfill,
+        "notify": args.notify or [],
     }
     d = client.call("POST", "/branches", body)
     print(f"tracking branch {d['id']}: {client.server}/branches/{d['id']}")
@@ -89,6 +90,7 @@ def add_parsers(sub: Any) -> None:
     t.add_argument("--boots", type=int, default=0, help="boots per commit (default: the grid's)")
     t.add_argument("--max-commits", type=int, default=16, help="most commits measured per move of the branch")
     t.add_argument("--backfill", type=int, default=0, help="also measure this many commits before the current head")
+    t.add_argument("--notify", action="append", help="also mail this address about regressions (repeat for more)")
     t.set_defaults(func=cmd_track)
 
     b = sub.add_parser("branches", help="tracked branches, or one of them with its commits and change points")

@@ -141,10 +141,27 @@ KPERF_BOOT_BUDGET_FACTOR = env_int("KPERF_BOOT_BUDGET_FACTOR", 2, minimum=1)
 # earlier runs on the same machine class (docs/statistics.md, "Learned noise").
 KPERF_LEARNED_NOISE = env_bool("KPERF_LEARNED_NOISE", False)
 KPERF_CONSOLE_LOG_MAX_BYTES = env_int("KPERF_CONSOLE_LOG_MAX_BYTES", 2 * 1024 * 1024, minimum=1024)
+# --- Alerts by email (docs/alerts.md) ----------------------------------------
+# No SMTP host, no mail: alerts are still written to the outbox (and shown in
+# the admin) so nothing is lost, and go out once a host is configured.
+EMAIL_HOST = env_str("KPERF_SMTP_HOST", "")
+EMAIL_PORT = env_int("KPERF_SMTP_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("KPERF_SMTP_USER", "")
+EMAIL_HOST_PASSWORD = env_str("KPERF_SMTP_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("KPERF_SMTP_STARTTLS", False)
+EMAIL_USE_SSL = env_bool("KPERF_SMTP_SSL", False)
+EMAIL_TIMEOUT = env_int("KPERF_SMTP_TIMEOUT", 30, minimum=1)
+DEFAULT_FROM_EMAIL = env_str("KPERF_MAIL_FROM", "kperf <kperf@localhost>")
+# Links in mails point here.
+KPERF_BASE_URL = env_str("KPERF_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+KPERF_ALERT_MAX_ATTEMPTS = env_int("KPERF_ALERT_MAX_ATTEMPTS", 10, minimum=1)
+
 # Periodic work; django-celery-beat copies these into its tables at start, where
 # operators can change the intervals in the admin.
 CELERY_BEAT_SCHEDULE = {
     "expire-leases": {"task": "kperf.expire_leases", "schedule": float(env_int("KPERF_LEASE_CHECK_SECONDS", 30))},
+    # Alerts that could not be sent (SMTP down, no host yet) are retried.
+    "send-alerts": {"task": "kperf.send_alerts", "schedule": float(env_int("KPERF_ALERT_RETRY_SECONDS", 120))},
     # How often tracked branches are fetched to see whether they moved.
     "poll-tracked-branches": {
         "task": "kperf.poll_tracked_branches",

@@ -13,7 +13,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from kperf import stats
-from kperf.core import benchmarks, presenters
+from kperf.core import alerts, benchmarks, presenters
 from kperf.core.models import Comparison, Job, MetricComparison, MetricDef, Sample, Submission
 from kperf.stats import noise, sequential, summary
 
@@ -108,6 +108,7 @@ def analyse_submission(sub_id: int) -> None:
         sub.status = Submission.Status.DONE
         sub.finished = timezone.now()
         sub.save(update_fields=["status", "finished", "updated"])
+        alerts.submission_finished(sub)
     log.info("submission %s analysed", sub_id)
 
 

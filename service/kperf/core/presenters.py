@@ -162,6 +162,7 @@ def branch_summary(b: TrackedBranch) -> dict[str, Any]:
         "arches": b.arches,
         "boots": b.boots,
         "max_commits": b.max_commits,
+        "notify": b.notify,
         "enabled": b.enabled,
         "head_sha": b.head_sha or None,
         "last_polled": _iso(b.last_polled),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from kperf.core import analysis, building, leases, tracking, workflow
+from kperf.core import alerts, analysis, building, leases, tracking, workflow
 
 
 @shared_task(name="kperf.prepare_submission")
@@ -50,3 +50,8 @@ def advance_branch_commit(commit_id: int) -> None:
 @shared_task(name="kperf.analyse_branch_commit")
 def analyse_branch_commit(commit_id: int) -> None:
     tracking.analyse_branch_commit(commit_id)
+
+
+@shared_task(name="kperf.send_alerts")
+def send_alerts() -> int:
+    return alerts.send_pending()

@@ -18,11 +18,13 @@ from functools import partial
 
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
 from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from kperf.core import benchmarks, gitops
+from kperf.core import alerts, benchmarks, gitops
 from kperf.core.models import (
     BranchCommit,
     ChangePoint,
@@ -58,6 +60,7 @@ class TrackRequest:
     boots: int = 0
     max_commits: int = 16
     backfill: int = 0
+    notify: list[str] = field(default_factory=list)
 
 
 def track(owner: User, req: TrackRequest) -> TrackedBranch:
@@ -72,6 +75,12 @@ def track(owner: User, req: TrackRequest) -> TrackedBranch:
         raise SubmissionError(f"max_commits must be 1 to {MAX_COMMITS_LIMIT}", "max_commits")
     if not 0 <= req.backfill <= MAX_BACKFILL:
         raise SubmissionError(f"backfill must be 0 to {MAX_BACKFILL} commits", "backfill")
+    notify = list(dict.fromkeys(a.strip() for a in req.notify if a.strip()))
+    for address in notify:
+        try:
+            validate_email(address)
+        except ValidationError:
+            raise SubmissionError(f"{address!r} is not an e-mail address", "notify") from None
     from kperf.core import tasks
 
     with transaction.atomic():
@@ -85,6 +94,7 @@ def track(owner: User, req: TrackRequest) -> TrackedBranch:
                 "arches": clean.arches,
                 "boots": req.boots,
                 "max_commits": req.max_commits,
+                "notify": notify,
                 "enabled": True,
             },
             create_defaults={
@@ -94,6 +104,7 @@ def track(owner: User, req: TrackRequest) -> TrackedBranch:
                 "arches": clean.arches,
                 "boots": req.boots,
                 "max_commits": req.max_commits,
+                "notify": notify,
             },
         )
         branch_id, backfill = branch.pk, req.backfill if created else 0
@@ -342,7 +353,7 @@ def analyse_series(branch: TrackedBranch, mclass_id: int, bench: str) -> list[Ch
             points, defs[name].higher_is_better, min_effect_pct=benchmarks.min_effect_pct(name)
         )
         for cp in found:
-            row, _ = ChangePoint.objects.update_or_create(
+            row, created = ChangePoint.objects.update_or_create(
                 branch=branch,
                 machine_class_id=mclass_id,
                 metric=name,
@@ -358,6 +369,8 @@ def analyse_series(branch: TrackedBranch, mclass_id: int, bench: str) -> list[Ch
                 },
             )
             kept.append(row)
+            if created:
+                alerts.change_point_found(row)
     # Change points older than the window were decided on commits no longer
     # re-read, and stay as they are.
     stale = ChangePoint.objects.filter(

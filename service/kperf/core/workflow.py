@@ -18,7 +18,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from kperf.core import benchmarks, gitops
+from kperf.core import alerts, benchmarks, gitops
 from kperf.core.models import Job, KernelBuild, MachineClass, Submission, SubmissionBuild, Tree
 from kperf_kbuild.driver import SUPPORTED_ARCHES, config_digest
 
@@ -103,6 +103,7 @@ def fail_submission(sub: Submission, message: str) -> None:
     sub.finished = timezone.now()
     sub.save(update_fields=["status", "error", "finished", "updated"])
     Job.objects.filter(submission=sub, status=Job.Status.QUEUED).update(status=Job.Status.CANCELLED)
+    alerts.submission_finished(sub)
     log.warning("submission %s failed: %s", sub.pk, message)
 
 

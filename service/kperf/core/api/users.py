@@ -150,6 +150,7 @@ class TrackIn(Schema):
     boots: int = 0
     max_commits: int = 16
     backfill: int = 0
+    notify: list[str] = []
 
 
 class TrackUpdateIn(Schema):
@@ -170,6 +171,7 @@ def track_branch(request: HttpRequest, payload: TrackIn) -> Status[dict[str, Any
         boots=payload.boots,
         max_commits=payload.max_commits,
         backfill=payload.backfill,
+        notify=payload.notify,
     )
     try:
         branch = tracking.track(request.auth, req)  # type: ignore[attr-defined]

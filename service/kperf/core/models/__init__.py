@@ -1,6 +1,7 @@
 """kperf's domain model, one module per resource."""
 
 from kperf.core.models.accounts import ApiToken
+from kperf.core.models.alerts import Alert
 from kperf.core.models.builds import KernelBuild
 from kperf.core.models.lab import Job, MachineClass, Runner
 from kperf.core.models.results import BootRecord, Comparison, MetricComparison, MetricDef, Sample
@@ -9,6 +10,7 @@ from kperf.core.models.tracking import BranchCommit, ChangePoint, TrackedBranch
 from kperf.core.models.trees import Tree
 
 __all__ = [
+    "Alert",
     "ApiToken",
     "BootRecord",
     "BranchCommit",

@@ -24,6 +24,8 @@ class TrackedBranch(models.Model):
     # and the gaps are recorded on the commit after them.
     max_commits = models.PositiveIntegerField(default=16)
     enabled = models.BooleanField(default=True)
+    # Who is mailed when a change point is a regression, besides the owner.
+    notify = models.JSONField(default=list, blank=True)
     head_sha = models.CharField(max_length=40, blank=True, default="")
     last_polled = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")

@@ -1,0 +1,227 @@
+"""Plain-text mail: a submission's answer to its owner, a tracked branch's regressions to its watchers.
+
+Alerts are rows written in the transaction that decides what they report
+(`Alert`, an outbox); `send_pending` delivers them over SMTP from a task and
+retries what failed, so a mail server that is down or not configured yet
+loses nothing. Bodies are plain text and at most 80 columns where kperf
+controls the layout, as mail on kernel lists is.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from functools import partial
+
+from django.conf import settings
+from django.core.mail import EmailMessage, get_connection
+from django.db import transaction
+from django.utils import timezone
+
+from kperf.core.models import Alert, ChangePoint, MetricComparison, Submission
+
+log = logging.getLogger("kperf.alerts")
+
+WRAP = 80
+TABLE_MAX_LINES = 200  # longer mmtests-style tables stay on the page
+
+
+def _queue(kind: str, key: str, recipients: list[str], subject: str, body: str) -> Alert:
+    from kperf.core import tasks
+
+    alert, created = Alert.objects.get_or_create(
+        key=key,
+        defaults={
+            "kind": kind,
+            "recipients": recipients,
+            "subject": subject[:300],
+            "body": body,
+            "status": Alert.Status.PENDING if recipients else Alert.Status.NO_RECIPIENT,
+            "last_error": "" if recipients else "nobody to tell: the user has no e-mail address",
+        },
+    )
+    if created and recipients:
+        transaction.on_commit(partial(tasks.send_alerts.delay))
+    return alert
+
+
+def _fmt_pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.2f}%"
+
+
+def _metric_line(m: MetricComparison, bench: str, mclass: str) -> str:
+    ci = f"[{_fmt_pct(m.ci_low_pct)}, {_fmt_pct(m.ci_high_pct)}]"
+    q = "n/a" if m.q_value is None else f"{m.q_value:.2g}"
+    return (
+        f"  {m.metric} ({bench}, {mclass}): {_fmt_pct(m.change_pct)} {ci} q={q}\n"
+        f"      boots {m.base_boots}/{m.head_boots}, iterations {m.base_samples}/{m.head_samples}"
+    )
+
+
+def submission_mail(sub: Submission) -> tuple[str, str]:
+    """(subject, body) of the mail that answers a finished submission."""
+    title = f"[kperf] #{sub.pk} {sub.head_ref} vs {sub.base_ref}"
+    link = f"{settings.KPERF_BASE_URL}/submissions/{sub.pk}"
+    head = f"{sub.head_ref} ({sub.head_sha[:12] or 'unresolved'})"
+    base = f"{sub.base_ref} ({sub.base_sha[:12] or 'unresolved'})"
+    benches = f"{', '.join(sub.benchmarks)} ({sub.grid} grid)"
+    intro = f"kperf compared {head}\nagainst {base}\nof {sub.tree.url}\non {benches}."
+    if sub.status == Submission.Status.FAILED:
+        return f"{title}: failed", f"{intro}\n\nIt failed: {sub.error}\n\nDetails: {link}\n"
+    metrics = list(
+        MetricComparison.objects.filter(comparison__submission=sub)
+        .select_related("comparison__machine_class")
+        .order_by("comparison__benchmark", "metric")
+    )
+    counts = Counter(m.verdict for m in metrics)
+    reg, imp = counts[MetricComparison.Verdict.REGRESSION], counts[MetricComparison.Verdict.IMPROVEMENT]
+    if reg or imp:
+        parts = [f"{n} {word}{'s' if n != 1 else ''}" for n, word in ((reg, "regression"), (imp, "improvement")) if n]
+        subject = f"{title}: {', '.join(parts)}"
+    else:
+        subject = f"{title}: no regression"
+    sections = [intro]
+    for verdict, heading in (
+        (MetricComparison.Verdict.REGRESSION, "Regressions (negative is worse):"),
+        (MetricComparison.Verdict.IMPROVEMENT, "Improvements:"),
+    ):
+        chosen = [m for m in metrics if m.verdict == verdict]
+        if chosen:
+            rows = [_metric_line(m, m.comparison.benchmark, m.comparison.machine_class.name) for m in chosen]
+            sections.append("\n".join([heading, *rows]))
+    rest = []
+    for verdict, words in (
+        (MetricComparison.Verdict.NO_CHANGE, "no change beyond the minimum effect"),
+        (MetricComparison.Verdict.INCONCLUSIVE, "inconclusive (the data could not decide)"),
+    ):
+        if counts[verdict]:
+            rest.append(f"{counts[verdict]} metric{'s' if counts[verdict] != 1 else ''}: {words}.")
+    if sub.reruns:
+        boots = sum(r["more_boots"] for r in sub.reruns)
+        rest.append(f"kperf added {boots} boots per side where a first look was inconclusive.")
+    if rest:
+        sections.append("\n".join(rest))
+    for comp in sub.comparisons.select_related("machine_class").order_by("benchmark", "machine_class__name"):
+        table = comp.table.rstrip()
+        if not table:
+            continue
+        lines = table.count("\n") + 1
+        if lines <= TABLE_MAX_LINES:
+            sections.append(f"{comp.benchmark} on {comp.machine_class.name}:\n\n{table}")
+        else:
+            # The page allocator's table has hundreds of rows: the verdicts
+            # above are the news, the page has the rest.
+            sections.append(f"{comp.benchmark} on {comp.machine_class.name}: the table ({lines} lines) is on the page.")
+    sections.append(f"Details: {link}\n")
+    return subject, "\n\n".join(sections)
+
+
+def submission_finished(sub: Submission) -> Alert:
+    """Queue the answer to a submission that just finished (caller's transaction)."""
+    subject, body = submission_mail(sub)
+    email = sub.owner.email
+    return _queue(Alert.Kind.SUBMISSION, f"submission:{sub.pk}", [email] if email else [], subject, body)
+
+
+def change_point_mail(cp: ChangePoint) -> tuple[str, str]:
+    branch = cp.branch
+    commit = cp.commit
+    subject = f"[kperf] {branch.branch}: {cp.metric} {cp.change_pct:+.2f}% at {commit.sha[:12]}"
+    if cp.previous is None:
+        where = f"{commit.sha[:12]} (the first measured commit)"
+    elif commit.skipped_before:
+        where = (
+            f"between {cp.previous.sha[:12]} and {commit.sha[:12]}: {commit.skipped_before} commits\n"
+            f"                 there were not measured; bisect {cp.previous.sha[:12]}..{commit.sha[:12]}"
+        )
+    else:
+        where = f"{commit.sha[:12]}, right after {cp.previous.sha[:12]}"
+    body = "\n".join(
+        [
+            f"kperf found a {cp.direction} on the tracked branch {branch.branch}",
+            f"of {branch.tree.url}:",
+            "",
+            f"  metric         {cp.metric} ({cp.benchmark}) on {cp.machine_class.name}",
+            f"  change         {cp.change_pct:+.2f}% (negative is worse), p={cp.p_value:.2g}",
+            f"  first commit   {commit.sha[:12]} {commit.subject}"[:WRAP],
+            f"  where          {where}",
+            f"  seen when      {cp.detected_at.sha[:12]} arrived",
+            "",
+            "As more commits arrive the location can still move; the branch page",
+            f"has the current answer: {settings.KPERF_BASE_URL}/branches/{branch.pk}",
+            "",
+        ]
+    )
+    return subject, body
+
+
+def change_point_found(cp: ChangePoint) -> Alert | None:
+    """Queue the mail for a newly found change point; regressions only."""
+    if cp.direction != "regression":
+        return None
+    branch = cp.branch
+    recipients = list(dict.fromkeys(([branch.owner.email] if branch.owner.email else []) + list(branch.notify)))
+    subject, body = change_point_mail(cp)
+    key = f"change-point:{branch.pk}:{cp.machine_class_id}:{cp.metric}:{cp.commit.sha}"
+    return _queue(Alert.Kind.CHANGE_POINT, key, recipients, subject, body)
+
+
+def send_pending(limit: int = 50) -> int:
+    """Send waiting alerts; returns how many went out."""
+    if not settings.EMAIL_HOST:
+        Alert.objects.filter(status=Alert.Status.PENDING).exclude(last_error__startswith="no SMTP").update(
+            last_error="no SMTP host configured (KPERF_SMTP_HOST): the alert waits"
+        )
+        return 0
+    sent = 0
+    with transaction.atomic():
+        batch = list(
+            Alert.objects.select_for_update(skip_locked=True)
+            .filter(status=Alert.Status.PENDING)
+            .order_by("created")[:limit]
+        )
+        if not batch:
+            return 0
+        try:
+            connection = get_connection(fail_silently=False)
+            connection.open()
+        except OSError as e:
+            for alert in batch:
+                _failed_attempt(alert, f"cannot reach {settings.EMAIL_HOST}:{settings.EMAIL_PORT}: {e}")
+            return 0
+        try:
+            for alert in batch:
+                msg = EmailMessage(
+                    alert.subject,
+                    alert.body,
+                    settings.DEFAULT_FROM_EMAIL,
+                    alert.recipients,
+                    connection=connection,
+                    # RFC 3834: no auto-replies to a machine's mail.
+                    headers={"Auto-Submitted": "auto-generated", "X-Kperf-Alert": alert.kind},
+                )
+                try:
+                    msg.send()
+                except Exception as e:  # smtplib raises many kinds; each is one failed attempt
+                    _failed_attempt(alert, f"{type(e).__name__}: {e}")
+                    continue
+                alert.status = Alert.Status.SENT
+                alert.sent = timezone.now()
+                alert.attempts += 1
+                alert.last_error = ""
+                alert.save(update_fields=["status", "sent", "attempts", "last_error"])
+                sent += 1
+        finally:
+            connection.close()
+    if sent:
+        log.info("sent %d alerts", sent)
+    return sent
+
+
+def _failed_attempt(alert: Alert, error: str) -> None:
+    alert.attempts += 1
+    alert.last_error = error[:2000]
+    if alert.attempts >= settings.KPERF_ALERT_MAX_ATTEMPTS:
+        alert.status = Alert.Status.FAILED
+    alert.save(update_fields=["attempts", "last_error", "status"])
+    log.warning("alert %s: attempt %d failed: %s", alert.pk, alert.attempts, error)

@@ -1,0 +1,187 @@
+"""Plain-text mail through a real SMTP server (aiosmtpd on loopback)."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import socket
+from collections.abc import Iterator
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from aiosmtpd.controller import Controller
+
+from kperf.core import alerts, tracking
+from kperf.core.analysis import analyse_submission
+from kperf.core.models import Alert, Job, Submission, TrackedBranch
+from kperf.core.workflow import advance_submission, fail_submission
+
+from .conftest import Api
+from .lab_fixtures import results_body, submission_ready_for_testing
+from .test_tracking import commit_n, finish_builds, run_jobs, track
+
+pytestmark = pytest.mark.django_db
+
+
+class Inbox:
+    def __init__(self) -> None:
+        self.messages: list[tuple[list[str], EmailMessage]] = []
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        msg = email.message_from_bytes(envelope.content, policy=email.policy.default)
+        self.messages.append((list(envelope.rcpt_tos), msg))  # type: ignore[arg-type]
+        return "250 OK"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(autouse=True)
+def real_smtp_backend(settings: Any) -> None:
+    # pytest-django swaps in an in-memory outbox; these tests talk SMTP.
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+
+
+@pytest.fixture
+def smtp(settings: Any) -> Iterator[Inbox]:
+    inbox = Inbox()
+    port = free_port()
+    controller = Controller(inbox, hostname="127.0.0.1", port=port)
+    controller.start()
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", port
+    settings.KPERF_BASE_URL = "https://kperf.example.org"
+    try:
+        yield inbox
+    finally:
+        controller.stop()
+
+
+def finished_submission(alice: Any, mclass: Any, runner: Api, tmp: Path, head_level: float) -> Submission:
+    sub = submission_ready_for_testing(alice, mclass, tmp)
+    while (job := runner.post("/runner/claim").json()["job"]) is not None:
+        level = 1000.0 if Job.objects.get(pk=job["id"]).side == "base" else head_level
+        runner.post(f"/runner/jobs/{job['id']}/results", results_body(job, level))
+    advance_submission(sub.pk)
+    analyse_submission(sub.pk)
+    sub.refresh_from_db()
+    assert sub.status == Submission.Status.DONE
+    return sub
+
+
+def test_a_finished_submission_mails_its_owner_the_verdicts_and_the_table(
+    smtp: Inbox, alice: Any, qemu_class: Any, runner_api: Any, tmp_path: Path
+) -> None:
+    sub = finished_submission(alice, qemu_class, runner_api[1], tmp_path, head_level=500.0)
+    alert = Alert.objects.get(key=f"submission:{sub.pk}")
+    assert alert.status == Alert.Status.PENDING and alert.recipients == ["alice@example.org"]
+    assert alerts.send_pending() == 1
+
+    [(to, msg)] = smtp.messages
+    assert to == ["alice@example.org"]
+    assert msg["Subject"] == f"[kperf] #{sub.pk} feature vs master: 2 regressions"
+    assert msg["Auto-Submitted"] == "auto-generated"
+    assert msg.get_content_type() == "text/plain"
+    body = msg.get_content().replace("\r\n", "\n")
+    assert "Regressions (negative is worse):" in body
+    assert "  spawn-vmas-0 (spawn, qemu-x86_64): -49.95% [" in body
+    assert "Hmean     spawn-vmas-0" in body  # the mmtests-style table
+    assert f"Details: https://kperf.example.org/submissions/{sub.pk}" in body
+    assert max(len(line) for line in body.splitlines()) <= 80
+    alert.refresh_from_db()
+    assert alert.status == Alert.Status.SENT and alert.sent is not None
+    # Sending again sends nothing twice.
+    assert alerts.send_pending() == 0 and len(smtp.messages) == 1
+
+
+def test_a_failed_submission_says_why(smtp: Inbox, alice: Any, qemu_class: Any, tmp_path: Path) -> None:
+    sub = submission_ready_for_testing(alice, qemu_class, tmp_path)
+    fail_submission(sub, "the head kernel (bbbbbbbbbbbb, x86_64) failed to build: mm/memory.c:42: error")
+    assert alerts.send_pending() == 1
+    [(_, msg)] = smtp.messages
+    assert msg["Subject"].endswith(": failed")
+    assert "mm/memory.c:42: error" in msg.get_content()
+
+
+def test_nothing_is_lost_while_the_mail_server_is_down_or_unset(
+    settings: Any, alice: Any, qemu_class: Any, tmp_path: Path
+) -> None:
+    sub = submission_ready_for_testing(alice, qemu_class, tmp_path)
+    settings.EMAIL_HOST = ""
+    fail_submission(sub, "the base kernel did not boot")
+    assert alerts.send_pending() == 0
+    alert = Alert.objects.get()
+    assert alert.status == Alert.Status.PENDING and "no SMTP host configured" in alert.last_error
+
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", free_port()  # nobody listens there
+    assert alerts.send_pending() == 0
+    alert.refresh_from_db()
+    assert alert.status == Alert.Status.PENDING and alert.attempts == 1 and "cannot reach" in alert.last_error
+
+    inbox = Inbox()
+    controller = Controller(inbox, hostname="127.0.0.1", port=settings.EMAIL_PORT)
+    controller.start()
+    try:
+        assert alerts.send_pending() == 1
+    finally:
+        controller.stop()
+    alert.refresh_from_db()
+    assert alert.status == Alert.Status.SENT and alert.attempts == 2 and len(inbox.messages) == 1
+
+
+def test_a_user_without_an_address_gets_no_mail_and_it_says_so(
+    smtp: Inbox, alice: Any, qemu_class: Any, tmp_path: Path
+) -> None:
+    alice.email = ""
+    alice.save()
+    sub = submission_ready_for_testing(alice, qemu_class, tmp_path)
+    fail_submission(sub, "boom")
+    assert alerts.send_pending() == 0 and not smtp.messages
+    assert Alert.objects.get().status == Alert.Status.NO_RECIPIENT
+
+
+def test_a_regression_on_a_tracked_branch_mails_its_watchers_once(
+    smtp: Inbox,
+    alice_api: Api,
+    runner_api: tuple[Any, Api],
+    small_tree: Path,
+    qemu_class: Any,
+    settings_dirs: Any,
+    tmp_path: Path,
+) -> None:
+    resp = alice_api.post("/branches", {"tree": str(small_tree), "branch": "master", "notify": ["not-an-address"]})
+    assert resp.status_code == 400 and resp.json()["field"] == "notify"
+    data = track(alice_api, small_tree, boots=2, max_commits=50, notify=["linux-mm@example.org"])
+    branch = TrackedBranch.objects.get(pk=data["id"])
+    rng = np.random.default_rng(3)
+    tracking.poll_branch(branch.pk)
+    commit_n(small_tree, 13)
+    tracking.poll_branch(branch.pk)
+    levels = {c.sha: 1000.0 for c in branch.commits.all()}
+    finish_builds(branch, tmp_path)
+    run_jobs(runner_api[1], levels, rng)
+    culprit, *rest = commit_n(small_tree, 8)
+    tracking.poll_branch(branch.pk)
+    levels.update({sha: 880.0 for sha in [culprit, *rest]})
+    finish_builds(branch, tmp_path)
+    run_jobs(runner_api[1], levels, rng)
+
+    assert alerts.send_pending() >= 1
+    mails = [(to, msg) for to, msg in smtp.messages if "spawn-vmas" in msg["Subject"]]
+    assert mails, [m["Subject"] for _, m in smtp.messages]
+    for to, msg in mails:
+        assert sorted(to) == ["alice@example.org", "linux-mm@example.org"]
+        assert msg["Subject"].startswith("[kperf] master: spawn-vmas-") and culprit[:12] in msg["Subject"]
+        body = msg.get_content()
+        assert "kperf found a regression on the tracked branch master" in body
+        assert f"first commit   {culprit[:12]}" in body and "right after" in body
+        assert f"https://kperf.example.org/branches/{branch.pk}" in body
+    sent = len(smtp.messages)
+    # The same change found again by a later analysis is not mailed again.
+    tracking.analyse_series(branch, qemu_class.pk, "spawn")
+    assert alerts.send_pending() == 0 and len(smtp.messages) == sent
