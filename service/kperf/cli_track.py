@@ -54,6 +54,7 @@ def cmd_track(args: argparse.Namespace) -> int:
         "max_commits": args.max_commits,
         "backfill": args.backfill,
         "notify": args.notify or [],
+        "bisect": not args.no_bisect,
     }
     d = client.call("POST", "/branches", body)
     print(f"tracking branch {d['id']}: {client.server}/branches/{d['id']}")
@@ -91,6 +92,9 @@ def add_parsers(sub: Any) -> None:
     t.add_argument("--max-commits", type=int, default=16, help="most commits measured per move of the branch")
     t.add_argument("--backfill", type=int, default=0, help="also measure this many commits before the current head")
     t.add_argument("--notify", action="append", help="also mail this address about regressions (repeat for more)")
+    t.add_argument(
+        "--no-bisect", action="store_true", help="do not measure the unmeasured commits inside a change's range"
+    )
     t.set_defaults(func=cmd_track)
 
     b = sub.add_parser("branches", help="tracked branches, or one of them with its commits and change points")

@@ -129,10 +129,10 @@ def change_point_mail(cp: ChangePoint) -> tuple[str, str]:
     subject = f"[kperf] {branch.branch}: {cp.metric} {cp.change_pct:+.2f}% at {commit.sha[:12]}"
     if cp.previous is None:
         where = f"{commit.sha[:12]} (the first measured commit)"
-    elif commit.skipped_before:
+    elif cp.untested_between:
         where = (
-            f"between {cp.previous.sha[:12]} and {commit.sha[:12]}: {commit.skipped_before} commits\n"
-            f"                 there were not measured; bisect {cp.previous.sha[:12]}..{commit.sha[:12]}"
+            f"between {cp.previous.sha[:12]} and {commit.sha[:12]}: {cp.untested_between} commits\n"
+            f"                 there could not be measured; bisect {cp.previous.sha[:12]}..{commit.sha[:12]}"
         )
     else:
         where = f"{commit.sha[:12]}, right after {cp.previous.sha[:12]}"

@@ -163,6 +163,7 @@ def branch_summary(b: TrackedBranch) -> dict[str, Any]:
         "boots": b.boots,
         "max_commits": b.max_commits,
         "notify": b.notify,
+        "bisect": b.bisect,
         "enabled": b.enabled,
         "head_sha": b.head_sha or None,
         "last_polled": _iso(b.last_polled),
@@ -182,7 +183,7 @@ def change_point_dict(cp: ChangePoint) -> dict[str, Any]:
         "previous_sha": cp.previous.sha if cp.previous else None,
         # Unmeasured commits between `previous_sha` and `sha`: 0 means the
         # change is pinned to one commit, more means bisect that range.
-        "untested_between": cp.commit.skipped_before,
+        "untested_between": cp.untested_between,
         "detected_at_sha": cp.detected_at.sha,
         "direction": cp.direction,
         "change_pct": cp.change_pct,
@@ -198,12 +199,15 @@ def branch_detail(b: TrackedBranch, commits_limit: int = 200) -> dict[str, Any]:
     jobs: dict[int, list[Job]] = {}
     for j in Job.objects.filter(branch_commit__in=commits).select_related("machine_class", "runner"):
         jobs.setdefault(j.branch_commit_id or 0, []).append(j)
+    # Unmeasured first-parent commits between each commit and the measured one before it.
+    on_branch = [c for c in commits if c.on_branch]
+    gaps = {c.pk: c.position - older.position - 1 for c, older in zip(on_branch, on_branch[1:], strict=False)}
     data["commits"] = [
         {
             "sha": c.sha,
             "position": c.position,
             "subject": c.subject,
-            "untested_before": c.skipped_before,
+            "untested_before": gaps.get(c.pk, 0),
             "on_branch": c.on_branch,
             "status": c.status,
             "error": c.error,

@@ -61,6 +61,7 @@ class TrackRequest:
     max_commits: int = 16
     backfill: int = 0
     notify: list[str] = field(default_factory=list)
+    bisect: bool = True
 
 
 def track(owner: User, req: TrackRequest) -> TrackedBranch:
@@ -95,6 +96,7 @@ def track(owner: User, req: TrackRequest) -> TrackedBranch:
                 "boots": req.boots,
                 "max_commits": req.max_commits,
                 "notify": notify,
+                "bisect": req.bisect,
                 "enabled": True,
             },
             create_defaults={
@@ -105,6 +107,7 @@ def track(owner: User, req: TrackRequest) -> TrackedBranch:
                 "boots": req.boots,
                 "max_commits": req.max_commits,
                 "notify": notify,
+                "bisect": req.bisect,
             },
         )
         branch_id, backfill = branch.pk, req.backfill if created else 0
@@ -134,7 +137,6 @@ def _spread(commits: list[tuple[str, str]], keep: int) -> list[int]:
 
 def poll_branch(branch_id: int, backfill: int = 0) -> list[BranchCommit]:
     """Fetch the tree; if the branch moved, queue builds for its new commits."""
-    from kperf.core import tasks
 
     branch = TrackedBranch.objects.select_related("tree").get(pk=branch_id)
     tree = branch.tree
@@ -174,44 +176,17 @@ def poll_branch(branch_id: int, backfill: int = 0) -> list[BranchCommit]:
         return []
 
     chosen = _spread(candidates, branch.max_commits)
-    created: list[BranchCommit] = []
-    new_builds: list[int] = []
     with transaction.atomic():
-        locked = TrackedBranch.objects.select_for_update().get(pk=branch_id)
+        locked = TrackedBranch.objects.select_for_update().select_related("tree").get(pk=branch_id)
         if dropped:
             BranchCommit.objects.filter(branch=locked, sha__in=dropped).update(on_branch=False)
-        previous = -1
-        for idx in chosen:
-            sha, subject = candidates[idx]
-            commit, new = BranchCommit.objects.get_or_create(
-                branch=locked,
-                sha=sha,
-                defaults={
-                    # first-parent log is a chain: positions follow the list
-                    "position": base_position + idx,
-                    "subject": subject[:300],
-                    "skipped_before": idx - previous - 1,
-                },
-            )
-            previous = idx
-            if not new:
-                continue
-            for arch in locked.arches:
-                build, made = KernelBuild.objects.get_or_create(
-                    sha=sha, arch=arch, config_digest=config_digest(arch), defaults={"tree": tree}
-                )
-                commit.builds.add(build)
-                if made:
-                    new_builds.append(build.pk)
-            created.append(commit)
+        # first-parent log is a chain: positions follow the list
+        wanted = [(candidates[i][0], candidates[i][1], base_position + i) for i in chosen]
+        created = _add_commits(locked, wanted)
         locked.head_sha = new_head
         locked.last_polled = timezone.now()
         locked.last_error = ""
         locked.save(update_fields=["head_sha", "last_polled", "last_error"])
-        for build_id in new_builds:
-            transaction.on_commit(partial(tasks.build_kernel.delay, build_id))
-        for commit in created:
-            transaction.on_commit(partial(tasks.advance_branch_commit.delay, commit.pk))
     log.info(
         "tracked branch %s moved to %s: %d new commits, %d measured, %d left the branch",
         branch_id,
@@ -221,6 +196,59 @@ def poll_branch(branch_id: int, backfill: int = 0) -> list[BranchCommit]:
         len(dropped),
     )
     return created
+
+
+def _add_commits(branch: TrackedBranch, wanted: list[tuple[str, str, int]]) -> list[BranchCommit]:
+    """Create (sha, subject, position) commits of a locked branch, attach their
+    (possibly shared) builds, and queue what they need once the caller commits."""
+    from kperf.core import tasks
+
+    created: list[BranchCommit] = []
+    for sha, subject, position in wanted:
+        commit, new = BranchCommit.objects.get_or_create(
+            branch=branch, sha=sha, defaults={"position": position, "subject": subject[:300]}
+        )
+        if not new:
+            continue
+        for arch in branch.arches:
+            build, made = KernelBuild.objects.get_or_create(
+                sha=sha, arch=arch, config_digest=config_digest(arch), defaults={"tree": branch.tree}
+            )
+            commit.builds.add(build)
+            if made:
+                transaction.on_commit(partial(tasks.build_kernel.delay, build.pk))
+        transaction.on_commit(partial(tasks.advance_branch_commit.delay, commit.pk))
+        created.append(commit)
+    return created
+
+
+def bisect_gap(branch: TrackedBranch, cp: ChangePoint) -> bool:
+    """Measure the middle unmeasured commit of a change point's range.
+
+    True while bisection is under way (a commit of the range is queued or
+    being measured), False when there is nothing left to measure: the change
+    sits on one commit, or the commits left in the range could not be
+    measured (they failed to build or boot) or git could not list them.
+    """
+    if cp.previous is None or cp.untested_between == 0:
+        return False
+    lo, hi = cp.previous.position, cp.commit.position
+    inside = branch.commits.filter(position__gt=lo, position__lt=hi)
+    if inside.filter(on_branch=True).exclude(status__in=BranchCommit.FINAL).exists():
+        return True
+    known = set(inside.values_list("sha", flat=True))
+    try:
+        between = gitops.first_parent_commits(branch.tree.mirror_path, cp.commit.sha, since=cp.previous.sha)[:-1]
+    except gitops.GitError as e:
+        log.warning("branch %s: cannot list %s..%s to bisect: %s", branch.pk, cp.previous.sha, cp.commit.sha, e)
+        return False
+    free = [(sha, subject, lo + 1 + i) for i, (sha, subject) in enumerate(between) if sha not in known]
+    if not free:
+        return False
+    middle = free[len(free) // 2]
+    _add_commits(branch, [middle])
+    log.info("branch %s: bisecting %s..%s at %s", branch.pk, cp.previous.sha[:12], cp.commit.sha[:12], middle[0][:12])
+    return True
 
 
 def boots_for(branch: TrackedBranch, bench: str) -> int:
@@ -353,7 +381,7 @@ def analyse_series(branch: TrackedBranch, mclass_id: int, bench: str) -> list[Ch
             points, defs[name].higher_is_better, min_effect_pct=benchmarks.min_effect_pct(name)
         )
         for cp in found:
-            row, created = ChangePoint.objects.update_or_create(
+            row, _ = ChangePoint.objects.update_or_create(
                 branch=branch,
                 machine_class_id=mclass_id,
                 metric=name,
@@ -369,8 +397,12 @@ def analyse_series(branch: TrackedBranch, mclass_id: int, bench: str) -> list[Ch
                 },
             )
             kept.append(row)
-            if created:
-                alerts.change_point_found(row)
+    for row in kept:
+        # A change inside a range of unmeasured commits is bisected first and
+        # mailed once it sits on one commit (or cannot be narrowed further),
+        # so watchers get one mail naming the culprit, not one per step.
+        if not (branch.bisect and bisect_gap(branch, row)):
+            alerts.change_point_found(row)
     # Change points older than the window were decided on commits no longer
     # re-read, and stay as they are.
     stale = ChangePoint.objects.filter(

@@ -151,6 +151,7 @@ class TrackIn(Schema):
     max_commits: int = 16
     backfill: int = 0
     notify: list[str] = []
+    bisect: bool = True
 
 
 class TrackUpdateIn(Schema):
@@ -172,6 +173,7 @@ def track_branch(request: HttpRequest, payload: TrackIn) -> Status[dict[str, Any
         max_commits=payload.max_commits,
         backfill=payload.backfill,
         notify=payload.notify,
+        bisect=payload.bisect,
     )
     try:
         branch = tracking.track(request.auth, req)  # type: ignore[attr-defined]

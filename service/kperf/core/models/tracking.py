@@ -20,9 +20,11 @@ class TrackedBranch(models.Model):
     # Boots per commit and machine class; 0 means the grid's boots per side.
     boots = models.PositiveIntegerField(default=0)
     # At most this many commits are measured per move of the branch; when more
-    # arrive at once (a merge window), evenly spaced ones are, newest included,
-    # and the gaps are recorded on the commit after them.
+    # arrive at once (a merge window), evenly spaced ones are, newest included.
     max_commits = models.PositiveIntegerField(default=16)
+    # Measure the unmeasured commits inside a change point's range, halving
+    # it each time, until the change sits on one commit.
+    bisect = models.BooleanField(default=True)
     enabled = models.BooleanField(default=True)
     # Who is mailed when a change point is a regression, besides the owner.
     notify = models.JSONField(default=list, blank=True)
@@ -57,9 +59,6 @@ class BranchCommit(models.Model):
     # backfills and gaps.
     position = models.PositiveIntegerField()
     subject = models.CharField(max_length=300, blank=True, default="")
-    # First-parent commits between the previous measured commit and this one
-    # that were not measured: a change found here lies somewhere in that range.
-    skipped_before = models.PositiveIntegerField(default=0)
     # False once a forced push took the commit off the branch; it then leaves
     # the series but its measurements stay.
     on_branch = models.BooleanField(default=True)
@@ -113,3 +112,11 @@ class ChangePoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.metric} {self.direction} {self.change_pct:+.2f}% at {self.commit}"
+
+    @property
+    def untested_between(self) -> int:
+        """First-parent commits between the last good measured commit and the
+        first bad one that have no measurement: 0 means the culprit is known."""
+        if self.previous is None:
+            return 0
+        return max(0, self.commit.position - self.previous.position - 1)
