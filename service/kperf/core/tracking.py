@@ -126,7 +126,7 @@ def poll_all() -> int:
     return len(ids)
 
 
-def _spread(commits: list[tuple[str, str]], keep: int) -> list[int]:
+def _spread(commits: list[tuple[str, str, int]], keep: int) -> list[int]:
     """Indices of `keep` evenly spaced commits, the newest always among them."""
     n = len(commits)
     if n <= keep:
@@ -137,7 +137,6 @@ def _spread(commits: list[tuple[str, str]], keep: int) -> list[int]:
 
 def poll_branch(branch_id: int, backfill: int = 0) -> list[BranchCommit]:
     """Fetch the tree; if the branch moved, queue builds for its new commits."""
-
     branch = TrackedBranch.objects.select_related("tree").get(pk=branch_id)
     tree = branch.tree
     mirror = tree.mirror_path
@@ -165,11 +164,12 @@ def poll_branch(branch_id: int, backfill: int = 0) -> list[BranchCommit]:
         still = [c for c in known.values() if c.on_branch and c.sha not in dropped]
         since = max(still, key=lambda c: c.position).sha if still else ""
         if since:
-            candidates = gitops.first_parent_commits(mirror, new_head, since=since)
+            chain = gitops.first_parent_commits(mirror, new_head, since=since)
         else:
-            candidates = gitops.first_parent_commits(mirror, new_head, limit=1 + max(0, backfill))
-        candidates = [c for c in candidates if c[0] not in known]
-        base_position = gitops.count_first_parent(mirror, candidates[0][0]) if candidates else 0
+            chain = gitops.first_parent_commits(mirror, new_head, limit=1 + max(0, backfill))
+        # The first-parent log is a chain, so positions follow the list.
+        base_position = gitops.count_first_parent(mirror, chain[0][0]) if chain else 0
+        candidates = [(sha, subject, base_position + i) for i, (sha, subject) in enumerate(chain) if sha not in known]
     except gitops.GitError as e:
         TrackedBranch.objects.filter(pk=branch_id).update(last_polled=timezone.now(), last_error=str(e)[:2000])
         log.warning("tracked branch %s: %s", branch_id, e)
@@ -180,9 +180,7 @@ def poll_branch(branch_id: int, backfill: int = 0) -> list[BranchCommit]:
         locked = TrackedBranch.objects.select_for_update().select_related("tree").get(pk=branch_id)
         if dropped:
             BranchCommit.objects.filter(branch=locked, sha__in=dropped).update(on_branch=False)
-        # first-parent log is a chain: positions follow the list
-        wanted = [(candidates[i][0], candidates[i][1], base_position + i) for i in chosen]
-        created = _add_commits(locked, wanted)
+        created = _add_commits(locked, [candidates[i] for i in chosen])
         locked.head_sha = new_head
         locked.last_polled = timezone.now()
         locked.last_error = ""
