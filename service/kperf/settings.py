@@ -112,6 +112,7 @@ CELERY_TASK_ROUTES = {
     "kperf.build_kernel": {"queue": "builds"},
     "kperf.analyse_submission": {"queue": "analysis"},
     "kperf.analyse_branch_commit": {"queue": "analysis"},
+    "kperf.reanalyse_branch": {"queue": "analysis"},
 }
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True

@@ -289,11 +289,12 @@ def test_the_cli_tracks_lists_and_shows_branches(
 
 
 def land_a_step_in_a_gap(
-    api: Api, runner: Api, repo: Path, tmp: Path, bisect: bool
+    api: Api, runner: Api, repo: Path, tmp: Path, bisect: bool, broken: int | None = None
 ) -> tuple[TrackedBranch, list[str], int]:
     """16 measured commits at one level, then 20 land at once of which 8 are
     measured; from the sixth of them on, spawn is 12% slower. Measures
-    everything kperf queues; returns the branch, the 20 shas and the rounds."""
+    everything kperf queues, except that `broken` does not build; returns
+    the branch, the 20 shas and the rounds."""
     rng = np.random.default_rng(9)
     data = track(api, repo, boots=2, max_commits=50, bisect=bisect)
     branch = TrackedBranch.objects.get(pk=data["id"])
@@ -312,7 +313,9 @@ def land_a_step_in_a_gap(
     assert len(first) == 8 and landed[5] not in first and landed[4] in first and landed[7] in first
     rounds = 0
     while branch.commits.filter(status=BranchCommit.Status.BUILDING).exists():
-        finish_builds(branch, tmp)
+        finish_builds(branch, tmp, fail={landed[broken]} if broken is not None else set())
+        if broken is not None and branch.commits.filter(sha=landed[broken], status="failed").exists():
+            tracking.reanalyse_branch(branch.pk)  # what the failure queues
         run_jobs(runner, levels, rng)
         rounds += 1
         assert rounds < 8, "bisection does not converge"
@@ -335,6 +338,16 @@ def test_a_change_inside_unmeasured_commits_is_bisected_to_its_commit(
     detail = alice_api.get(f"/branches/{branch.pk}").json()
     assert {cp["sha"] for cp in detail["change_points"]} == {culprit}
     assert all(cp["untested_between"] == 0 for cp in detail["change_points"])
+
+
+def test_bisection_steps_around_a_commit_that_does_not_build(
+    alice_api: Api, runner_api: tuple[Any, Api], small_tree: Path, qemu_class: Any, settings_dirs: Any, tmp_path: Path
+) -> None:
+    branch, landed, _ = land_a_step_in_a_gap(alice_api, runner_api[1], small_tree, tmp_path, bisect=True, broken=6)
+    assert branch.commits.get(sha=landed[6]).status == BranchCommit.Status.FAILED
+    cps = list(ChangePoint.objects.filter(branch=branch))
+    assert cps and {cp.commit.sha for cp in cps} == {landed[5]}
+    assert all(cp.untested_between == 0 for cp in cps)
 
 
 def test_without_bisection_the_range_is_reported(

@@ -52,6 +52,11 @@ def analyse_branch_commit(commit_id: int) -> None:
     tracking.analyse_branch_commit(commit_id)
 
 
+@shared_task(name="kperf.reanalyse_branch")
+def reanalyse_branch(branch_id: int) -> None:
+    tracking.reanalyse_branch(branch_id)
+
+
 @shared_task(name="kperf.send_alerts")
 def send_alerts() -> int:
     return alerts.send_pending()

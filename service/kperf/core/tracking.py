@@ -261,6 +261,21 @@ def _fail(commit: BranchCommit, message: str) -> None:
     commit.save(update_fields=["status", "error", "finished"])
     Job.objects.filter(branch_commit=commit, status=Job.Status.QUEUED).update(status=Job.Status.CANCELLED)
     log.warning("branch commit %s failed: %s", commit, message)
+    # A bisection may have been waiting for this commit: look again, so it
+    # picks another commit of the range or mails what it has.
+    if commit.branch.change_points.exists():
+        from kperf.core import tasks
+
+        transaction.on_commit(partial(tasks.reanalyse_branch.delay, commit.branch_id))
+
+
+def reanalyse_branch(branch_id: int) -> None:
+    """Search again every series of a branch that has change points."""
+    with transaction.atomic():
+        branch = TrackedBranch.objects.select_for_update().select_related("tree", "owner").get(pk=branch_id)
+        pairs = set(branch.change_points.values_list("machine_class_id", "benchmark"))
+        for mclass_id, bench in sorted(pairs):
+            analyse_series(branch, mclass_id, bench)
 
 
 def advance_branch_commit(commit_id: int) -> None:
