@@ -251,7 +251,7 @@ def test_a_tracked_branch_measures_each_commit_it_moves_to(
     build reused), booted and added to the series, on the API, CLI and page."""
     clone = tmp_path / "linux"
     subprocess.run(["git", "clone", "-q", "--shared", "--bare", str(kernel_tree), str(clone)], check=True)
-    subprocess.run(["git", "-C", str(clone), "branch", "-f", "tracked", "base"], check=True)
+    subprocess.run(["git", "-C", str(clone), "branch", "-f", "tracked", "refs/heads/base"], check=True)
     cli_env = dict(
         os.environ, KPERF_SERVER=stack.url, KPERF_TOKEN=stack.creds["api_token"], KPERF_CONFIG=str(tmp_path / "c.json")
     )
@@ -265,12 +265,12 @@ def test_a_tracked_branch_measures_each_commit_it_moves_to(
     branch_id = int(re.search(r"tracking branch (\d+)", out).group(1))  # type: ignore[union-attr]
     first = wait_branch(stack, branch_id, 1)
     base_sha = subprocess.run(
-        ["git", "-C", str(clone), "rev-parse", "base"], capture_output=True, text=True, check=True
+        ["git", "-C", str(clone), "rev-parse", "refs/heads/base"], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert [(c["sha"], c["status"]) for c in first["commits"]] == [(base_sha, "done")], first
 
     # The branch moves on by one commit (the fork slowdown); a poll finds it.
-    subprocess.run(["git", "-C", str(clone), "branch", "-f", "tracked", "fork-slow"], check=True)
+    subprocess.run(["git", "-C", str(clone), "branch", "-f", "tracked", "refs/heads/fork-slow"], check=True)
     cli("branches", str(branch_id), "--poll")
     d = wait_branch(stack, branch_id, 2)
     assert [c["status"] for c in d["commits"]] == ["done", "done"], d["commits"]
