@@ -61,3 +61,23 @@ def test_the_image_installs_the_three_packages() -> None:
     for pkg in ("runners", "kernel-builds", "service"):
         assert f"-e {pkg}" in dockerfile
     assert "qemu-system-x86" in dockerfile and "flex" in dockerfile
+
+
+def test_grafana_reads_the_provisioned_dashboards_and_the_database() -> None:
+    svc = services()["grafana"]
+    image, tag = svc["image"].split(":")
+    assert image == "grafana/grafana-oss" and re.fullmatch(r"11\.6\.\d+", tag), svc["image"]
+    assert "postgres" in svc["depends_on"]
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in svc["volumes"]}
+    datasources = yaml.safe_load((ROOT / "dashboards/provisioning/datasources/kperf.yaml").read_text())
+    providers = yaml.safe_load((ROOT / "dashboards/provisioning/dashboards/kperf.yaml").read_text())
+    assert mounts["/etc/grafana/provisioning/datasources"] == "./dashboards/provisioning/datasources"
+    assert mounts["/etc/grafana/provisioning/dashboards"] == "./dashboards/provisioning/dashboards"
+    assert mounts[providers["providers"][0]["options"]["path"]] == "./dashboards/json"
+    # Every ${VAR} the data source file uses is in Grafana's environment.
+    wanted = set(re.findall(r"\$\{(\w+)\}", (ROOT / "dashboards/provisioning/datasources/kperf.yaml").read_text()))
+    assert wanted and wanted <= set(svc["environment"]), wanted - set(svc["environment"])
+    assert svc["environment"]["KPERF_GRAFANA_DB_HOST"] == "postgres:5432"
+    assert datasources["datasources"][0]["type"] == "grafana-postgresql-datasource"
+    home = svc["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert (ROOT / "dashboards/json" / Path(home).name).is_file()
