@@ -19,9 +19,21 @@ critical value (2.31 at alpha .05) costs power against a test that knows the
 noise (1.96). When the noise of this (machine class, metric) has been learned
 from history (kperf.stats.noise), MetricInput.noise carries it and the boot
 variance is moderated towards it (Smyth's empirical-Bayes t: prior variance
-with its own degrees of freedom). The prior is dropped, with a note, when the
-boots at hand are much noisier than history says (F-test at 1%), so a noisy
-runner cannot borrow confidence it does not have.
+with its own degrees of freedom, at most PRIOR_DOF_CAP). The prior is dropped,
+with a note, when the boots at hand are much noisier than history says (F-test
+at 1%), so a noisy runner cannot borrow confidence it does not have. With the
+prior's scale known, a boot far from the others of its side (over
+BOOT_OUTLIER_SDS upper-bound sds from their median: two slow iterations in one
+boot, which the trimmed mean cannot absorb) is set aside, with a note.
+
+Validity with learned noise is over histories: a prior estimated from 20
+earlier runs of 5 boots is off by about 8% (sd), and for one particular history
+the false-alarm rate is correspondingly above or below alpha/2 (on Gaussian
+boots at alpha .02: 1.4% per direction for a history 8% low, 0.55% for one 8%
+high, 2.0% for one 16% low); averaged over histories, i.e. over the metrics
+and machine classes of a service, it stays at or under alpha/2 (0.87% on
+Gaussian boots; bench/detectors.py, docs/statistics.md). More history narrows
+the spread, not the average.
 
 Verdicts (signed change: negative is worse, like mmtests):
 - regression:   q < alpha and change <= -min_effect
@@ -45,9 +57,10 @@ METHOD = "welch-t on trimmed boot means (log scale), noise prior when learned, B
 BOOT_TRIM = 0.2  # proportion cut from each end of a boot's iterations
 PRIOR_DOF_CAP = 30.0  # history never counts for more than this many boots' worth of variance
 PRIOR_REJECT_P = 0.01
-# With learned noise, a boot whose summary lies this many prior sds from the median of its side is a
-# broken boot (two daemons in one boot, a throttled run) and is set aside; at most a minority per side.
-BOOT_OUTLIER_SDS = 5.0
+# With learned noise, a boot whose summary lies this many sds from the median of its side is a broken
+# boot (two daemons in one boot, a throttled run) and is set aside; the sd is the 95% upper confidence
+# bound of the prior's, so a prior that came out low by chance does not make clean boots look broken.
+BOOT_OUTLIER_SDS = 4.0
 
 
 class Verdict(enum.StrEnum):
@@ -136,19 +149,22 @@ def boot_summaries(boots: list[list[float]], log_scale: bool) -> np.ndarray:
 
 
 def _keep_boots(x: np.ndarray, prior: NoisePrior | None) -> np.ndarray:
-    """Mask of the boots kept: with a prior, those within BOOT_OUTLIER_SDS prior sds of the side's median.
+    """Mask of the boots kept: with a prior, those within BOOT_OUTLIER_SDS sds of the side's median.
 
-    The prior's scale is what makes this safe: under its own noise a boot lies
-    5 sds from the median of five about once in a million, so clean data is never
-    touched, while one boot knocked far off by two slow iterations (which the
-    trimmed mean cannot absorb) no longer decides the comparison or drops the
-    prior. At most a minority of a side's boots (and never below 2) is set aside.
+    The sd is the prior's, raised to the 95% upper confidence bound its degrees of
+    freedom allow (x1.27 at 30). Under that noise a boot lies 4 sds from the median
+    of five about once in 50,000, so clean data is practically never touched, while
+    one boot knocked far off by two slow iterations (which the trimmed mean cannot
+    absorb) no longer decides the comparison or makes the F-test drop the prior. At
+    most a minority of a side's boots (never below 2 kept) is set aside.
     """
     keep = np.ones(len(x), dtype=bool)
     if prior is None or prior.sd <= 0.0 or prior.dof <= 0.0 or len(x) < 3:
         return keep
+    d0 = min(prior.dof, PRIOR_DOF_CAP)
+    upper = prior.sd * math.sqrt(d0 / float(sps.chi2.ppf(0.05, d0)))
     dev = np.abs(x - float(np.median(x)))
-    far = np.flatnonzero(dev > BOOT_OUTLIER_SDS * prior.sd)
+    far = np.flatnonzero(dev > BOOT_OUTLIER_SDS * upper)
     limit = (len(x) - 1) // 2
     if far.size:
         keep[far[np.argsort(-dev[far])][:limit]] = False

@@ -24,6 +24,12 @@ Robustness:
 
 Incremental: the detector keeps prefix sums, so appending a commit costs one
 vectorized pass over at most `window` split points.
+
+The default window (512 commits) keeps the power for small steps on
+stationary noise. On a series whose level wanders (a random walk) long
+segments see the wander as a change; a short window (about 100 commits, with
+its own threshold) is better there. bench/detectors.py measures both
+(docs/statistics.md, "Against the targets").
 """
 
 from __future__ import annotations

@@ -52,7 +52,12 @@ class NoiseModel:
         return math.sqrt(self.between_sd**2 + self.within_sd**2 / max(n, 1.0))
 
     def prior(self, iterations: float | None = None) -> NoisePrior:
-        """The noise prior the A/B test takes (MetricInput.noise)."""
+        """The noise prior the A/B test takes (MetricInput.noise).
+
+        Its degrees of freedom are the between-boot ones, capped at
+        PRIOR_DOF_CAP: crediting fewer than the estimate has pays for its
+        error, so that averaged over histories the moderated t keeps alpha.
+        """
         return NoisePrior(self.boot_sd(iterations), min(self.between_dof, PRIOR_DOF_CAP))
 
 
