@@ -140,7 +140,7 @@ KPERF_MIN_EFFECT_PCT = env_float("KPERF_MIN_EFFECT_PCT", 3.0)
 KPERF_BOOT_BUDGET_FACTOR = env_int("KPERF_BOOT_BUDGET_FACTOR", 2, minimum=1)
 # Moderate each comparison's boot variance towards the noise learned from
 # earlier runs on the same machine class (docs/statistics.md, "Learned noise").
-KPERF_LEARNED_NOISE = env_bool("KPERF_LEARNED_NOISE", False)
+KPERF_LEARNED_NOISE = env_bool("KPERF_LEARNED_NOISE", True)
 KPERF_CONSOLE_LOG_MAX_BYTES = env_int("KPERF_CONSOLE_LOG_MAX_BYTES", 2 * 1024 * 1024, minimum=1024)
 # --- Alerts by email (docs/alerts.md) ----------------------------------------
 # No SMTP host, no mail: alerts are still written to the outbox (and shown in
