@@ -33,6 +33,17 @@ def test_a_step_is_placed_on_the_first_commit_after_it(step_at: int, step: float
     assert cps[0].detected_at >= step_at
 
 
+@pytest.mark.parametrize("step", [-8.0, -12.0, 20.0])
+def test_a_very_large_step_after_a_short_history_is_placed_exactly(step: float) -> None:
+    # Until the running median follows such a step the first commits after it
+    # are clipped towards the old level; the alarm must still name the first.
+    placed = []
+    for seed in range(40):
+        cps = detect(series(seed, n=26, step_at=16, step=step))
+        placed.append([cp.index for cp in cps])
+    assert sum(p == [16] for p in placed) >= 38, placed
+
+
 def test_the_alarm_comes_a_few_commits_after_a_large_step() -> None:
     cps = detect(series(8, step_at=100, step=4.0))
     assert len(cps) == 1 and cps[0].detected_at - 100 <= 4

@@ -54,6 +54,7 @@ MIN_BEFORE = 3
 MIN_AFTER = 1
 HUBER_C = 3.0
 MEDIAN_SPAN = 9
+RELOCATE_GAIN = HUBER_C * HUBER_C  # Huber-loss gain (sigma units) an alarm's split must show to move
 WINSOR_Q = 0.85
 SIGMA_DOF_PER_DIFF = 0.35  # differences overlap and are winsorized: fewer dof than their number
 
@@ -196,6 +197,8 @@ class OnlineDetector:
         self.last_max = abs(z)
         if k < 0 or abs(z) <= self.threshold:
             return None
+        if self.robust:
+            k = self._relocate(start, k, t, sigma)
         cp = self._make(start, k, t, z, sigma, detected_at=t - 1)
         self.alarms.append(cp)
         self.segment_start = k
@@ -214,6 +217,38 @@ class OnlineDetector:
             return z
         p = float(special.stdtr(dof, -abs(z)))
         return math.copysign(-float(special.ndtri(p)), z) if p > 0 else z
+
+    def _relocate(self, start: int, k: int, stop: int, sigma: float) -> int:
+        """Where a change that just raised an alarm really starts.
+
+        Until the running median follows a large step, the first commits
+        after it are clipped to HUBER_C sigma from the old level, so the scan
+        over clipped values puts the split at the commit where the median
+        flipped, up to MEDIAN_SPAN // 2 + 1 commits off. Here each candidate
+        split near k is scored by the Huber loss of the raw summaries
+        around the median of each side: a misplaced commit costs in
+        proportion to its distance from its side's level, so the split that
+        fits both levels wins, while an outlier still costs no more than
+        linearly.
+        """
+
+        def cost(j: int) -> float:
+            left, right = self._raw[start:j], self._raw[j:stop]
+            r = np.concatenate([left - np.median(left), right - np.median(right)]) / sigma
+            a = np.abs(r)
+            return float(np.where(a <= HUBER_C, 0.5 * r * r, HUBER_C * a - 0.5 * HUBER_C * HUBER_C).sum())
+
+        at_k = cost(k)
+        best_k, best_cost = k, at_k
+        for j in range(max(start + MIN_BEFORE, k - MEDIAN_SPAN), min(stop - MIN_AFTER, k + MEDIAN_SPAN) + 1):
+            if j == k:
+                continue
+            c = cost(j)
+            if c < best_cost:
+                best_k, best_cost = j, c
+        # Only a clear gain moves the split: the clipping bias costs about
+        # HUBER_C x (step - HUBER_C) per late commit, noise far less.
+        return best_k if at_k - best_cost > RELOCATE_GAIN else k
 
     def _reclip(self, k: int, sigma: float) -> None:
         """Re-clip the new segment's points around its own level.
