@@ -299,17 +299,7 @@ def advance_branch_commit(commit_id: int) -> None:
                         for bench in branch.benchmarks:
                             _, params = benchmarks.grid_for(bench, branch.grid)
                             for _ in range(boots_for(branch, bench)):
-                                Job.objects.create(
-                                    branch_commit=commit,
-                                    build=build,
-                                    benchmark=bench,
-                                    grid=branch.grid,
-                                    params=params,
-                                    boots=1,
-                                    machine_class=mclass,
-                                    seq=seq,
-                                    max_attempts=settings.KPERF_JOB_MAX_ATTEMPTS,
-                                )
+                                Job.queue_one_boot(build, mclass, bench, branch.grid, params, seq, branch_commit=commit)
                                 seq += 1
                 commit.status = BranchCommit.Status.TESTING
                 commit.save(update_fields=["status"])

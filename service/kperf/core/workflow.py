@@ -226,18 +226,7 @@ def queue_boots(
     seq = 0 if last is None else last + 1
     for _ in range(boots):
         for side, build in (("base", base), ("head", head)):
-            Job.objects.create(
-                submission=sub,
-                build=build,
-                side=side,
-                benchmark=bench,
-                grid=sub.grid,
-                params=params,
-                boots=1,
-                machine_class=mclass,
-                seq=seq,
-                max_attempts=settings.KPERF_JOB_MAX_ATTEMPTS,
-            )
+            Job.queue_one_boot(build, mclass, bench, sub.grid, params, seq, submission=sub, side=side)
             seq += 1
 
 

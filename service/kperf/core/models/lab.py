@@ -122,3 +122,29 @@ class Job(models.Model):
     @property
     def is_final(self) -> bool:
         return self.status in self.FINAL
+
+    @classmethod
+    def queue_one_boot(
+        cls,
+        build: KernelBuild,
+        machine_class: MachineClass,
+        benchmark: str,
+        grid: str,
+        params: dict[str, object],
+        seq: int,
+        **owner: object,
+    ) -> Job:
+        """Queue one boot of `build`; `owner` is submission= and side=, or branch_commit=."""
+        from django.conf import settings
+
+        return cls.objects.create(
+            build=build,
+            machine_class=machine_class,
+            benchmark=benchmark,
+            grid=grid,
+            params=params,
+            boots=1,
+            seq=seq,
+            max_attempts=settings.KPERF_JOB_MAX_ATTEMPTS,
+            **owner,
+        )
