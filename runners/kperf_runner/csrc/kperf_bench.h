@@ -16,19 +16,6 @@
 
 #ifndef PROGRAM
 #error "define PROGRAM before including kperf_bench.h"
-/* Pin the calling process to one CPU (cpu < 0: leave it where it is). */
-static inline void pin(long cpu)
-{
-	cpu_set_t set;
-
-	if (cpu < 0)
-		return;
-	CPU_ZERO(&set);
-	CPU_SET((int)cpu, &set);
-	if (sched_setaffinity(0, sizeof(set), &set) != 0)
-		die("cannot pin to CPU %ld: %s", cpu, strerror(errno));
-}
-
 #endif
 
 static inline void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
