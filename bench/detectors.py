@@ -39,6 +39,7 @@ import math
 import multiprocessing
 import sys
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +51,7 @@ from scipy import stats as sps
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "service"))
 
 from kperf.stats.abtest import MetricInput, NoisePrior, compare_one
-from kperf.stats.changepoints import OnlineDetector
+from kperf.stats.changepoints import DEFAULT_THRESHOLD, OnlineDetector, estimate_drift, threshold_for_drift
 
 try:
     from otava.analysis import compute_change_points as otava_change_points  # type: ignore[import-untyped,import-not-found,unused-ignore]
@@ -63,7 +64,8 @@ BUDGET = 1.0 / 1000.0  # false alarms per commit
 SHAPES = ["normal", "lognormal", "bimodal", "outliers", "drift", "boot-level"]
 STEPS = [0.25, 0.5, 1.0, 2.0, 3.0, 4.0]
 TOL = 3
-SHORT_WINDOW = 100
+HISTORIES, HISTORY_SERIES = 50, 5  # kperf's learned drift: 50 histories of 5 earlier series (2000 commits)
+CALIBRATION_RATES = [0.0, 1e-4, 3e-4, 1e-3, 2.5e-3, 1e-2, 3e-2]
 SIGMA = "\u03c3"
 
 
@@ -172,34 +174,63 @@ class Detector:
 
 
 class KperfDetector(Detector):
-    name = "kperf"
+    """kperf's OnlineDetector with no history: a stationary level assumed, scan window 512."""
+
+    name = "kperf, no history"
     uses_logs = True
 
-    def __init__(self, known_sigma: float | None = None, robust: bool = True, window: int = 512) -> None:
-        self.known_sigma, self.robust, self.window = known_sigma, robust, window
+    def __init__(
+        self, known_sigma: float | None = None, robust: bool = True, window: int = 512, drift: float = 0.0
+    ) -> None:
+        self.known_sigma, self.robust, self.window, self.drift = known_sigma, robust, window, drift
+
+    def drift_for(self, x: np.ndarray) -> float:
+        return self.drift
+
+    def detector(self, x: np.ndarray, h: float) -> OnlineDetector:
+        # h scales the calibrated threshold for the drift in use, so one tuned
+        # number serves every history (h = DEFAULT_THRESHOLD: as shipped).
+        rate = self.drift_for(x)
+        th = h * threshold_for_drift(rate) / DEFAULT_THRESHOLD
+        return OnlineDetector(threshold=th, sigma=self.known_sigma, robust=self.robust, window=self.window, drift=rate)
 
     def max_score(self, x: np.ndarray) -> float:
-        d = OnlineDetector(threshold=math.inf, sigma=self.known_sigma, robust=self.robust, window=self.window)
+        rate = self.drift_for(x)
+        d = self.detector(x, math.inf)
         best = 0.0
         for v in x:
             d.append(float(v))
             best = max(best, d.last_max)
-        return best
+        return best * DEFAULT_THRESHOLD / threshold_for_drift(rate)
 
     def run(self, x: np.ndarray, h: float) -> list[tuple[int, int]]:
-        d = OnlineDetector(threshold=h, sigma=self.known_sigma, robust=self.robust, window=self.window)
+        d = self.detector(x, h)
         for v in x:
             d.append(float(v))
         return [(cp.index, cp.detected_at) for cp in d.change_points()]
 
 
-class KperfShortWindow(KperfDetector):
-    """kperf with a scan window of 100 commits: what a branch known (from history) to drift would use."""
+class KperfLearnedDrift(KperfDetector):
+    """kperf as the service runs it: the level's drift rate learned from earlier change-free history.
 
-    name = "kperf, window 100"
+    Each series is given one of HISTORIES histories of the same shape (chosen by
+    a hash of the series, so the tuning and scoring sets see all of them), each
+    HISTORY_SERIES earlier series of 400 commits; estimate_drift() turns it into
+    a rate, which picks the scan window and its calibrated threshold.
+    """
 
-    def __init__(self) -> None:
-        super().__init__(window=SHORT_WINDOW)
+    name = "kperf"
+
+    def __init__(self, shape: str, seed: int) -> None:
+        super().__init__()
+        rng = np.random.default_rng([seed, SHAPES.index(shape), 99])
+        self.rates = [
+            estimate_drift([make_series(rng, shape, 0.0)[1] for _ in range(HISTORY_SERIES)]).rate
+            for _ in range(HISTORIES)
+        ]
+
+    def drift_for(self, x: np.ndarray) -> float:
+        return self.rates[zlib.crc32(x.tobytes()) % len(self.rates)]
 
 
 class ScanReference(KperfDetector):
@@ -446,8 +477,15 @@ def score_scenarios(det: Detector, kind: str, series: Sequence[tuple[np.ndarray,
     return ScenarioCell(first / n, second / n, both / n, n)
 
 
-def detectors() -> list[Detector]:
-    out: list[Detector] = [KperfDetector(), KperfShortWindow(), ScanReference(), Mmtests(), ZeroDay(), Perfherder()]
+def detectors(shape: str, seed: int) -> list[Detector]:
+    out: list[Detector] = [
+        KperfLearnedDrift(shape, seed),
+        KperfDetector(),
+        ScanReference(),
+        Mmtests(),
+        ZeroDay(),
+        Perfherder(),
+    ]
     if otava_change_points is not None:
         out.append(Otava())
     return out
@@ -463,7 +501,7 @@ def run_shape(args: tuple[str, int, int, int]) -> list[Row]:
         step_sets[step] = [make_series(rng, shape, step) for _ in range(n_cell)]
     scen_sets = {kind: [make_scenario(rng, shape, kind) for _ in range(n_cell)] for kind in SCENARIOS}
     rows = []
-    for det in detectors():
+    for det in detectors(shape, seed):
         t0 = time.time()
         pick = 1 if det.uses_logs else 0
         h = tune(det, [t[pick] for t in tune_set])
@@ -660,6 +698,43 @@ def markdown(rows: list[Row], ab: list[dict[str, Any]], cost: dict[str, float], 
     return "\n".join(lines)
 
 
+class _Absolute(KperfDetector):
+    """kperf at a given drift rate with h the threshold itself (for calibration)."""
+
+    def detector(self, x: np.ndarray, h: float) -> OnlineDetector:
+        return OnlineDetector(threshold=h, window=self.window, drift=self.drift)
+
+    def max_score(self, x: np.ndarray) -> float:
+        d = self.detector(x, math.inf)
+        best = 0.0
+        for v in x:
+            d.append(float(v))
+            best = max(best, d.last_max)
+        return best
+
+
+def _calibrate_one(args: tuple[float, int, int]) -> tuple[float, int, float]:
+    rate, n, seed = args
+    rng = np.random.default_rng([seed, int(rate * 1e6)])
+    walk = math.sqrt(rate)
+    series = [
+        np.log(LEVEL * (1 + CV * (rng.normal(0, 1, N_COMMITS) + np.cumsum(rng.normal(0, walk, N_COMMITS)))))
+        for _ in range(n)
+    ]
+    det = _Absolute(drift=rate)
+    return rate, OnlineDetector(drift=rate).window, tune(det, series)
+
+
+def calibrate(n: int, seed: int) -> str:
+    """Thresholds for 1 false alarm per 1000 commits on Gaussian noise plus a random walk of each rate
+    (changepoints.DRIFT_THRESHOLDS)."""
+    lines = [f"# {n} series of {N_COMMITS} commits per rate, seed {seed}", "DRIFT_THRESHOLDS = ["]
+    for rate, window, h in in_two(_calibrate_one, [(r, n, seed) for r in CALIBRATION_RATES]):
+        lines.append(f"    ({rate:g}, {h:.2f}),  # window {window}")
+    lines.append("]")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="100 series per cell instead of 300")
@@ -670,7 +745,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ab-pairs", type=int, help="A/B pairs per shape and shift")
     p.add_argument("--no-ab", action="store_true")
     p.add_argument("--markdown", type=Path, help="also write the tables as markdown to this file")
+    p.add_argument("--calibrate", action="store_true", help="print the detector's thresholds per drift rate and exit")
     args = p.parse_args(argv)
+    if args.calibrate:
+        print(calibrate(args.tune_series or 2000, args.seed))
+        return 0
     n_cell = args.series or (100 if args.quick else 300)
     n_tune = args.tune_series or 5 * n_cell
     n_pairs = args.ab_pairs or (1000 if args.quick else 4000)

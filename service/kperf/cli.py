@@ -212,13 +212,21 @@ def cmd_noise(args: argparse.Namespace) -> int:
         print(f"no history on {args.machine_class} yet: noise is learned from finished boots of earlier kernels")
         return 0
     design = f"{args.boots}x{args.iterations}"
-    print(f"{'metric':<28} {'kernels':>7} {'boots':>6} {'between':>8} {'within':>8}  detectable at {design}")
+    print(
+        f"{'metric':<28} {'kernels':>7} {'boots':>6} {'between':>8} {'within':>8}  {'detectable at ' + design:<20}"
+        "  drift/commit  window"
+    )
     for m in d["metrics"]:
         unit = "%" if m["log_scale"] else ""
         scale = 100.0 if m["log_scale"] else 1.0
+        # The wander per commit in units of one commit's noise (sqrt of the rate):
+        # "-" where no tracked branch has measured the metric.
+        drift = "-" if m.get("drift_rate") is None else f"{m['drift_rate'] ** 0.5:.3f}"
+        window = "-" if m.get("change_point_window") is None else str(m["change_point_window"])
+        detectable = f"{m['min_detectable_pct']:.2f}%"
         print(
             f"{m['metric']:<28} {m['kernels']:>7} {m['boots']:>6} {m['between_boot_sd'] * scale:>7.2f}{unit:1}"
-            f"{m['within_boot_sd'] * scale:>8.2f}{unit:1}  {m['min_detectable_pct']:.2f}%"
+            f"{m['within_boot_sd'] * scale:>8.2f}{unit:1}  {detectable:<20}  {drift:>12}  {window:>6}"
         )
     return 0
 

@@ -141,6 +141,9 @@ KPERF_BOOT_BUDGET_FACTOR = env_int("KPERF_BOOT_BUDGET_FACTOR", 2, minimum=1)
 # Moderate each comparison's boot variance towards the noise learned from
 # earlier runs on the same machine class (docs/statistics.md, "Learned noise").
 KPERF_LEARNED_NOISE = env_bool("KPERF_LEARNED_NOISE", True)
+# Tracked branches: choose the change-point scan window (and its threshold)
+# from how fast each metric's level wanders on the machine class (docs/statistics.md).
+KPERF_LEARNED_DRIFT = env_bool("KPERF_LEARNED_DRIFT", True)
 KPERF_CONSOLE_LOG_MAX_BYTES = env_int("KPERF_CONSOLE_LOG_MAX_BYTES", 2 * 1024 * 1024, minimum=1024)
 # --- Alerts by email (docs/alerts.md) ----------------------------------------
 # No SMTP host, no mail: alerts are still written to the outbox (and shown in

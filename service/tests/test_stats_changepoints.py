@@ -5,7 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kperf.stats.changepoints import OnlineDetector, detect, robust_sigma, series_change_points
+from kperf.stats.changepoints import (
+    DEFAULT_THRESHOLD,
+    OnlineDetector,
+    detect,
+    drift_window,
+    estimate_drift,
+    robust_sigma,
+    series_change_points,
+    threshold_for_drift,
+)
 
 
 def series(seed: int, n: int = 200, step_at: int | None = None, step: float = 0.0) -> np.ndarray:
@@ -93,3 +102,62 @@ def test_commits_without_samples_keep_their_place() -> None:
     points[60] = []
     (cp,) = series_change_points(points, higher_is_better=True)
     assert cp.index == 50 and cp.direction == "regression"
+
+
+def wandering(seed: int, n: int = 400, walk: float = 0.05, outliers: float = 0.0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0.0, 1.0, n) + np.cumsum(rng.normal(0.0, walk, n))
+    hit = rng.random(n) < outliers
+    x[hit] -= rng.uniform(5, 10, int(hit.sum()))
+    return x
+
+
+@pytest.mark.parametrize("walk", [0.05, 0.1])
+def test_the_drift_rate_is_learned_from_a_few_change_free_series(walk: float) -> None:
+    est = estimate_drift([wandering(seed, walk=walk) for seed in range(5)])
+    assert 0.6 * walk**2 < est.rate < 1.6 * walk**2, est
+    assert est.segments == 5 and est.commits == 2000
+    assert est.window == drift_window(est.rate) < 120
+
+
+@pytest.mark.parametrize("outliers", [0.0, 0.03])
+def test_a_stationary_level_has_no_drift(outliers: float) -> None:
+    # 1% test: over 40 histories of 5 series, at most a couple may show some
+    rates = [
+        estimate_drift([wandering(100 * h + s, walk=0.0, outliers=outliers) for s in range(5)]).rate for h in range(40)
+    ]
+    assert sum(r > 0 for r in rates) <= 3, rates
+    assert estimate_drift([]).rate == 0.0 and estimate_drift([[1.0, 2.0]]).segments == 0
+
+
+def test_the_drift_picks_a_shorter_window_and_its_own_threshold() -> None:
+    assert drift_window(0.0) == 512 and threshold_for_drift(0.0) == DEFAULT_THRESHOLD
+    windows = [drift_window(r) for r in (1e-4, 1e-3, 2.5e-3, 1e-2, 1.0)]
+    assert windows == sorted(windows, reverse=True) and windows[0] < 512 and windows[-1] == 24
+    assert drift_window(0.0025) == 69
+    thresholds = [threshold_for_drift(r) for r in (1e-4, 1e-3, 1e-2, 3e-2)]
+    assert thresholds == sorted(thresholds) and thresholds[0] > DEFAULT_THRESHOLD
+    assert OnlineDetector(drift=0.0025).threshold == threshold_for_drift(0.0025)
+
+
+def test_on_a_wandering_level_the_learned_window_keeps_the_false_alarm_budget() -> None:
+    # 100 series x 400 commits of a 0.05-sd walk: the budget expects 40 false
+    # alarms (they come in clusters: a walk's fast stretch raises several).
+    series_ = [wandering(1000 + s) for s in range(100)]
+    rate = estimate_drift([wandering(2000 + s) for s in range(10)]).rate
+    learned = sum(len(detect(x, drift=rate)) for x in series_)
+    fixed = sum(len(detect(x)) for x in series_)
+    assert learned <= 2 * 40, learned  # a 10-series history: within twice the budget
+    assert fixed >= 4 * 40, fixed  # the 512-commit scan reads the wander as changes
+
+
+def test_on_a_wandering_level_a_step_is_still_placed_on_its_commit() -> None:
+    rate = estimate_drift([wandering(3000 + s) for s in range(5)]).rate
+    placed = 0
+    for seed in range(20):
+        x = wandering(seed)
+        x[250:] += 4.0
+        cps = detect(x, drift=rate)
+        placed += any(cp.index == 250 for cp in cps)
+        assert any(abs(cp.index - 250) <= 3 for cp in cps), [cp.index for cp in cps]
+    assert placed >= 16

@@ -16,6 +16,7 @@ from kperf import stats
 from kperf.core import alerts, benchmarks, presenters
 from kperf.core.models import Comparison, Job, MetricComparison, MetricDef, Sample, Submission
 from kperf.stats import noise, sequential, summary
+from kperf.stats.changepoints import DriftEstimate
 
 log = logging.getLogger("kperf.analysis")
 
@@ -271,7 +272,15 @@ def learned_priors(
 def noise_report(machine_class: str, boots: int, iterations: int) -> list[dict[str, Any]]:
     """Between- and within-boot noise per metric, learned from every finished
     boot on a machine class (one run per kernel sha), and what K x N detects."""
+    from kperf.core import tracking  # tracking needs the models' full import; analysis is imported early
+
     jobs = Job.objects.filter(status=Job.Status.DONE, machine_class__name=machine_class)
+    # How fast each metric's level wanders along tracked branches (what picks
+    # the change-point window); only metrics some branch has measured have one.
+    drift: dict[str, DriftEstimate] = {}
+    branch_jobs = jobs.filter(branch_commit__isnull=False)
+    for mclass_id, bench in branch_jobs.values_list("machine_class_id", "benchmark").distinct():
+        drift.update(tracking.learned_drift(mclass_id, bench))
     out = []
     for metric, runs in sorted(history_runs(jobs).items()):
         if sum(len(r) for r in runs) < 3:
@@ -293,6 +302,11 @@ def noise_report(machine_class: str, boots: int, iterations: int) -> list[dict[s
                 "min_detectable_pct": noise.min_detectable_effect(
                     model, boots, iterations, alpha=settings.KPERF_ALPHA, use_history=False
                 ),
+                # Random-walk variance of the level per commit, relative to one
+                # commit's noise; None where no tracked branch measured the metric.
+                "drift_rate": drift[metric].rate if metric in drift else None,
+                "drift_commits": drift[metric].commits if metric in drift else 0,
+                "change_point_window": drift[metric].window if metric in drift else None,
             }
         )
     return out

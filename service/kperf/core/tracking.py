@@ -37,7 +37,7 @@ from kperf.core.models import (
     Tree,
 )
 from kperf.core.workflow import SubmissionError, SubmissionRequest, validate
-from kperf.stats.changepoints import series_change_points
+from kperf.stats.changepoints import DriftEstimate, estimate_drift, series_change_points, series_summaries
 from kperf_kbuild.driver import config_digest
 
 log = logging.getLogger("kperf.tracking")
@@ -371,17 +371,49 @@ def series(branch: TrackedBranch, mclass_id: int, bench: str) -> tuple[list[Bran
     return commits, dict(out)
 
 
+def learned_drift(
+    mclass_id: int, bench: str, known: dict[int, tuple[list[BranchCommit], Series]] | None = None
+) -> dict[str, DriftEstimate]:
+    """Per metric, how fast its level wanders on this machine class: learned
+    from every tracked branch's series of this benchmark, cut at the change
+    points stored for it, so a change already found is not taken for wander.
+
+    `known` holds series already read (branch id -> series()), to read each once.
+    """
+    segments: dict[str, list[list[float]]] = defaultdict(list)
+    branches = TrackedBranch.objects.filter(commits__jobs__machine_class_id=mclass_id, commits__jobs__benchmark=bench)
+    for branch in branches.distinct():
+        commits, metrics = (known or {}).get(branch.pk) or series(branch, mclass_id, bench)
+        cuts: dict[str, set[int]] = defaultdict(set)
+        for metric, commit_id in ChangePoint.objects.filter(
+            branch=branch, machine_class_id=mclass_id, benchmark=bench
+        ).values_list("metric", "commit_id"):
+            cuts[metric].add(commit_id)
+        for metric, points in metrics.items():
+            summaries, _ = series_summaries(points)
+            seg: list[float] = []
+            for commit, value in zip(commits, summaries, strict=True):
+                if commit.pk in cuts[metric] and seg:
+                    segments[metric].append(seg)
+                    seg = []
+                seg.append(value)
+            segments[metric].append(seg)
+    return {metric: estimate_drift(segs) for metric, segs in segments.items()}
+
+
 def analyse_series(branch: TrackedBranch, mclass_id: int, bench: str) -> list[ChangePoint]:
     """Find the change points of every metric of one benchmark on one machine
     class, and store them in place of the previous answer."""
     commits, metrics = series(branch, mclass_id, bench)
     defs = {m.name: m for m in MetricDef.objects.filter(name__in=list(metrics))}
+    drift = learned_drift(mclass_id, bench, {branch.pk: (commits, metrics)}) if settings.KPERF_LEARNED_DRIFT else {}
     kept: list[ChangePoint] = []
     for name, points in sorted(metrics.items()):
         if name not in defs:
             continue
+        rate = drift[name].rate if name in drift else 0.0
         found = series_change_points(
-            points, defs[name].higher_is_better, min_effect_pct=benchmarks.min_effect_pct(name)
+            points, defs[name].higher_is_better, min_effect_pct=benchmarks.min_effect_pct(name), drift=rate
         )
         for cp in found:
             row, _ = ChangePoint.objects.update_or_create(

@@ -27,9 +27,14 @@ vectorized pass over at most `window` split points.
 
 The default window (512 commits) keeps the power for small steps on
 stationary noise. On a series whose level wanders (a random walk) long
-segments see the wander as a change; a short window (about 100 commits, with
-its own threshold) is better there. bench/detectors.py measures both
-(docs/statistics.md, "Against the targets").
+segments see the wander as a change. How fast a metric wanders cannot be
+told from one series of a few hundred commits, but it can from the history
+of the machine class: estimate_drift() fits the local-level model (a random
+walk observed with noise) to change-free stretches of earlier series, and
+the rate picks the window (drift_window: the side length that best trades
+noise against wander) and its calibrated threshold (threshold_for_drift).
+A stationary metric keeps rate 0 and the long window. bench/detectors.py
+measures both (docs/statistics.md, "Against the targets").
 """
 
 from __future__ import annotations
@@ -127,6 +132,128 @@ def _scan(
     return float(z[i]), int(ks[i])
 
 
+# Thresholds for one false alarm per 1000 commits when the level wanders at a
+# given rate, each with its own window (drift_window): `bench/detectors.py
+# --calibrate` (Gaussian noise plus a random walk, 2000 series of 400 commits
+# per rate; the rate-0 row reproduces DEFAULT_THRESHOLD). Between rates the
+# threshold is interpolated in log rate; beyond the last, it is held.
+DRIFT_THRESHOLDS: list[tuple[float, float]] = [
+    (0.0, DEFAULT_THRESHOLD),  # window 512 (calibrated: 3.59)
+    (1e-4, 3.73),  # window 346
+    (3e-4, 3.87),  # window 200
+    (1e-3, 3.99),  # window 110
+    (2.5e-3, 4.13),  # window 69
+    (1e-2, 4.23),  # window 35
+    (3e-2, 4.60),  # window 24
+]
+
+
+def threshold_for_drift(rate: float) -> float:
+    """The calibrated threshold for a level that wanders at `rate` (0: DEFAULT_THRESHOLD)."""
+    if rate <= 0.0 or len(DRIFT_THRESHOLDS) < 2:
+        return DRIFT_THRESHOLDS[0][1]
+    rates = np.log([r for r, _ in DRIFT_THRESHOLDS[1:]])
+    hs = [h for _, h in DRIFT_THRESHOLDS[1:]]
+    return float(np.interp(math.log(rate), rates, hs))
+
+
+def drift_window(drift: float, window: int = 512) -> int:
+    """Scan window for a level that wanders: twice the side length that best
+    trades noise (sigma^2/a) against wander (drift a/3), i.e. 2 sqrt(3/drift)."""
+    if drift <= 0.0:
+        return window
+    return int(min(window, max(2 * MIN_HISTORY, round(2.0 * math.sqrt(3.0 / drift)))))
+
+
+@dataclass(frozen=True)
+class DriftEstimate:
+    """How fast a metric's level wanders between change points, learned from history.
+
+    rate: variance of the level's random-walk step per commit, relative to the
+    noise of one commit's summary (0: a stationary level). lr: twice the
+    log-likelihood gain of the local-level model over a fixed level; rate is
+    only non-zero when lr clears DRIFT_LR_CRITICAL.
+    """
+
+    rate: float
+    lr: float
+    commits: int
+    segments: int
+
+    @property
+    def window(self) -> int:
+        return drift_window(self.rate)
+
+
+DRIFT_GRID = np.concatenate([[0.0], np.geomspace(1e-5, 0.1, 41)])
+DRIFT_LR_CRITICAL = 5.41  # 1% for a variance on the boundary (half chi2(0), half chi2(1))
+DRIFT_MIN_SEGMENT = 24
+DRIFT_UPPER_DROP = 0.5
+
+
+def _local_level_loglik(y: np.ndarray, rates: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Sum of squared standardized innovations and of log F, per rate, for one segment.
+
+    Kalman filter of the local-level model y_t = mu_t + e_t, mu_t = mu_{t-1} + w_t,
+    var(e) = s2, var(w) = rate * s2, with the first value as the (diffuse) initial
+    level; s2 is profiled out by the caller from the pooled sums.
+    """
+    level = np.full(rates.size, y[0])
+    p = np.ones(rates.size)  # variance of the level estimate, in units of s2
+    ssq = np.zeros(rates.size)
+    logf = np.zeros(rates.size)
+    for v in y[1:]:
+        pred = p + rates
+        f = pred + 1.0
+        innov = v - level
+        ssq += innov * innov / f
+        logf += np.log(f)
+        gain = pred / f
+        level = level + gain * innov
+        p = pred / f
+    return ssq, logf, y.size - 1
+
+
+def estimate_drift(segments: Sequence[Sequence[float] | np.ndarray]) -> DriftEstimate:
+    """The random-walk rate of a metric's level from change-free stretches of history.
+
+    Each segment is one branch's per-commit summaries between two change points,
+    in commit order. The rate is the maximum-likelihood one of the local-level
+    model, pooled over segments, on a grid. Outliers are clipped first as the
+    detector clips them (HUBER_C sigma from the running median), so a broken
+    commit does not look like wander; the rate is reported as 0 unless the
+    likelihood-ratio test against a fixed level rejects at 1%, so a stationary
+    metric keeps the long window.
+    """
+    ssq = np.zeros(DRIFT_GRID.size)
+    logf = np.zeros(DRIFT_GRID.size)
+    n = used = 0
+    for seg in segments:
+        y = np.asarray(seg, dtype=float)
+        y = y[np.isfinite(y)]
+        if y.size < DRIFT_MIN_SEGMENT:
+            continue
+        sigma = robust_sigma(y)
+        if sigma > 0.0:
+            med = np.array([np.median(y[max(0, i - MEDIAN_SPAN) : i + 1]) for i in range(y.size)])
+            y = np.clip(y, med - HUBER_C * sigma, med + HUBER_C * sigma)
+        a, b, m = _local_level_loglik(y, DRIFT_GRID)
+        ssq, logf, n, used = ssq + a, logf + b, n + m, used + 1
+    if n == 0:
+        return DriftEstimate(0.0, 0.0, 0, 0)
+    with np.errstate(divide="ignore"):
+        loglik = -0.5 * (n * np.log(np.maximum(ssq, 1e-300) / n) + logf)
+    best = int(np.argmax(loglik))
+    lr = float(2.0 * (loglik[best] - loglik[0]))
+    if lr <= DRIFT_LR_CRITICAL:
+        return DriftEstimate(0.0, lr, n + used, used)
+    upper = best
+    while upper + 1 < DRIFT_GRID.size and loglik[upper + 1] >= loglik[best] - DRIFT_UPPER_DROP:
+        upper += 1
+    rate = float(DRIFT_GRID[upper if DRIFT_UPPER_DROP > 0 else best])
+    return DriftEstimate(rate=rate, lr=lr, commits=n + used, segments=used)
+
+
 class OnlineDetector:
     """Feed per-commit summaries with append(); alarms come back as ChangePoints.
 
@@ -136,14 +263,16 @@ class OnlineDetector:
 
     def __init__(
         self,
-        threshold: float = DEFAULT_THRESHOLD,
+        threshold: float | None = None,
         window: int = DEFAULT_WINDOW,
         sigma: float | None = None,
         robust: bool = True,
         min_history: int = MIN_HISTORY,
+        drift: float = 0.0,
     ) -> None:
-        self.threshold = threshold
-        self.window = window
+        self.drift = max(0.0, drift)
+        self.threshold = threshold_for_drift(self.drift) if threshold is None else threshold
+        self.window = drift_window(self.drift, window)
         self.known_sigma = sigma
         self.robust = robust
         self.min_history = min_history
@@ -299,13 +428,14 @@ class OnlineDetector:
 
 def detect(
     values: Sequence[float] | np.ndarray,
-    threshold: float = DEFAULT_THRESHOLD,
+    threshold: float | None = None,
     sigma: float | None = None,
     robust: bool = True,
     window: int = DEFAULT_WINDOW,
+    drift: float = 0.0,
 ) -> list[ChangePoint]:
     """Run the online detector over a whole series of summaries; refined change points."""
-    det = OnlineDetector(threshold=threshold, window=window, sigma=sigma, robust=robust)
+    det = OnlineDetector(threshold=threshold, window=window, sigma=sigma, robust=robust, drift=drift)
     for v in values:
         det.append(v)
     return det.change_points()
@@ -316,21 +446,29 @@ def _signed_pct(shift: float, log_scale: bool, level: float, higher_is_better: b
     return (ratio - 1.0) * 100.0 if higher_is_better else (1.0 - ratio) * 100.0
 
 
+def series_summaries(points: Sequence[Sequence[float] | Sequence[Sequence[float]]]) -> tuple[list[float], bool]:
+    """Per-commit summaries of one metric's raw samples (nan where a commit has none), and whether on log scale."""
+    log_scale = all(v > 0 for pt in points for b in normalise_boots(pt) for v in b)
+    return [commit_summary(pt, log_scale) for pt in points], log_scale
+
+
 def series_change_points(
     points: Sequence[Sequence[float] | Sequence[Sequence[float]]],
     higher_is_better: bool,
-    threshold: float = DEFAULT_THRESHOLD,
+    threshold: float | None = None,
     min_effect_pct: float = 0.0,
+    drift: float = 0.0,
 ) -> list[ChangePoint]:
     """Change points of one metric from raw per-commit samples (the JSON command's input).
 
+    drift: the level's random-walk rate learned from history (estimate_drift);
+    it picks the scan window and, unless `threshold` is given, the threshold.
     Commits with no finite samples are skipped for the scan but keep their
     place, so `index` always refers to the caller's list.
     """
-    log_scale = all(v > 0 for pt in points for b in normalise_boots(pt) for v in b)
-    summaries = [commit_summary(pt, log_scale) for pt in points]
+    summaries, log_scale = series_summaries(points)
     keep = [i for i, s in enumerate(summaries) if math.isfinite(s)]
-    found = detect([summaries[i] for i in keep], threshold=threshold)
+    found = detect([summaries[i] for i in keep], threshold=threshold, drift=drift)
     out: list[ChangePoint] = []
     for cp in found:
         before = [summaries[i] for i in keep[: cp.index]]

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kperf.stats.abtest import MetricInput, MetricResult, NoisePrior, compare_metrics
-from kperf.stats.changepoints import DEFAULT_THRESHOLD, series_change_points
+from kperf.stats.changepoints import drift_window, series_change_points
 from kperf.stats.summary import summary_rows
 
 
@@ -122,8 +122,17 @@ def run_compare(doc: Any) -> tuple[dict[str, MetricInput], dict[str, MetricResul
 
 
 def run_changepoints(doc: Any) -> dict[str, Any]:
-    """Change points per metric. Per metric: higher_is_better, points [{commit, samples}], optional min_effect_pct."""
-    threshold = _number("(top level)", doc if isinstance(doc, dict) else {}, "threshold", DEFAULT_THRESHOLD)
+    """Change points per metric.
+
+    Per metric: higher_is_better, points [{commit, samples}], optional
+    min_effect_pct and drift (also accepted at the top level, with threshold).
+    """
+    top = doc if isinstance(doc, dict) else {}
+    # No threshold given: the one calibrated for each metric's drift rate.
+    threshold = _number("(top level)", top, "threshold", 0.0) if "threshold" in top else None
+    if threshold is not None and threshold <= 0.0:
+        raise FormatError("threshold must be a positive number (|Z| at which an alarm is raised; 3.6 by default)")
+    top_drift = _number("(top level)", top, "drift", 0.0)
     out: dict[str, Any] = {"metrics": {}}
     for name, spec in _metrics(doc).items():
         if not isinstance(spec, dict) or not isinstance(spec.get("points"), list):
@@ -138,10 +147,22 @@ def run_changepoints(doc: Any) -> dict[str, Any]:
                 raise FormatError(f"metric {name!r}: points[{i}] must be an object with commit and samples")
             commits.append(str(pt.get("commit", i)))
             samples.append(_boots(name, f"points[{i}].samples", pt.get("samples", [])))
+        drift = _number(name, spec, "drift", top_drift)
+        if drift < 0.0:
+            raise FormatError(
+                f"metric {name!r}: 'drift' must be >= 0 (the level's random-walk variance per commit "
+                "relative to one commit's noise; 0 for a stationary level)"
+            )
         found = series_change_points(
-            samples, hib, threshold=threshold, min_effect_pct=_number(name, spec, "min_effect_pct", 0.0)
+            samples,
+            hib,
+            threshold=threshold,
+            min_effect_pct=_number(name, spec, "min_effect_pct", 0.0),
+            drift=drift,
         )
         out["metrics"][name] = {
+            "drift": drift,
+            "window": drift_window(drift),
             "change_points": [
                 {
                     "index": cp.index,
@@ -153,6 +174,6 @@ def run_changepoints(doc: Any) -> dict[str, Any]:
                     "statistic": round(cp.statistic, 4),
                 }
                 for cp in found
-            ]
+            ],
         }
     return out
