@@ -97,3 +97,29 @@ def test_changepoints_on_a_flat_series_prints_none() -> None:
     proc = kperf("changepoints", "-", stdin=json.dumps(series_doc(list(100 * (1 + rng.normal(0, 0.01, 80))))))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "page_test: 0 change points"
+
+
+def test_changepoints_json_takes_a_drift_rate_and_says_which_window_it_used(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    # a level wandering 0.1 noise-sds per commit, and a 6% drop at commit 150
+    level = np.cumsum(rng.normal(0, 0.001, 200))
+    values = list(100 * np.exp(level + rng.normal(0, 0.01, 200)))
+    values[150:] = [v * 0.94 for v in values[150:]]
+    doc = series_doc(values)
+    doc["metrics"]["page_test"]["drift"] = 0.01
+    path = tmp_path / "series.json"
+    path.write_text(json.dumps(doc))
+    proc = kperf("changepoints", "--json", str(path))
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)["metrics"]["page_test"]
+    assert out["drift"] == 0.01 and out["window"] == 35
+    assert 150 in [cp["index"] for cp in out["change_points"]]
+
+    flat = json.loads(kperf("changepoints", "--json", "-", stdin=json.dumps(series_doc(values[:100]))).stdout)
+    assert flat["metrics"]["page_test"]["drift"] == 0.0 and flat["metrics"]["page_test"]["window"] == 512
+
+    doc["metrics"]["page_test"]["drift"] = -1
+    proc = kperf("changepoints", "--json", "-", stdin=json.dumps(doc))
+    assert proc.returncode == 2 and "'drift' must be >= 0" in proc.stderr
+    proc = kperf("changepoints", "--json", "-", stdin=json.dumps({**series_doc(values), "threshold": 0}))
+    assert proc.returncode == 2 and "threshold must be a positive number" in proc.stderr
