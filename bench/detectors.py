@@ -4,6 +4,7 @@
     .venv/bin/python bench/detectors.py --quick          # a few minutes on 2 cores
     .venv/bin/python bench/detectors.py                  # the full protocol (>=300 series per cell)
     .venv/bin/python bench/detectors.py --quick --markdown docs-table.md
+    .venv/bin/python bench/detectors.py --calibrate      # thresholds per drift rate (changepoints.py)
 
 Protocol (docs/statistics.md, "The benchmark"):
 
@@ -18,7 +19,10 @@ transient (3 sigma for 5 commits, then back: how often its start and its end
 are reported) and a ramp (2 sigma spread over 20 commits: an alarm inside the
 ramp +-3). Every detector is tuned on change-free series of the same shape (5
 per scored series) to one false alarm per 1000 commits, restarts included,
-then scored on fresh series: recall (an alarm within +-3 commits of the
+then scored on fresh series. kperf runs as the service does: with the drift
+rate learned from a history of 5 earlier change-free series of the same shape
+(one of 50 histories per series), which picks its window and threshold; "kperf,
+no history" assumes a stationary level. Scores: recall (an alarm within +-3 commits of the
 change), exact commit, precision, false alarms per 1000 commits on fresh
 change-free series, latency (commits after the change until the alarm), time
 per appended commit.

@@ -8,6 +8,9 @@ protocol are tested in test_tracking.py.
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 from typing import Any
@@ -110,6 +113,28 @@ def test_drift_is_learned_per_metric_and_shown_in_the_noise_report(
     assert report[WANDERS]["drift_rate"] == pytest.approx(drift[WANDERS].rate)
     assert report[WANDERS]["change_point_window"] == drift[WANDERS].window
     assert report[STEADY]["drift_rate"] == 0.0 and report[STEADY]["change_point_window"] == 512
+
+
+def test_kperf_noise_prints_the_wander_and_the_window(
+    live_server: Any, alice: Any, alice_api: Api, qemu_class: Any, tmp_path: Path
+) -> None:
+    branch_with_series(alice, qemu_class, tmp_path, "wandering", 500, walk=0.1)
+    env = dict(
+        os.environ,
+        KPERF_SERVER=live_server.url,
+        KPERF_TOKEN=alice_api.token or "",
+        KPERF_CONFIG=str(tmp_path / "c.json"),
+    )
+    kperf = str(Path(sys.executable).parent / "kperf")
+    out = subprocess.run(
+        [kperf, "noise", "--machine-class", "qemu-x86_64"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0].endswith("drift/commit  window")
+    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[1:]}
+    # 0.1 noise-sds per commit went in; the reported rate is the likelihood interval's upper end
+    assert 0.06 < float(rows[WANDERS][-2]) < 0.18 and int(rows[WANDERS][-1]) < 100, rows[WANDERS]
+    assert rows[STEADY][-2:] == ["0.000", "512"], rows[STEADY]
 
 
 def test_stored_change_points_cut_the_history_so_a_step_is_not_taken_for_wander(
