@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,3 +90,17 @@ def runner_api(qemu_class: MachineClass) -> tuple[Runner, Api]:
 def other_runner_api(qemu_class: MachineClass) -> tuple[Runner, Api]:
     runner, token = Runner.register("qemu-2", qemu_class)
     return runner, Api(token)
+
+
+Cli = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+def kperf_cli(server_url: str, api: Api, config: Path) -> Cli:
+    """Run the installed `kperf` command against a live server as the API's user."""
+    env = dict(os.environ, KPERF_SERVER=server_url, KPERF_TOKEN=api.token or "", KPERF_CONFIG=str(config))
+    kperf = str(Path(sys.executable).parent / "kperf")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([kperf, *args], env=env, capture_output=True, text=True, timeout=60)
+
+    return cli

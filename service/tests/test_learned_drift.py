@@ -8,9 +8,6 @@ protocol are tested in test_tracking.py.
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 import zlib
 from pathlib import Path
 from typing import Any
@@ -31,7 +28,7 @@ from kperf.core.models import (
     Tree,
 )
 
-from .conftest import Api
+from .conftest import Api, kperf_cli
 
 pytestmark = pytest.mark.django_db
 
@@ -119,16 +116,7 @@ def test_kperf_noise_prints_the_wander_and_the_window(
     live_server: Any, alice: Any, alice_api: Api, qemu_class: Any, tmp_path: Path
 ) -> None:
     branch_with_series(alice, qemu_class, tmp_path, "wandering", 500, walk=0.1)
-    env = dict(
-        os.environ,
-        KPERF_SERVER=live_server.url,
-        KPERF_TOKEN=alice_api.token or "",
-        KPERF_CONFIG=str(tmp_path / "c.json"),
-    )
-    kperf = str(Path(sys.executable).parent / "kperf")
-    out = subprocess.run(
-        [kperf, "noise", "--machine-class", "qemu-x86_64"], env=env, capture_output=True, text=True, timeout=60
-    )
+    out = kperf_cli(live_server.url, alice_api, tmp_path / "c.json")("noise", "--machine-class", "qemu-x86_64")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[0].endswith("drift/commit  window")
     rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[1:]}

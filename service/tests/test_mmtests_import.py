@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +10,7 @@ import pytest
 from kperf.core.models import BootRecord, Job, Sample
 from kperf.mmtests import MmtestsImportError, read_run
 
-from .conftest import Api
+from .conftest import Api, kperf_cli
 from .mmtests_layout import make_run
 
 BASE = "a" * 40
@@ -119,51 +116,21 @@ def test_a_bad_import_is_refused_and_stores_nothing(
 def test_the_cli_imports_a_run_and_compares_kernels(
     live_server: Any, alice_api: Api, qemu_class: Any, tmp_path: Path
 ) -> None:
-    env = dict(
-        os.environ,
-        KPERF_SERVER=live_server.url,
-        KPERF_TOKEN=alice_api.token or "",
-        KPERF_CONFIG=str(tmp_path / "c.json"),
-    )
-    kperf = str(Path(sys.executable).parent / "kperf")
+    cli = kperf_cli(live_server.url, alice_api, tmp_path / "c.json")
     for i, (sha, scale) in enumerate([(BASE, 1.0), (BASE, 1.0), (HEAD, 0.7), (HEAD, 0.7)]):
         run = make_run(tmp_path / str(i), f"run-{i}", seed=20 + i, page_test_scale=scale)
-        out = subprocess.run(
-            [kperf, "import-mmtests", str(run), "--kernel-sha", sha, "--machine-class", "qemu-x86_64"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        out = cli("import-mmtests", str(run), "--kernel-sha", sha, "--machine-class", "qemu-x86_64")
         assert out.returncode == 0, out.stderr
         assert "aim9 (48 samples)" in out.stdout
-    out = subprocess.run(
-        [kperf, "compare-kernels", "--base", BASE, "--head", HEAD, "--machine-class", "qemu-x86_64", "--bench", "aim9"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = cli("compare-kernels", "--base", BASE, "--head", HEAD, "--machine-class", "qemu-x86_64", "--bench", "aim9")
     assert out.returncode == 0, out.stderr
     assert "page_test" in out.stdout and "regression" in out.stdout
-    noise = subprocess.run(
-        [kperf, "noise", "--machine-class", "qemu-x86_64", "--boots", "5", "--iterations", "12"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    noise = cli("noise", "--machine-class", "qemu-x86_64", "--boots", "5", "--iterations", "12")
     assert noise.returncode == 0, noise.stderr
     row = next(line for line in noise.stdout.splitlines() if line.startswith("page_test "))
     assert row.split()[1:3] == ["2", "4"], row  # two kernels, four imported runs (one boot each)
     assert "detectable at 5x12" in noise.stdout
-    bad = subprocess.run(
-        [kperf, "import-mmtests", str(tmp_path), "--kernel-sha", BASE, "--machine-class", "qemu-x86_64"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    bad = cli("import-mmtests", str(tmp_path), "--kernel-sha", BASE, "--machine-class", "qemu-x86_64")
     assert bad.returncode == 2 and "no iter-0" in bad.stderr
 
 

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +18,7 @@ from django.test import Client
 from kperf.core import tracking
 from kperf.core.models import BranchCommit, ChangePoint, Job, KernelBuild, TrackedBranch
 
-from .conftest import Api, git
+from .conftest import Api, git, kperf_cli
 from .lab_fixtures import results_body
 
 pytestmark = pytest.mark.django_db
@@ -263,13 +260,7 @@ def test_the_pages_need_a_login(db: Any) -> None:
 def test_the_cli_tracks_lists_and_shows_branches(
     live_server: Any, alice_api: Api, small_tree: Path, qemu_class: Any, settings_dirs: Any, tmp_path: Path
 ) -> None:
-    env = dict(
-        os.environ, KPERF_SERVER=live_server.url, KPERF_TOKEN=alice_api.token or "", KPERF_CONFIG=str(tmp_path / "c")
-    )
-    kperf = str(Path(sys.executable).parent / "kperf")
-
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([kperf, *args], env=env, capture_output=True, text=True, timeout=60)
+    cli = kperf_cli(live_server.url, alice_api, tmp_path / "c")
 
     bad = cli("track", str(small_tree), "master", "--bench", "dhrystone")
     assert bad.returncode == 2 and "unknown benchmark" in bad.stderr
