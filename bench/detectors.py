@@ -198,14 +198,17 @@ class KperfDetector(Detector):
         th = h * threshold_for_drift(rate) / DEFAULT_THRESHOLD
         return OnlineDetector(threshold=th, sigma=self.known_sigma, robust=self.robust, window=self.window, drift=rate)
 
-    def max_score(self, x: np.ndarray) -> float:
-        rate = self.drift_for(x)
+    def largest_z(self, x: np.ndarray) -> float:
+        """The largest |Z| the detector sees over the series, with no alarm raised."""
         d = self.detector(x, math.inf)
         best = 0.0
         for v in x:
             d.append(float(v))
             best = max(best, d.last_max)
-        return best * DEFAULT_THRESHOLD / threshold_for_drift(rate)
+        return best
+
+    def max_score(self, x: np.ndarray) -> float:
+        return self.largest_z(x) * DEFAULT_THRESHOLD / threshold_for_drift(self.drift_for(x))
 
     def run(self, x: np.ndarray, h: float) -> list[tuple[int, int]]:
         d = self.detector(x, h)
@@ -709,12 +712,7 @@ class _Absolute(KperfDetector):
         return OnlineDetector(threshold=h, window=self.window, drift=self.drift)
 
     def max_score(self, x: np.ndarray) -> float:
-        d = self.detector(x, math.inf)
-        best = 0.0
-        for v in x:
-            d.append(float(v))
-            best = max(best, d.last_max)
-        return best
+        return self.largest_z(x)
 
 
 def _calibrate_one(args: tuple[float, int, int]) -> tuple[float, int, float]:

@@ -188,7 +188,7 @@ class DriftEstimate:
 DRIFT_GRID = np.concatenate([[0.0], np.geomspace(1e-5, 0.1, 41)])
 DRIFT_LR_CRITICAL = 5.41  # 1% for a variance on the boundary (half chi2(0), half chi2(1))
 DRIFT_MIN_SEGMENT = 24
-DRIFT_UPPER_DROP = 0.5
+DRIFT_UPPER_DROP = 0.5  # log-likelihood drop to the reported rate: about one standard error above the maximum
 
 
 def _local_level_loglik(y: np.ndarray, rates: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
@@ -218,12 +218,14 @@ def estimate_drift(segments: Sequence[Sequence[float] | np.ndarray]) -> DriftEst
     """The random-walk rate of a metric's level from change-free stretches of history.
 
     Each segment is one branch's per-commit summaries between two change points,
-    in commit order. The rate is the maximum-likelihood one of the local-level
-    model, pooled over segments, on a grid. Outliers are clipped first as the
-    detector clips them (HUBER_C sigma from the running median), so a broken
-    commit does not look like wander; the rate is reported as 0 unless the
-    likelihood-ratio test against a fixed level rejects at 1%, so a stationary
-    metric keeps the long window.
+    in commit order. The local-level model's likelihood is pooled over segments
+    on a grid of rates. Outliers are clipped first as the detector clips them
+    (HUBER_C sigma from the running median), so a broken commit does not look
+    like wander. The rate is reported as 0 unless the likelihood-ratio test
+    against a fixed level rejects at 1%, so a stationary metric keeps the long
+    window; otherwise it is the upper end of the likelihood interval
+    (DRIFT_UPPER_DROP below the maximum), because a rate too low costs false
+    alarms while one too high costs only a little power.
     """
     ssq = np.zeros(DRIFT_GRID.size)
     logf = np.zeros(DRIFT_GRID.size)
@@ -241,8 +243,7 @@ def estimate_drift(segments: Sequence[Sequence[float] | np.ndarray]) -> DriftEst
         ssq, logf, n, used = ssq + a, logf + b, n + m, used + 1
     if n == 0:
         return DriftEstimate(0.0, 0.0, 0, 0)
-    with np.errstate(divide="ignore"):
-        loglik = -0.5 * (n * np.log(np.maximum(ssq, 1e-300) / n) + logf)
+    loglik = -0.5 * (n * np.log(np.maximum(ssq, 1e-300) / n) + logf)
     best = int(np.argmax(loglik))
     lr = float(2.0 * (loglik[best] - loglik[0]))
     if lr <= DRIFT_LR_CRITICAL:
@@ -250,8 +251,7 @@ def estimate_drift(segments: Sequence[Sequence[float] | np.ndarray]) -> DriftEst
     upper = best
     while upper + 1 < DRIFT_GRID.size and loglik[upper + 1] >= loglik[best] - DRIFT_UPPER_DROP:
         upper += 1
-    rate = float(DRIFT_GRID[upper if DRIFT_UPPER_DROP > 0 else best])
-    return DriftEstimate(rate=rate, lr=lr, commits=n + used, segments=used)
+    return DriftEstimate(rate=float(DRIFT_GRID[upper]), lr=lr, commits=n + used, segments=used)
 
 
 class OnlineDetector:
