@@ -1,13 +1,15 @@
-"""aim9: compiled natively, run for real, parsed; captured outputs; error paths."""
+"""aim9: compiled natively, run for real, parsed; captured outputs; what mmtests reads; error paths."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from mmtests_tools import extract, needs_mmtests, write_runs
 
 from kperf_runner.benchmarks import AIM9_TESTS, Metric, get_benchmark, resolve_params
 from kperf_runner.toolchain import compile_static, host_arch
@@ -30,7 +32,8 @@ def true_binary(runner_state: Path) -> Path:
 
 def test_grids_are_mmtests_defaults_and_a_quick_one() -> None:
     assert AIM9.grids["quick"].boots == 4
-    assert resolve_params("aim9", "quick") == {"testtime": 1, "iterations": 3}
+    # 0.2 s per test: 2x10^8 instructions under the instruction clock.
+    assert resolve_params("aim9", "quick") == {"testtime": 0.2, "iterations": 3}
     assert AIM9.grids["full"].boots == 5
     # config-workload-aim9-pagealloc: TESTTIME=15, 12 iterations.
     assert resolve_params("aim9", "full") == {"testtime": 15, "iterations": 12}
@@ -92,6 +95,57 @@ def test_parse_captured_output(name: str, iterations: int) -> None:
     # The value is field 6 of the row, as mmtests' extractor reads it.
     first_row = next(line for line in raw.splitlines() if " page_test " in line)
     assert samples[0].metric == "page_test" and samples[0].value == float(first_row.split()[5])
+
+
+# mmtests 74aced35, ExtractAim9.pm: for each of these workloads (line 21), every
+# line of every aim9-* file (line 26) that contains the workload's name anywhere
+# (line 32) is a sample, element 6 of the line split on whitespace (lines 33-34;
+# a leading blank gives an empty element 0, so element 6 is AIM9's sixth field,
+# ops/sec). The workloads read are the ones seen (lines 42-47).
+MMTESTS_AIM9_WORKLOADS = (*AIM9_TESTS, "disk_cp", "disk_rd", "disk_rr", "disk_rw", "disk_src", "disk_wrt")
+
+
+def _mmtests_read(files: dict[str, str]) -> dict[str, list[float]]:
+    """{workload: samples} by ExtractAim9.pm's rules (files in glob order)."""
+    read: dict[str, list[float]] = {}
+    for workload in MMTESTS_AIM9_WORKLOADS:
+        for name in sorted(files):
+            for line in files[name].splitlines(keepends=True):
+                if workload in line:
+                    read.setdefault(workload, []).append(float(re.split(r"\s+", line)[6]))
+    return read
+
+
+@pytest.mark.parametrize(
+    ("name", "iterations"),
+    [("aim9-native-x86_64.txt", 2), ("aim9-quick-qemu-x86_64.txt", 3)],
+)
+def test_mmtests_reads_kperfs_samples_from_the_captured_output(name: str, iterations: int) -> None:
+    raw = (DATA / name).read_text()
+    params = resolve_params("aim9", "quick", {"iterations": iterations})
+    files = AIM9.mmtests_runs(raw, params)["aim9"]
+    assert list(files) == [f"aim9-{i}" for i in range(1, iterations + 1)]
+    assert all("aim9 iteration=" not in text for text in files.values())
+    kperf: dict[str, list[float]] = {}
+    for sample in AIM9.parse(raw, params):
+        kperf.setdefault(sample.metric, []).append(sample.value)
+    assert _mmtests_read(files) == kperf
+    # The whole raw output read as one file gives the same: kperf's own
+    # lines name no workload, and every row starts with a blank.
+    assert _mmtests_read({"aim9-1": raw}) == kperf
+    assert all(line[0] == " " for line in raw.splitlines() if any(t in line for t in MMTESTS_AIM9_WORKLOADS))
+
+
+@needs_mmtests
+def test_mmtests_extract_reads_kperfs_aim9_output(tmp_path: Path) -> None:
+    """mmtests' own extract-mmtests.pl -b aim9 on the captured QEMU boot."""
+    raw = (DATA / "aim9-quick-qemu-x86_64.txt").read_text()
+    params = resolve_params("aim9", "quick", {"iterations": 3})
+    assert write_runs(tmp_path, AIM9, raw, params) == ["aim9"]
+    kperf: dict[str, list[float]] = {}
+    for sample in AIM9.parse(raw, params):
+        kperf.setdefault(sample.metric, []).append(sample.value)
+    assert extract(tmp_path, "aim9", "aim9") == dict(sorted(kperf.items()))
 
 
 def test_row_format_matches_aim9() -> None:

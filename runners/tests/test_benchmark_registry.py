@@ -33,7 +33,7 @@ def test_the_spawn_grids_are_what_ci_and_the_labs_run() -> None:
     spawn = get_benchmark("spawn")
     assert spawn.grids["quick"].boots == 4
     assert resolve_params("spawn", "quick") == {
-        "duration": 1,
+        "duration": 0.2,
         "iterations": 3,
         "extra_vmas": [0, 1000],
     }

@@ -27,9 +27,11 @@ KPERF-ENV clocksource=tsc\r
 KPERF-BEGIN 0\r
 COUNT|10|1|lps\r
 spawn vmas=0 iteration=0 count=10 elapsed=0.100000\r
+Process Creation                                126.0        100.0      7.9\r
 KPERF-END 0 0\r
 KPERF-BEGIN 1\r
 spawn vmas=5 iteration=0 count=5 elapsed=0.100000\r
+Process Creation                                126.0         50.0      4.0\r
 KPERF-END 1 0\r
 KPERF-DONE\r
 [    3.000000] reboot: Power down\r
@@ -51,7 +53,11 @@ def test_environment_commands_and_done_are_read() -> None:
         "clocksource": "tsc",
     }
     assert [(c.index, c.status) for c in record.commands] == [(0, 0), (1, 0)]
-    assert record.commands[0].output == ("COUNT|10|1|lps\nspawn vmas=0 iteration=0 count=10 elapsed=0.100000\n")
+    assert record.commands[0].output.splitlines() == [
+        "COUNT|10|1|lps",
+        "spawn vmas=0 iteration=0 count=10 elapsed=0.100000",
+        "Process Creation                                126.0        100.0      7.9",
+    ]
     assert "kernel noise" not in record.raw_output
 
 

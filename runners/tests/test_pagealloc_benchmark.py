@@ -1,21 +1,24 @@
-"""pagealloc: the registry entry, its parser on captured module output, the
-native refusals, kmodload's errors, and (kernel-marked) the module built with
-the fixture kernel and run under QEMU."""
+"""pagealloc: the registry entry, its parser on captured module output, what
+mmtests reads of it, the native refusals, kmodload's errors, and
+(kernel-marked) the module built with the fixture kernel and run under QEMU."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
+from mmtests_tools import MMTESTS, extract, needs_mmtests, write_runs
 
 from kperf_runner.backends import BootJob
 from kperf_runner.backends.qemu import QemuBackend
-from kperf_runner.benchmarks import Metric, get_benchmark, pagealloc_batches, resolve_params
+from kperf_runner.benchmarks import Metric, get_benchmark, pagealloc_batches, pagealloc_log, resolve_params
 from kperf_runner.cli import module_vermagic, native_artifacts
 from kperf_runner.toolchain import compile_all, compile_static, host_arch
 
@@ -60,21 +63,32 @@ def test_grids_commands_and_metrics() -> None:
     assert PAGEALLOC.sources() == ["kmodload.c"]
 
 
+def _rows(raw: str, order: int, batch: int) -> list[list[str]]:
+    return [line.split() for line in raw.splitlines() if line.startswith(f"order {order:2d} batch {batch:6d} ")]
+
+
 def test_parse_captured_module_output() -> None:
     raw = (DATA / "pagealloc-quick-qemu-x86_64.txt").read_text()
     samples = PAGEALLOC.parse(raw, QUICK)
-    assert len(samples) == 3 * 3 * 40
     by_key = {(s.metric, s.iteration): s.value for s in samples}
-    # Round r of "order 0 batch 1" is iteration r; total = alloc + free.
-    rows = [line.split() for line in raw.splitlines() if line.startswith("order  0 batch      1 ")]
-    assert len(rows) == 3
-    for iteration, row in enumerate(rows):
-        assert by_key[("alloc-odr0-1", iteration)] == float(row[5])
-        assert by_key[("free-odr0-1", iteration)] == float(row[7])
-        assert by_key[("total-odr0-1", iteration)] == float(row[5]) + float(row[7])
+    # The first two rounds of each batch size are warm-up, counted per batch
+    # size across orders as mmtests does: order 0 (run first) keeps its third
+    # round of 3, orders 1-4 reuse batch sizes order 0 warmed and keep all 3.
+    assert len(samples) == 3 * (10 * 1 + (9 + 8 + 7 + 6) * 3)
+    first = _rows(raw, 0, 1)
+    assert len(first) == 3 and first[0][5] == "1814"  # a cold first round, left out
+    assert [k for k in by_key if k[0] == "alloc-odr0-1"] == [("alloc-odr0-1", 0)]
+    assert by_key[("alloc-odr0-1", 0)] == float(first[2][5])
+    assert by_key[("free-odr0-1", 0)] == float(first[2][7])
+    assert by_key[("total-odr0-1", 0)] == float(first[2][5]) + float(first[2][7])
+    for iteration, row in enumerate(_rows(raw, 1, 1)):
+        assert by_key[("alloc-odr1-1", iteration)] == float(row[5])
+        assert by_key[("total-odr1-1", iteration)] == float(row[5]) + float(row[7])
     assert all(s.value > 0 for s in samples)
     assert PAGEALLOC.environment(raw) == {"cycle_clock": "tsc"}
     assert PAGEALLOC.environment("no clock line\n") == {}
+    # Every round stays in the raw output.
+    assert len(PAGEALLOC.rounds(raw, QUICK)) == 3 * 40
 
 
 def test_parse_captured_arm64_output_names_the_virtual_counter() -> None:
@@ -82,12 +96,69 @@ def test_parse_captured_arm64_output_names_the_virtual_counter() -> None:
     # per block, integers as the format has them.
     raw = (DATA / "pagealloc-quick-qemu-arm64.txt").read_text()
     samples = PAGEALLOC.parse(raw, QUICK)
-    assert len(samples) == 3 * 3 * 40
+    assert len(samples) == 3 * (10 * 1 + (9 + 8 + 7 + 6) * 3)
     assert all(s.value >= 1 for s in samples)
     assert PAGEALLOC.environment(raw) == {"cycle_clock": "cntvct"}
 
 
-def _raw(outer: int = 2, skip: tuple[int, int] | None = None) -> str:
+# mmtests 74aced35, ExtractPagealloc.pm: every line of pagealloc.log is split on
+# whitespace into order (field 1), batch (3), alloc (5) and free (7) (lines
+# 31-39); each batch size seen is counted across orders and a line is a sample
+# from its batch size's third on (lines 41-49); the metrics are every order
+# (from the alloc-<order> file names, lines 20-26) with every batch size
+# (lines 52-58).
+def _mmtests_read(log: str) -> tuple[list[str], dict[str, list[float]]]:
+    """(batch sizes in the order seen, {metric: samples}) by ExtractPagealloc.pm's rules."""
+    seen: Counter[str] = Counter()
+    batches: list[str] = []
+    samples: dict[str, list[float]] = {}
+    for line in log.splitlines(keepends=True):
+        fields = re.split(r"\s+", line)
+        order, batch, alloc, free = (fields + [""] * 8)[1:8:2]
+        seen[batch] += 1
+        if seen[batch] == 1:
+            batches.append(batch)
+        if seen[batch] >= 3:
+            samples.setdefault(f"alloc-odr{order}-{batch}", []).append(float(alloc))
+            samples.setdefault(f"free-odr{order}-{batch}", []).append(float(free))
+            samples.setdefault(f"total-odr{order}-{batch}", []).append(float(alloc) + float(free))
+    return batches, samples
+
+
+def test_the_raw_output_itself_is_not_what_mmtests_reads() -> None:
+    """kmodload's and the module's own lines would be batch sizes of their own."""
+    raw = (DATA / "pagealloc-quick-qemu-x86_64.txt").read_text()
+    batches, _ = _mmtests_read(raw)
+    assert batches[:3] == ["params=orders=0,1,2,3,4", "", "inner=100"]  # kmodload:, clock:, pagealloc-info:
+
+
+def test_pagealloc_log_is_the_result_rows_and_mmtests_reads_kperfs_samples() -> None:
+    raw = (DATA / "pagealloc-quick-qemu-x86_64.txt").read_text()
+    log = pagealloc_log(raw)
+    assert log.splitlines() == [line for line in raw.splitlines() if line.startswith("order ")]
+    assert not any(word in log for word in ("kmodload", "clock", "pagealloc-info"))
+    batches, read = _mmtests_read(log)
+    assert batches == [str(2**i) for i in range(10)]
+    kperf: dict[str, list[float]] = {}
+    for sample in PAGEALLOC.parse(raw, QUICK):
+        kperf.setdefault(sample.metric, []).append(sample.value)
+    assert read == kperf
+
+
+def test_mmtests_runs_are_pagealloc_log_and_the_per_order_files() -> None:
+    raw = (DATA / "pagealloc-quick-qemu-x86_64.txt").read_text()
+    files = PAGEALLOC.mmtests_runs(raw, QUICK)["pagealloc"]
+    assert sorted(files) == sorted(["pagealloc.log"] + [f"{k}-{o}" for k in ("alloc", "free") for o in range(5)])
+    assert files["pagealloc.log"] == pagealloc_log(raw)
+    # pagealloc-bench writes "<batch> <alloc>" and "<batch> <free>" per row.
+    rows = _rows(raw, 0, 1) + _rows(raw, 0, 2)
+    assert files["alloc-0"].splitlines()[:6] == [f"{r[3]} {r[5]}" for r in rows]
+    assert files["free-4"].splitlines()[0] == "1 " + _rows(raw, 4, 1)[0][7]
+    with pytest.raises(ValueError, match="incomplete output"):
+        PAGEALLOC.mmtests_runs(raw.split("order  3")[0], QUICK)
+
+
+def _raw(outer: int = 3, skip: tuple[int, int] | None = None) -> str:
     lines = ["clock: tsc"]
     for order in (0, 1):
         for batch in pagealloc_batches(order, 16):
@@ -96,23 +167,67 @@ def _raw(outer: int = 2, skip: tuple[int, int] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-PARAMS = resolve_params("pagealloc", "quick", {"orders": [0, 1], "batch_limit_kb": 16, "outer": 2})
+PARAMS = resolve_params("pagealloc", "quick", {"orders": [0, 1], "batch_limit_kb": 16, "outer": 3})
 
 
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
-        ("", r"incomplete output for order 0 batch 1 \(0 of 2\), order 0 batch 2 \(0 of 2\), order 1 batch 1"),
-        (_raw(skip=(1, 1)), r"incomplete output for order 1 batch 1 \(0 of 2\);"),
-        (_raw(outer=1), r"order 0 batch 1 \(1 of 2\)"),
-        (_raw() + "order  0 batch      1 alloc 400 free 200\n", "is round 3 of order 0 batch 1"),
+        ("", r"incomplete output for order 0 batch 1 \(0 of 3\), order 0 batch 2 \(0 of 3\), order 1 batch 1"),
+        (_raw(skip=(1, 1)), r"incomplete output for order 1 batch 1 \(0 of 3\);"),
+        (_raw(outer=2), r"order 0 batch 1 \(2 of 3\)"),
+        (_raw() + "order  0 batch      1 alloc 400 free 200\n", "is round 4 of order 0 batch 1"),
         (_raw() + "order  0 batch      4 alloc 400 free 200\n", "order 0 batch 4, which the job's parameters"),
-        (_raw() + "order  0 batch      1 alloc -4 free 200\n", "malformed result on output line 8"),
+        (_raw() + "order  0 batch      1 alloc -4 free 200\n", "malformed result on output line 11"),
     ],
 )
 def test_parse_errors_say_what_is_wrong(raw: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         PAGEALLOC.parse(raw, PARAMS)
+
+
+def test_fewer_than_three_rounds_would_leave_the_first_order_without_a_sample() -> None:
+    with pytest.raises(ValueError, match=r"parameter 'outer' wants an integer in \[3, 1000\], got 2"):
+        resolve_params("pagealloc", "quick", {"outer": 2})
+
+
+@needs_mmtests
+def test_mmtests_extract_reads_kperfs_pagealloc_output(tmp_path: Path) -> None:
+    """mmtests' own extract-mmtests.pl -b pagealloc on the captured boot."""
+    raw = (DATA / "pagealloc-quick-qemu-x86_64.txt").read_text()
+    assert write_runs(tmp_path, PAGEALLOC, raw, QUICK) == ["pagealloc"]
+    read = extract(tmp_path, "pagealloc", "pagealloc")
+    kperf: dict[str, list[float]] = {}
+    for sample in PAGEALLOC.parse(raw, QUICK):
+        kperf.setdefault(sample.metric, []).append(sample.value)
+    assert read == dict(sorted(kperf.items()))
+
+
+@needs_mmtests
+def test_mmtests_compare_reads_kperfs_pagealloc_output(tmp_path: Path) -> None:
+    """compare-mmtests.pl on two boots of one order, kmodload's lines and all in the raw output.
+
+    With several orders it stops at Compare.pm line 134 on mmtests' own runs
+    too: the larger batch sizes of the higher orders are metrics without data.
+    """
+    params = resolve_params("pagealloc", "quick", {"orders": [0], "batch_limit_kb": 16, "outer": 5})
+    for run, alloc in (("base", 400), ("head", 440)):
+        for boot in (0, 1):
+            rows = [f"order  0 batch {b:6d} alloc {alloc + r + boot} free {200 + r}" for b in (1, 2) for r in range(5)]
+            raw = "\n".join(["kmodload: module=pagealloc cpu=0 params=orders=0", "clock: tsc", *rows]) + "\n"
+            logs = tmp_path / run / f"iter-{boot}" / "pagealloc" / "logs"
+            logs.mkdir(parents=True)
+            for name, text in PAGEALLOC.mmtests_runs(raw, params)["pagealloc"].items():
+                (logs / name).write_text(text)
+    out = subprocess.run(
+        ["perl", f"{MMTESTS}/bin/compare-mmtests.pl", "-d", str(tmp_path), "-b", "pagealloc", "-n", "base,head"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    # Rounds 3-5 of both boots: 402, 403, 404, 403, 404, 405 cycles, Amean 403.50.
+    assert re.search(r"^Amean\s+alloc-odr0-1\s+403\.50 \(\s+0\.00%\)\s+443\.50 \*?\(?\s*-9\.91%", out, re.M), out
 
 
 def _bench(runner_state: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -187,7 +302,11 @@ def test_the_module_builds_with_the_kernel_and_runs_under_qemu(
     result = backend.boot(BootJob(commands, binaries, timeout=timeout), build.artifacts["kernel"])
     print(f"pagealloc quick boot under TCG: {time.monotonic() - started:.1f} s")
     samples = PAGEALLOC.parse(result.raw_output, params)
-    assert len(samples) == len(PAGEALLOC.metrics(params)) * params["outer"]
+    cases, outer = len(PAGEALLOC.metrics(params)) // 3, params["outer"]
+    assert len(PAGEALLOC.rounds(result.raw_output, params)) == cases * outer
+    # Order 0 runs first: its first two rounds of each batch size are warm-up.
+    order0 = len(pagealloc_batches(0, params["batch_limit_kb"]))
+    assert len(samples) == 3 * (order0 * (outer - 2) + (cases - order0) * outer)
     assert all(s.value > 0 for s in samples)
     assert PAGEALLOC.environment(result.raw_output) == {"cycle_clock": "tsc"}
     # The module's procfs file went with it: kmodload unloaded it.

@@ -1,14 +1,16 @@
-"""pft: compiled natively, run for real, parsed; captured outputs; error paths."""
+"""pft: compiled natively, run for real, parsed; captured outputs; what mmtests reads; error paths."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from mmtests_tools import extract, needs_mmtests, write_runs
 
 from kperf_runner.benchmarks import Metric, get_benchmark, resolve_params
 from kperf_runner.toolchain import compile_static, host_arch
@@ -27,7 +29,8 @@ def pft_binary(runner_state: Path) -> Path:
 def test_grids_and_metric_names() -> None:
     assert PFT.grids["quick"].boots == 4
     quick = resolve_params("pft", "quick")
-    assert quick == {"size_mb": 64, "clients": [1, 2], "iterations": 3, "mode": "threads"}
+    # One worker: the instruction clock boots one vCPU (docs/runners.md).
+    assert quick == {"size_mb": 64, "clients": [1], "iterations": 3, "mode": "threads"}
     full = resolve_params("pft", "full")
     # mmtests: MemTotal/5 (size 0), clients 1..NUMCPUS, 30 iterations.
     assert full == {"size_mb": 0, "clients": list(range(1, 65)), "iterations": 30, "mode": "threads"}
@@ -36,12 +39,9 @@ def test_grids_and_metric_names() -> None:
     assert PFT.metrics(quick) == [
         Metric("faults/sec-threads-1", "faults/s", True),
         Metric("faults/cpu-threads-1", "faults/cpu-s", True),
-        Metric("faults/sec-threads-2", "faults/s", True),
-        Metric("faults/cpu-threads-2", "faults/cpu-s", True),
     ]
     assert PFT.command(quick, "/kperf/bin") == [
         ["/kperf/bin/pft", "-m", "64", "-n", "1", "-i", "3", "-M", "threads"],
-        ["/kperf/bin/pft", "-m", "64", "-n", "2", "-i", "3", "-M", "threads"],
     ]
     processes = resolve_params("pft", "quick", {"mode": "processes", "clients": "4"})
     assert [m.name for m in PFT.metrics(processes)] == ["faults/sec-processes-4", "faults/cpu-processes-4"]
@@ -97,7 +97,7 @@ def _check_lines(raw: str) -> None:
     [
         ("pft-native-threads-x86_64.txt", {"size_mb": 32, "clients": [1, 2, 4]}, 12),
         ("pft-native-processes-x86_64.txt", {"size_mb": 32, "clients": [1, 2], "mode": "processes"}, 12),
-        ("pft-quick-qemu-x86_64.txt", {}, 12),
+        ("pft-quick-qemu-x86_64.txt", {"clients": [1, 2]}, 12),
     ],
 )
 def test_parse_captured_output(name: str, overrides: dict[str, object], count: int) -> None:
@@ -111,6 +111,67 @@ def test_parse_captured_output(name: str, overrides: dict[str, object], count: i
     # faults/sec is the last column, faults/cpu the one before, as mmtests reads them.
     first = next(line for line in raw.splitlines() if line.strip()[:1].isdigit()).split()
     assert samples[0].value == float(first[-1]) and samples[1].value == float(first[-2])
+
+
+# mmtests 74aced35, ExtractPft.pm: the client counts are the N of the
+# pft-N.log files (line 25); of each file it deletes every "s" (line 33), skips
+# any line with a letter left (lines 34-36), splits the rest on whitespace
+# (lines 40-42: a leading blank gives an empty element 0) and takes elements 7
+# and 8 as faults/cpu-N and faults/sec-N (lines 45-46). A blank line has no
+# letter: it would be a sample with no value.
+def _mmtests_read(files: dict[str, str]) -> dict[str, list[float]]:
+    read: dict[str, list[float]] = {}
+    for name in files:
+        client = re.fullmatch(r"pft-(\d+)\.log", name)
+        if not client:
+            continue
+        for line in files[name].splitlines(keepends=True):
+            line = line.replace("s", "")
+            if re.search(r"[a-zA-Z]", line):
+                continue
+            fields = re.split(r"\s+", line)
+            assert len(fields) >= 9 and fields[0] == "", f"{name}: {line!r} is no sample"
+            read.setdefault(f"faults/cpu-{client[1]}", []).append(float(fields[7]))
+            read.setdefault(f"faults/sec-{client[1]}", []).append(float(fields[8]))
+    return read
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides", "switch"),
+    [
+        ("pft-native-threads-x86_64.txt", {"size_mb": 32, "clients": [1, 2, 4]}, "-t"),
+        ("pft-native-processes-x86_64.txt", {"size_mb": 32, "clients": [1, 2], "mode": "processes"}, "-n"),
+        ("pft-quick-qemu-x86_64.txt", {"clients": [1, 2]}, "-t"),
+    ],
+)
+def test_mmtests_reads_kperfs_samples_from_the_captured_output(
+    name: str, overrides: dict[str, object], switch: str
+) -> None:
+    raw = (DATA / name).read_text()
+    params = resolve_params("pft", "quick", overrides)
+    files = PFT.mmtests_runs(raw, params)["pft"]
+    # Skipped client counts (more than the CPUs) have no file, as mmtests never runs them.
+    assert sorted(files) == ["commands.log", "pft-1.log", "pft-2.log"]
+    size = 32 * 1024 * 1024 if "size_mb" in overrides else 64 * 1024 * 1024
+    assert files["commands.log"] == f"./pft -m {size} {switch} 1\n./pft -m {size} {switch} 2\n"
+    mode = params["mode"]
+    kperf: dict[str, list[float]] = {}
+    for sample in PFT.parse(raw, params):
+        # kperf puts the mode in the name; mmtests' name has none.
+        kperf.setdefault(sample.metric.replace(f"-{mode}-", "-"), []).append(sample.value)
+    assert _mmtests_read(files) == kperf
+
+
+@needs_mmtests
+def test_mmtests_extract_reads_kperfs_pft_output(tmp_path: Path) -> None:
+    """mmtests' own extract-mmtests.pl -b pft on a captured native run."""
+    raw = (DATA / "pft-native-threads-x86_64.txt").read_text()
+    params = resolve_params("pft", "quick", {"size_mb": 32, "clients": [1, 2, 4]})
+    assert write_runs(tmp_path, PFT, raw, params) == ["pft"]
+    kperf: dict[str, list[float]] = {}
+    for sample in PFT.parse(raw, params):
+        kperf.setdefault(sample.metric.replace("-threads-", "-"), []).append(sample.value)
+    assert extract(tmp_path, "pft", "pft") == dict(sorted(kperf.items()))
 
 
 def test_clients_above_the_cpus_are_skipped_not_failed() -> None:

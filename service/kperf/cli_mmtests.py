@@ -41,7 +41,7 @@ def cmd_import_mmtests(args: argparse.Namespace) -> int:
 
 
 def cmd_compare_kernels(args: argparse.Namespace) -> int:
-    from kperf.cli import client_from_config, render_comparison
+    from kperf.cli import client_from_config
 
     query = urlencode(
         {"machine_class": args.machine_class, "benchmark": args.bench, "base": args.base, "head": args.head}
@@ -50,9 +50,31 @@ def cmd_compare_kernels(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"{args.head[:12]} vs {args.base[:12]}")
-        print("\n".join(render_comparison(result)))
+        print("\n".join(render_kernel_comparison(result)))
     return 0
+
+
+def render_kernel_comparison(c: dict[str, Any]) -> list[str]:
+    """compare-mmtests.pl's summary rows of every metric, kperf's verdict beside each mean row,
+    then what each verdict rests on."""
+    from kperf.stats.summary import TABLE_WIDTH, SummaryRow, render_rows, verdict_lines
+
+    base, head = c["base_sha"][:12], c["head_sha"][:12]
+    clock = f", {c['clock']} clock" if c.get("clock") else ""
+    lines = [f"{c['benchmark']} on {c['machine_class']}{clock}: {head} vs {base} ({c['method']}, alpha {c['alpha']})"]
+    metrics = [(m["metric"], [SummaryRow(**row) for row in m.get("summary", [])], m["verdict"]) for m in c["metrics"]]
+    # As wide as the names and verdicts need (label, two values with their
+    # changes, then "  <verdict>"): a terminal, not a cover letter.
+    names = max((len(name) for name, _, _ in metrics), default=0)
+    verdicts = max((len(verdict) for _, _, verdict in metrics), default=0)
+    lines += render_rows(metrics, base, head, width=max(TABLE_WIDTH, 10 + names + 2 * 23 + 1 + 2 + verdicts))
+    lines.append("")
+    for m in c["metrics"]:
+        lines += verdict_lines(m["metric"], m)
+    for side in ("base", "head"):
+        if c.get(f"only_in_{side}"):
+            lines.append(f"only in {side}: {', '.join(c[f'only_in_{side}'])}")
+    return lines
 
 
 def add_parsers(sub: Any) -> None:

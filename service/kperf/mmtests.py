@@ -9,6 +9,11 @@ for the file each format comes from.
 An mmtests run does not reboot between its iterations (iter-0, iter-1, …),
 so one run directory is one boot: its iterations are iterations. Import
 several runs of the same kernel to give kperf several boots.
+
+Each benchmark reads what mmtests' own extractor reads, so imported samples
+are mmtests' samples: pagealloc drops the first two rounds of each batch size
+as ExtractPagealloc.pm does (kperf's parser does the same), spawn takes the
+RESULT of UnixBench's index row as ExtractUnixbenchcommon.pm does.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import lzma
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from kperf_runner.benchmarks import without_warmup
 
 # One run of aim9's singleuser: field 2 is the test, field 6 ops/sec.
 AIM9_TESTS = ("page_test", "brk_test", "exec_test", "fork_test")
@@ -30,8 +37,11 @@ _PAGEALLOC_ROW = re.compile(
 _PFT_ROW = re.compile(
     r"^\s*\d+\s+(?P<thr>\d+)\s+\d+\s+[\d.]+s\s+[\d.]+s\s+[\d.]+s\s+(?P<cpu>[\d.]+)\s+(?P<wall>[\d.]+)\s*$"
 )
-# UnixBench's index table row, the one mmtests' extractor reads (RESULT column).
-_SPAWN_ROW = re.compile(r"^Process Creation\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)")
+# UnixBench's index table row, the one line of a spawn log mmtests' extractor
+# reads (ExtractUnixbenchcommon.pm line 60): BASELINE, RESULT, INDEX; the
+# sample is RESULT. Run's score line ("Process Creation  12345.6 lps   (30.0 s,
+# 2 samples)") has a word after its first number, so it does not match.
+_SPAWN_ROW = re.compile(r"^Process Creation +([\d.]+) +([\d.]+) +([\d.]+)")
 
 BENCHMARK_DIRS = {"aim9": "aim9", "pagealloc": "pagealloc", "pft": "pft", "unixbench-spawn": "spawn"}
 
@@ -89,13 +99,16 @@ def _pagealloc(logs: Path, out: ImportedBenchmark) -> None:
     if not path.exists():
         raise MmtestsImportError(f"{logs} has no pagealloc.log")
     out.files.append(path.name)
+    rows = []
     for line in read_text(path).splitlines():
         m = _PAGEALLOC_ROW.match(line.strip())
         if m:
-            o, b, alloc, free = int(m["order"]), int(m["batch"]), float(m["alloc"]), float(m["free"])
-            out.add(f"alloc-odr{o}-{b}", alloc)
-            out.add(f"free-odr{o}-{b}", free)
-            out.add(f"total-odr{o}-{b}", alloc + free)
+            rows.append((int(m["order"]), int(m["batch"]), int(m["alloc"]), int(m["free"])))
+    # The first two rounds of each batch size are warm-up, for mmtests and kperf alike.
+    for o, b, alloc, free in without_warmup(rows):
+        out.add(f"alloc-odr{o}-{b}", float(alloc))
+        out.add(f"free-odr{o}-{b}", float(free))
+        out.add(f"total-odr{o}-{b}", float(alloc + free))
 
 
 def _pft_mode(logs: Path, given: str | None) -> str:
@@ -133,7 +146,7 @@ def _spawn(logs: Path, out: ImportedBenchmark) -> None:
     # Only one copy (spawn-1-<iteration>.log) is comparable with kperf's
     # single-process spawn with no extra VMAs.
     files = sorted(
-        (p for p in logs.iterdir() if re.fullmatch(r"spawn-1-\d+\.log", p.name)),
+        (p for p in logs.iterdir() if re.fullmatch(r"spawn-1-\d+\.log(\.gz|\.xz)?", p.name)),
         key=lambda p: int(p.name.split("-")[2].split(".")[0]),
     )
     for path in files:

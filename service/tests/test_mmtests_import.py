@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import re
 from pathlib import Path
 from typing import Any
 
@@ -9,9 +11,14 @@ import pytest
 
 from kperf.core.models import BootRecord, Job, Sample
 from kperf.mmtests import MmtestsImportError, read_run
+from kperf.stats.abtest import MetricInput
+from kperf.stats.summary import summary_rows
+from kperf_runner.benchmarks import get_benchmark, resolve_params
 
 from .conftest import Api, kperf_cli
-from .mmtests_layout import make_run
+from .mmtests_layout import make_run, unixbench_spawn_log
+
+RUNNER_DATA = Path(__file__).resolve().parents[2] / "runners" / "tests" / "data"
 
 BASE = "a" * 40
 HEAD = "b" * 40
@@ -42,12 +49,64 @@ def test_it_reads_every_benchmark_in_the_mmtests_layout(tmp_path: Path) -> None:
     pa = {m for m, _, _ in run.benchmarks["pagealloc"].samples}
     assert {"alloc-odr0-1", "free-odr1-4", "total-odr0-2"} <= pa and len(pa) == 18
     total = [v for m, _, v in run.benchmarks["pagealloc"].samples if m == "total-odr0-1"]
-    assert len(total) == 15 and all(500 < v < 700 for v in total)
+    assert len(total) == 13 and all(500 < v < 700 for v in total)  # the first two rounds are warm-up
+    # Counted per batch size across orders (ExtractPagealloc.pm lines 41-49): order 1 keeps all 15.
+    assert sum(1 for m, _, _ in run.benchmarks["pagealloc"].samples if m == "total-odr1-1") == 15
     pft = {m for m, _, _ in run.benchmarks["pft"].samples}
     assert pft == {"faults/sec-threads-1", "faults/cpu-threads-1", "faults/sec-threads-2", "faults/cpu-threads-2"}
     spawn = run.benchmarks["spawn"].samples
-    assert [m for m, _, _ in spawn] == ["spawn-vmas-0"] * 3  # one copy only, the RESULT column
+    # One copy only, the index row's RESULT, not Run's score line above it.
+    assert [m for m, _, _ in spawn] == ["spawn-vmas-0"] * 3
     assert all(3800 < v < 4200 for _, _, v in spawn)
+
+
+def test_a_real_unixbench_spawn_directory_imports(tmp_path: Path) -> None:
+    """Run's whole output, as mmtests' unixbench shellpack tees it, compressed or not."""
+    logs = tmp_path / "run" / "iter-0" / "unixbench-spawn" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "workloads").write_text("spawn\n")
+    (logs / "spawn-1-1.log").write_text(unixbench_spawn_log(12341.46, 1))
+    (logs / "spawn-1-2.log.gz").write_bytes(gzip.compress(unixbench_spawn_log(12005.04, 1).encode()))
+    (logs / "spawn-4-1.log").write_text(unixbench_spawn_log(45000.0, 4))
+    run = read_run(tmp_path / "run")
+    assert run.benchmarks["spawn"].samples == [("spawn-vmas-0", 0, 12341.5), ("spawn-vmas-0", 1, 12005.0)]
+    assert run.benchmarks["spawn"].files == ["spawn-1-1.log", "spawn-1-2.log.gz"]
+
+
+@pytest.mark.parametrize(
+    ("bench", "raw", "overrides"),
+    [
+        ("aim9", "aim9-quick-qemu-x86_64.txt", {"iterations": 3}),
+        ("pagealloc", "pagealloc-quick-qemu-x86_64.txt", {}),
+        ("pft", "pft-native-threads-x86_64.txt", {"size_mb": 32, "clients": [1, 2, 4]}),
+        ("spawn", "spawn-native-x86_64.txt", {"duration": 0.2}),
+    ],
+)
+def test_kperfs_raw_output_as_mmtests_files_imports_as_kperfs_samples(
+    tmp_path: Path, bench: str, raw: str, overrides: dict[str, Any]
+) -> None:
+    """The runner's mmtests mapping and this importer agree with the runner's parser."""
+    benchmark = get_benchmark(bench)
+    params = resolve_params(bench, "quick", overrides)
+    text = (RUNNER_DATA / raw).read_text()
+    expected: dict[str, list[float]] = {}
+    for sample in benchmark.parse(text, params):
+        expected.setdefault(sample.metric, []).append(sample.value)
+    imported: dict[str, list[float]] = {}
+    for run_name, files in benchmark.mmtests_runs(text, params).items():
+        logs = tmp_path / run_name / "iter-0" / benchmark.mmtests_name / "logs"
+        logs.mkdir(parents=True)
+        for name, content in files.items():
+            (logs / name).write_text(content)
+        run = read_run(tmp_path / run_name)
+        # mmtests has no extra VMAs: each spawn-vmas-<n> run imports as spawn-vmas-0.
+        vmas = run_name.removeprefix("spawn-vmas-")
+        for metric, _, value in run.benchmarks[bench].samples:
+            imported.setdefault(metric.replace("spawn-vmas-0", f"spawn-vmas-{vmas}"), []).append(value)
+    assert imported.keys() == expected.keys()
+    for metric, values in expected.items():
+        # UnixBench's row has one decimal of spawn's forks/s; everything else is as printed.
+        assert imported[metric] == pytest.approx(values, abs=0.051 if bench == "spawn" else 0)
 
 
 def test_it_says_what_is_wrong_with_a_directory(tmp_path: Path) -> None:
@@ -117,15 +176,35 @@ def test_the_cli_imports_a_run_and_compares_kernels(
     live_server: Any, alice_api: Api, qemu_class: Any, tmp_path: Path
 ) -> None:
     cli = kperf_cli(live_server.url, alice_api, tmp_path / "c.json")
+    page_test: dict[str, list[list[float]]] = {BASE: [], HEAD: []}
     for i, (sha, scale) in enumerate([(BASE, 1.0), (BASE, 1.0), (HEAD, 0.7), (HEAD, 0.7)]):
         run = make_run(tmp_path / str(i), f"run-{i}", seed=20 + i, page_test_scale=scale)
         out = cli("import-mmtests", str(run), "--kernel-sha", sha, "--machine-class", "qemu-x86_64")
         assert out.returncode == 0, out.stderr
         assert "aim9 (48 samples)" in out.stdout
+        page_test[sha].append([v for m, _, v in read_run(run).benchmarks["aim9"].samples if m == "page_test"])
     out = cli("compare-kernels", "--base", BASE, "--head", HEAD, "--machine-class", "qemu-x86_64", "--bench", "aim9")
     assert out.returncode == 0, out.stderr
-    assert "page_test" in out.stdout and "regression" in out.stdout
-    noise = cli("noise", "--machine-class", "qemu-x86_64", "--boots", "5", "--iterations", "12")
+    # compare-mmtests.pl's eight rows per metric, kperf's verdict beside the mean row...
+    lines = [line for line in out.stdout.splitlines() if line.split()[1:2] == ["page_test"]]
+    labels = ["Min", "Hmean", "HStddev", "HCoeffVar", "Max", "BHmean-50", "BHmean-95", "BHmean-99"]
+    assert [line.split()[0] for line in lines] == labels
+    assert lines[1].endswith("%*  regression")
+    assert all(line.endswith("%)") for line in lines if not line.startswith("Hmean"))
+    # ...of the pooled iterations of the imported runs...
+    expected = summary_rows(MetricInput(page_test[BASE], page_test[HEAD], True))
+    for line, want in zip(lines, expected):
+        base, base_pct, head, head_pct = re.findall(r"-?\d+\.\d+", line)
+        assert (base, base_pct, head, head_pct) == (
+            f"{want.base:.2f}",
+            "0.00",
+            f"{want.head:.2f}",
+            f"{want.change_pct:.2f}",
+        )
+    # ...and what each verdict rests on, below.
+    assert "page_test: regression -" in out.stdout and "boots 2/2, iterations 24/24" in out.stdout
+    # mmtests times with the wall clock: its history is the wall clock's, not the class's own clock.
+    noise = cli("noise", "--machine-class", "qemu-x86_64", "--boots", "5", "--iterations", "12", "--clock", "wall")
     assert noise.returncode == 0, noise.stderr
     row = next(line for line in noise.stdout.splitlines() if line.startswith("page_test "))
     assert row.split()[1:3] == ["2", "4"], row  # two kernels, four imported runs (one boot each)
@@ -139,8 +218,12 @@ def test_noise_is_learned_per_machine_class_and_metric(alice_api: Api, qemu_clas
     for i in range(3):
         alice_api.post("/imports/mmtests", payload(make_run(tmp_path / f"b{i}", f"b-{i}", seed=40 + i), BASE))
         alice_api.post("/imports/mmtests", payload(make_run(tmp_path / f"h{i}", f"h-{i}", seed=50 + i), HEAD))
-    report = alice_api.get("/noise?machine_class=qemu-x86_64&boots=5&iterations=12").json()
+    # The machine class's own clock (instructions) has no history: imports are wall-clock runs.
+    assert alice_api.get("/noise?machine_class=qemu-x86_64&boots=5&iterations=12").json()["metrics"] == []
+    report = alice_api.get("/noise?machine_class=qemu-x86_64&boots=5&iterations=12&clock=wall").json()
+    assert report["clock"] == "wall"
     page = next(m for m in report["metrics"] if m["metric"] == "page_test")
+    assert page["clock"] == "wall"
     assert page["kernels"] == 2 and page["boots"] == 6
     # The runs were made with 1% iteration noise and no boot-level noise.
     assert 0.005 < page["within_boot_sd"] < 0.02

@@ -1,0 +1,219 @@
+"""pagealloc: the page-allocator microbenchmark, a kernel module loaded by csrc/kmodload.c.
+
+The raw output of one boot is kmodload's line, then the module's procfs file:
+its `clock:` and `pagealloc-info:` lines, then one result row per round
+("order %2u batch %6lu alloc %llu free %llu", the format of mmtests'
+stap-scripts/pagealloc-micro.stp). mmtests' pagealloc.log is the result rows
+alone: its ExtractPagealloc.pm splits every line of that file into order,
+batch, alloc and free and has no way to skip one, so any other line becomes
+a batch size of its own and breaks its extract and compare scripts.
+`pagealloc_log()` is that mapping; the parser reads the rows through it, so
+kperf and mmtests read the same rows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
+
+from kperf_runner.benchmarks.base import Benchmark, Grid, Metric, MmtestsRuns, Param, Sample
+
+PAGEALLOC_PROC = "/proc/kperf_pagealloc"
+_PAGEALLOC_ROW = re.compile(
+    r"order\s+(?P<order>\d+)\s+batch\s+(?P<batch>\d+)\s+alloc\s+(?P<alloc>\d+)\s+free\s+(?P<free>\d+)"
+)
+_PAGEALLOC_CLOCK = re.compile(r"clock: (?P<clock>\S+)")
+# ExtractPagealloc.pm (lines 41-49) counts the rows of each batch size, whatever
+# their order, and keeps a row from the third on: the first two rounds of each
+# batch size are warm-up. kperf reports the same rows.
+WARMUP_ROUNDS = 2
+Round = tuple[int, int, int, int]  # order, batch, alloc, free
+
+
+def pagealloc_batches(order: int, batch_limit_kb: int) -> list[int]:
+    """Batch sizes for an order: doubling from 1 while batch < (limit / 4096) >> order."""
+    limit = (batch_limit_kb * 1024 // 4096) >> order
+    batches, batch = [], 1
+    while batch < limit:
+        batches.append(batch)
+        batch *= 2
+    return batches
+
+
+def _rows(raw_output: str) -> list[tuple[int, str, re.Match[str]]]:
+    """(output line number, row as printed, its match) of every result row; ValueError on a malformed one."""
+    rows = []
+    for lineno, line in enumerate(raw_output.splitlines(), start=1):
+        text = line.strip()
+        if not text.startswith("order"):
+            continue  # kmodload's line, the module's clock: and pagealloc-info: lines, console noise
+        row = _PAGEALLOC_ROW.fullmatch(text)
+        if not row:
+            raise ValueError(f"pagealloc: malformed result on output line {lineno}: {text!r}")
+        rows.append((lineno, text, row))
+    return rows
+
+
+def without_warmup(rounds: Iterable[Round]) -> list[Round]:
+    """The rounds mmtests keeps: all but the first two of each batch size, counted across orders."""
+    per_batch: Counter[int] = Counter()
+    kept = []
+    for order, batch, alloc, free in rounds:
+        per_batch[batch] += 1
+        if per_batch[batch] > WARMUP_ROUNDS:
+            kept.append((order, batch, alloc, free))
+    return kept
+
+
+def pagealloc_log(raw_output: str) -> str:
+    """mmtests' pagealloc.log for this raw output: the result rows, in order, nothing else."""
+    return "".join(f"{text}\n" for _, text, _ in _rows(raw_output))
+
+
+class Pagealloc(Benchmark):
+    name = "pagealloc"
+    description = (
+        "page-allocator microbenchmark (a kernel module built with each kernel): cycles "
+        "to allocate and free a block of 2^order pages, per order and batch size"
+    )
+    mmtests_name = "pagealloc"
+    grids: ClassVar[dict[str, Grid]] = {
+        "quick": Grid(
+            boots=4,
+            params={"orders": [0, 1, 2, 3, 4], "batch_limit_kb": 4096, "outer": 3, "inner": 100},
+            description="batches up to 4 MiB, 3 rounds of 100: seconds under QEMU",
+        ),
+        "full": Grid(
+            boots=5,
+            params={"orders": [0, 1, 2, 3, 4], "batch_limit_kb": 131072, "outer": 15, "inner": 10000},
+            description="mmtests' pagealloc: orders 0-4, batches up to 128 MiB, 15 rounds of 10000",
+        ),
+    }
+    parameters = (
+        Param("orders", "int-list", 0, 10, "page orders to measure, in the order they run"),
+        Param("batch_limit_kb", "int", 8, 16 * 1024 * 1024, "batch < (batch_limit_kb * 1024 / 4096) >> order"),
+        # At least 3: the first two rounds of each batch size are warm-up (as
+        # in mmtests), so fewer would leave the first order with no sample.
+        Param(
+            "outer",
+            "int",
+            WARMUP_ROUNDS + 1,
+            1000,
+            "rounds per order and batch; each round is one sample, except the first two "
+            "of each batch size (warm-up, dropped as mmtests does)",
+        ),
+        Param("inner", "int", 1, 1_000_000, "repetitions per round"),
+    )
+    cpu = 0
+
+    def command(self, params: Mapping[str, Any], bindir: str) -> list[list[str]]:
+        params = self.validate(params)
+        bindir = bindir.rstrip("/")
+        return [
+            [
+                f"{bindir}/kmodload",
+                "-c",
+                str(self.cpu),
+                "-o",
+                PAGEALLOC_PROC,
+                f"{bindir}/pagealloc.ko",
+                f"orders={','.join(map(str, params['orders']))}",
+                f"batch_limit_kb={params['batch_limit_kb']}",
+                f"outer={params['outer']}",
+                f"inner={params['inner']}",
+            ]
+        ]
+
+    def _cases(self, params: Mapping[str, Any]) -> list[tuple[int, int]]:
+        return [
+            (order, batch) for order in params["orders"] for batch in pagealloc_batches(order, params["batch_limit_kb"])
+        ]
+
+    def rounds(self, raw_output: str, params: Mapping[str, Any]) -> list[Round]:
+        """Every round as (order, batch, alloc, free), in output order, checked against the job's parameters."""
+        params = self.validate(params)
+        cases = self._cases(params)
+        wanted = set(cases)
+        outer: int = params["outer"]
+        seen: Counter[tuple[int, int]] = Counter()
+        out: list[Round] = []
+        for lineno, _, row in _rows(raw_output):
+            case = (int(row["order"]), int(row["batch"]))
+            if case not in wanted:
+                raise ValueError(
+                    f"pagealloc: output line {lineno} is for order {case[0]} batch {case[1]}, "
+                    "which the job's parameters do not ask for"
+                )
+            if seen[case] >= outer:
+                raise ValueError(
+                    f"pagealloc: output line {lineno} is round {outer + 1} of order {case[0]} batch {case[1]}"
+                )
+            seen[case] += 1
+            out.append((case[0], case[1], int(row["alloc"]), int(row["free"])))
+        missing = [f"order {o} batch {b} ({seen[(o, b)]} of {outer})" for o, b in cases if seen[(o, b)] != outer]
+        if missing:
+            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            raise ValueError(f"pagealloc: incomplete output for {shown}; the raw output shows where it stopped")
+        return out
+
+    def parse(self, raw_output: str, params: Mapping[str, Any]) -> list[Sample]:
+        """mmtests' samples: every round but the first two of each batch size, numbered from 0.
+
+        The count is per batch size across orders, as in ExtractPagealloc.pm,
+        so with the orders run in turn only the first order loses rounds (the
+        later ones reuse batch sizes it warmed). The raw output keeps every round.
+        """
+        kept: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        for order, batch, alloc, free in without_warmup(self.rounds(raw_output, params)):
+            kept.setdefault((order, batch), []).append((alloc, free))
+        samples: list[Sample] = []
+        for order, batch in self._cases(self.validate(params)):
+            for kind in ("alloc", "free", "total"):
+                for iteration, (alloc, free) in enumerate(kept.get((order, batch), [])):
+                    value = {"alloc": alloc, "free": free, "total": alloc + free}[kind]
+                    samples.append(Sample(f"{kind}-odr{order}-{batch}", iteration, float(value)))
+        return samples
+
+    def mmtests_runs(self, raw_output: str, params: Mapping[str, Any]) -> MmtestsRuns:
+        """One mmtests run, pagealloc: pagealloc.log and the per-order files made from it.
+
+        mmtests' pagealloc shellpack (shellpack_src/src/pagealloc/pagealloc-bench)
+        appends the procfs file to pagealloc.log, then writes "<batch> <alloc>"
+        to alloc-<order> and "<batch> <free>" to free-<order> for every row;
+        ExtractPagealloc.pm finds the orders from the alloc-<order> file names.
+        """
+        rounds = self.rounds(raw_output, params)  # the same checks: a complete run or ValueError
+        files = {"pagealloc.log": pagealloc_log(raw_output)}
+        for order, batch, alloc, free in rounds:
+            files[f"alloc-{order}"] = files.get(f"alloc-{order}", "") + f"{batch} {alloc}\n"
+            files[f"free-{order}"] = files.get(f"free-{order}", "") + f"{batch} {free}\n"
+        return {"pagealloc": files}
+
+    def metrics(self, params: Mapping[str, Any]) -> list[Metric]:
+        params = self.validate(params)
+        return [
+            Metric(f"{kind}-odr{order}-{batch}", "cycles", False)
+            for order, batch in self._cases(params)
+            for kind in ("alloc", "free", "total")
+        ]
+
+    def sources(self) -> list[str]:
+        return ["kmodload.c"]
+
+    def artifacts(self) -> list[str]:
+        return ["pagealloc.ko"]
+
+    def environment(self, raw_output: str) -> dict[str, Any]:
+        for line in raw_output.splitlines():
+            match = _PAGEALLOC_CLOCK.fullmatch(line.strip())
+            if match:
+                return {"cycle_clock": match["clock"]}
+        return {}
+
+    def expected_seconds(self, params: Mapping[str, Any]) -> float:
+        params = self.validate(params)
+        # ~1 us per block allocated and freed under TCG (bare metal: ~0.1 us).
+        blocks = sum(batch + 1 for _, batch in self._cases(params)) * params["inner"] * params["outer"]
+        return float(1.0 + blocks * 1e-6)
