@@ -198,6 +198,8 @@ class Agent:
                 "capabilities": {
                     "backends": [self.backend.name],
                     "benchmarks": sorted(BENCHMARKS),
+                    # The service hands this runner only jobs timed with one of these.
+                    "clocks": list(self.backend.clocks()),
                 },
             }
         )
@@ -272,7 +274,12 @@ class Agent:
             binaries=binaries,
             cmdline=str((job.get("kernel") or {}).get("cmdline") or ""),
             timeout=self.backend.timeout(bench.expected_seconds(params), len(commands)),
+            # A service from before clocks sends none: it meant the wall clock.
+            clock=str(job.get("clock") or "wall"),
         )
+        # Before any boot: a runner that cannot give the clock fails the
+        # attempt as an infrastructure fault, not the kernel.
+        self.backend.check_clock(boot_job.clock)
         results: list[dict[str, Any]] = []
         for index in range(boots):
             if index and self.stop.is_set():
@@ -346,7 +353,9 @@ class Agent:
         environment = dict(result.environment)
         environment["runner_version"] = __version__
         environment["backend"] = self.backend.name
-        environment.update({k: v for k, v in result.details.items() if k == "accel"})
+        environment.update({k: v for k, v in result.details.items() if k in ("accel", "icount")})
+        # Which clock timed the samples: they are comparable only with samples of the same clock.
+        environment["clock"] = boot_job.clock
         environment["bench_sources_sha256"] = sources_digest(bench)
         # What the benchmark itself states about the run (pagealloc: which
         # cycle counter get_cycles() read).

@@ -172,7 +172,12 @@ def run_command(args: argparse.Namespace) -> int:
     except (RuntimeError, ValueError) as error:  # QEMU missing, KVM refused
         print(f"kperf-runner: {error}", file=sys.stderr)
         return 2
-    log.info("qemu backend: %s guests with %s", arch, qemu.accel)
+    log.info(
+        "qemu backend: %s guests; wall-clock jobs with %s, instruction-clock jobs %s",
+        arch,
+        qemu.accel,
+        "with tcg" if "instructions" in qemu.clocks() else "refused (--qemu-accel kvm)",
+    )
     backend: Backend = qemu
     stop = threading.Event()
     _install_stop_handlers(stop)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kperf_runner.backends import BenchmarkFailure, BootFailure, BootJob
+from kperf_runner.backends import BenchmarkFailure, BootFailure, BootJob, UnsupportedClock
 from kperf_runner.backends.qemu import QemuBackend
 from kperf_runner.benchmarks import get_benchmark, resolve_params
 from kperf_runner.toolchain import compile_all
@@ -26,11 +26,35 @@ def test_x86_64_command_line_under_tcg(runner_state: Path) -> None:
         pytest.skip("needs qemu-system-x86")
     backend = QemuBackend("x86_64", runner_state, accel="tcg")
     argv = backend.command_line(Path("/k"), Path("/i.gz"), "rdinit=/x")
+    quiet = (
+        "console=ttyS0 panic=-1 quiet loglevel=3 nokaslr norandmaps randomize_kstack_offset=off "
+        "page_alloc.shuffle=0 random.trust_cpu=off random.trust_bootloader=off"
+    )
     assert argv[1:] == [
         "-accel", "tcg", "-m", "512", "-smp", "2", "-nographic", "-no-reboot",
         "-kernel", "/k", "-initrd", "/i.gz",
-        "-append", "console=ttyS0 panic=-1 quiet loglevel=3 rdinit=/x",
+        "-append", f"{quiet} rdinit=/x",
     ]  # fmt: skip
+    # The instruction clock: icount, one vCPU, the same kernel command line.
+    argv = backend.command_line(Path("/k"), Path("/i.gz"), "rdinit=/x", clock="instructions")
+    assert argv[1:] == [
+        "-icount", "shift=0,sleep=off", "-accel", "tcg", "-m", "512", "-smp", "1", "-nographic", "-no-reboot",
+        "-kernel", "/k", "-initrd", "/i.gz",
+        "-append", f"{quiet} rdinit=/x",
+    ]  # fmt: skip
+    assert backend.clocks() == ("instructions", "wall")
+
+
+def test_a_kvm_runner_refuses_the_instruction_clock(runner_state: Path) -> None:
+    if shutil.which("qemu-system-x86_64") is None:
+        pytest.skip("needs qemu-system-x86")
+    backend = QemuBackend("x86_64", runner_state, accel="tcg")
+    backend.kvm_only = True  # what --qemu-accel kvm sets where KVM works
+    assert backend.clocks() == ("wall",)
+    with pytest.raises(UnsupportedClock, match="wants the instructions clock, which the qemu backend here cannot"):
+        backend.command_line(Path("/k"), Path("/i.gz"), clock="instructions")
+    with pytest.raises(UnsupportedClock, match="unknown clock 'cycles'"):
+        backend.check_clock("cycles")
 
 
 def test_arm64_command_line_under_tcg(runner_state: Path) -> None:
@@ -48,7 +72,7 @@ def test_arm64_command_line_under_tcg(runner_state: Path) -> None:
         "-m",
         "512",
     ]
-    assert argv[-1] == "console=ttyAMA0 panic=-1 quiet loglevel=3"
+    assert argv[-1].startswith("console=ttyAMA0 panic=-1 quiet loglevel=3 nokaslr norandmaps")
 
 
 def test_kvm_is_refused_for_a_foreign_arch(runner_state: Path) -> None:

@@ -102,6 +102,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         "grid": args.grid,
         "arches": args.arch or ["x86_64"],
     }
+    if args.min_effect is not None:
+        body["min_effect_pct"] = args.min_effect
     sub = client.call("POST", "/submissions", body)
     print(f"submission {sub['id']}: {client.server}/submissions/{sub['id']}")
     if args.wait:
@@ -159,7 +161,8 @@ def render_status(d: dict[str, Any]) -> str:
             lines.append(f"  job {j['id']} ({j['side']}) on {j['runner']}: {j['phase']} {j['progress']}")
     for c in d.get("comparisons", []):
         lines.append("")
-        lines.append(f"{c['benchmark']} on {c['machine_class']} ({c['method']}, alpha {c['alpha']})")
+        clock = c.get("clock_label") or c.get("clock") or "wall clock"
+        lines.append(f"{c['benchmark']} on {c['machine_class']}, {clock} ({c['method']}, alpha {c['alpha']})")
         lines.extend(render_comparison(c))
         if c.get("table"):
             lines.append("")
@@ -203,14 +206,21 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_noise(args: argparse.Namespace) -> int:
     client = client_from_config()
-    query = urlencode({"machine_class": args.machine_class, "boots": args.boots, "iterations": args.iterations})
-    d = client.call("GET", f"/noise?{query}")
+    params = {"machine_class": args.machine_class, "boots": args.boots, "iterations": args.iterations}
+    if args.clock:
+        params["clock"] = args.clock
+    d = client.call("GET", f"/noise?{urlencode(params)}")
     if args.json:
         print(json.dumps(d, indent=2))
         return 0
+    clock = d.get("clock", "wall")
     if not d["metrics"]:
-        print(f"no history on {args.machine_class} yet: noise is learned from finished boots of earlier kernels")
+        print(
+            f"no history on {args.machine_class} with the {clock} clock yet: "
+            "noise is learned from finished boots of earlier kernels"
+        )
         return 0
+    print(f"{args.machine_class}, {clock} clock")
     design = f"{args.boots}x{args.iterations}"
     print(
         f"{'metric':<28} {'kernels':>7} {'boots':>6} {'between':>8} {'within':>8}  {'detectable at ' + design:<20}"
@@ -296,6 +306,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--base", required=True, help="branch, tag or sha to compare against")
     s.add_argument("--bench", action="append", help="benchmark (repeat for more; 'all' for every one)")
     s.add_argument("--grid", default="quick", help="parameter grid: quick or full")
+    s.add_argument(
+        "--min-effect",
+        type=float,
+        metavar="PCT",
+        help="practical threshold in percent: a smaller change is shown, never called a regression "
+        "(default: 0.5 on the instruction clock, 3 on the wall clock)",
+    )
     s.add_argument("--arch", action="append", help="x86_64 or arm64 (repeat for both)")
     s.add_argument("--wait", action="store_true", help="follow the submission until it finishes")
     s.add_argument("--json", action="store_true", help="with --wait: print the final result as JSON")
@@ -327,6 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     nz.add_argument("--machine-class", required=True)
     nz.add_argument("--boots", type=int, default=4, help="boots per side (K)")
     nz.add_argument("--iterations", type=int, default=3, help="iterations per boot (N)")
+    nz.add_argument(
+        "--clock", choices=["instructions", "wall"], help="which clock's history (default: the machine class's)"
+    )
     nz.add_argument("--json", action="store_true")
     nz.set_defaults(func=cmd_noise)
 

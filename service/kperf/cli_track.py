@@ -56,6 +56,8 @@ def cmd_track(args: argparse.Namespace) -> int:
         "notify": args.notify or [],
         "bisect": not args.no_bisect,
     }
+    if args.min_effect is not None:
+        body["min_effect_pct"] = args.min_effect
     d = client.call("POST", "/branches", body)
     print(f"tracking branch {d['id']}: {client.server}/branches/{d['id']}")
     return 0
@@ -87,6 +89,12 @@ def add_parsers(sub: Any) -> None:
     t.add_argument("branch", help="the branch to follow")
     t.add_argument("--bench", action="append", help="benchmark (repeat for more; 'all' for every one)")
     t.add_argument("--grid", default="quick", help="parameter grid: quick or full")
+    t.add_argument(
+        "--min-effect",
+        type=float,
+        metavar="PCT",
+        help="practical threshold in percent for change points (default: the clock's, see docs/statistics.md)",
+    )
     t.add_argument("--arch", action="append", help="x86_64 or arm64 (repeat for both)")
     t.add_argument("--boots", type=int, default=0, help="boots per commit (default: the grid's)")
     t.add_argument("--max-commits", type=int, default=16, help="most commits measured per move of the branch")

@@ -80,16 +80,22 @@ def qemu_class(db: Any) -> MachineClass:
     return MachineClass.objects.create(name="qemu-x86_64", arch="x86_64")
 
 
+def qemu_runner(name: str, mclass: MachineClass) -> tuple[Runner, Api]:
+    """A runner that has said, as a TCG QEMU runner's heartbeat does, which clocks it gives."""
+    runner, token = Runner.register(name, mclass)
+    runner.capabilities = {"backends": ["qemu"], "clocks": ["instructions", "wall"]}
+    runner.save(update_fields=["capabilities"])
+    return runner, Api(token)
+
+
 @pytest.fixture
 def runner_api(qemu_class: MachineClass) -> tuple[Runner, Api]:
-    runner, token = Runner.register("qemu-1", qemu_class)
-    return runner, Api(token)
+    return qemu_runner("qemu-1", qemu_class)
 
 
 @pytest.fixture
 def other_runner_api(qemu_class: MachineClass) -> tuple[Runner, Api]:
-    runner, token = Runner.register("qemu-2", qemu_class)
-    return runner, Api(token)
+    return qemu_runner("qemu-2", qemu_class)
 
 
 Cli = Callable[..., "subprocess.CompletedProcess[str]"]

@@ -59,7 +59,13 @@ def results_body(job: dict[str, Any], value: float = 1000.0) -> dict[str, Any]:
         "boots": [
             {
                 "boot": 0,
-                "environment": {"cpu_model": "QEMU Virtual CPU", "cpus": 2, "kernel_cmdline": "console=ttyS0"},
+                "environment": {
+                    "cpu_model": "QEMU Virtual CPU",
+                    "cpus": 1,
+                    "kernel_cmdline": "console=ttyS0",
+                    # The clock the job asked for, as a runner reports it.
+                    "clock": job["clock"],
+                },
                 "raw_output": "COUNT|1000|1|lps\n",
                 "samples": [
                     {"metric": m, "iteration": i, "value": value + i}

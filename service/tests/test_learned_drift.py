@@ -70,6 +70,7 @@ def branch_with_series(
                 grid="quick",
                 params={"iterations": 3, "extra_vmas": [0, 1000]},
                 machine_class=mclass,
+                clock=mclass.clock,
                 status=Job.Status.DONE,
             )
             for b, c in zip(builds, commits, strict=True)
@@ -100,7 +101,7 @@ def test_drift_is_learned_per_metric_and_shown_in_the_noise_report(
 ) -> None:
     # 0.1 noise-sds per commit: 2.2 sds of wander over 500 commits
     branch_with_series(alice, qemu_class, tmp_path, "wandering", 500, walk=0.1)
-    drift = tracking.learned_drift(qemu_class.pk, "spawn")
+    drift = tracking.learned_drift(qemu_class.pk, "spawn", qemu_class.clock)
     assert 0.003 < drift[WANDERS].rate < 0.03, drift[WANDERS]
     assert drift[WANDERS].window < 100
     assert drift[STEADY].rate == 0.0 and drift[STEADY].window == 512, drift[STEADY]
@@ -118,8 +119,10 @@ def test_kperf_noise_prints_the_wander_and_the_window(
     branch_with_series(alice, qemu_class, tmp_path, "wandering", 500, walk=0.1)
     out = kperf_cli(live_server.url, alice_api, tmp_path / "c.json")("noise", "--machine-class", "qemu-x86_64")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines()[0].endswith("drift/commit  window")
-    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[1:]}
+    lines = out.stdout.splitlines()
+    assert lines[0] == "qemu-x86_64, instructions clock"
+    assert lines[1].endswith("drift/commit  window")
+    rows = {line.split()[0]: line.split() for line in lines[2:]}
     # 0.1 noise-sds per commit went in; the reported rate is the likelihood interval's upper end
     assert 0.06 < float(rows[WANDERS][-2]) < 0.18 and int(rows[WANDERS][-1]) < 100, rows[WANDERS]
     assert rows[STEADY][-2:] == ["0.000", "512"], rows[STEADY]
@@ -130,14 +133,17 @@ def test_stored_change_points_cut_the_history_so_a_step_is_not_taken_for_wander(
 ) -> None:
     settings.KPERF_LEARNED_DRIFT = True
     branch, commits = branch_with_series(alice, qemu_class, tmp_path, "one-step", 400, walk=0.0, step_at=200, step=8)
-    tracking.analyse_series(branch, qemu_class.pk, "spawn")
+    tracking.analyse_series(branch, qemu_class.pk, "spawn", qemu_class.clock)
     found = {(cp.metric, cp.commit.sha) for cp in ChangePoint.objects.filter(branch=branch)}
     assert found == {(WANDERS, commits[200].sha), (STEADY, commits[200].sha)}
     # cut at the stored change points, both metrics are stationary ...
-    assert {m: d.rate for m, d in tracking.learned_drift(qemu_class.pk, "spawn").items()} == {WANDERS: 0, STEADY: 0}
+    assert {m: d.rate for m, d in tracking.learned_drift(qemu_class.pk, "spawn", qemu_class.clock).items()} == {
+        WANDERS: 0,
+        STEADY: 0,
+    }
     # ... while the same series taken whole would read the 8-sd step as wander
     ChangePoint.objects.filter(branch=branch).delete()
-    assert all(d.rate > 0 for d in tracking.learned_drift(qemu_class.pk, "spawn").values())
+    assert all(d.rate > 0 for d in tracking.learned_drift(qemu_class.pk, "spawn", qemu_class.clock).values())
 
 
 def test_a_step_on_a_wandering_branch_is_found_without_the_false_alarms_of_a_fixed_window(
@@ -150,11 +156,11 @@ def test_a_step_on_a_wandering_branch_is_found_without_the_false_alarms_of_a_fix
     branch, _ = branch_with_series(alice, qemu_class, tmp_path, "wander-step", 400, walk=0.1, step_at=300, step=6)
 
     settings.KPERF_LEARNED_DRIFT = False
-    tracking.analyse_series(branch, qemu_class.pk, "spawn")
+    tracking.analyse_series(branch, qemu_class.pk, "spawn", qemu_class.clock)
     fixed = [cp.commit.position - 1 for cp in ChangePoint.objects.filter(branch=branch, metric=WANDERS)]
 
     settings.KPERF_LEARNED_DRIFT = True
-    tracking.analyse_series(branch, qemu_class.pk, "spawn")
+    tracking.analyse_series(branch, qemu_class.pk, "spawn", qemu_class.clock)
     learned = [cp.commit.position - 1 for cp in ChangePoint.objects.filter(branch=branch, metric=WANDERS)]
 
     # The 512-commit scan takes the wander for changes; the learned window does not.

@@ -33,6 +33,7 @@ def earlier_runs(mclass: Any, tmp: Path, kernels: int, boots: int = 4, sd: float
                 grid="quick",
                 params={"iterations": 3, "extra_vmas": [0, 1000]},
                 machine_class=mclass,
+                clock=mclass.clock,
                 status=Job.Status.DONE,
             )
             record = BootRecord.objects.create(job=job, attempt=1, boot=0)
@@ -75,7 +76,8 @@ def test_history_narrows_the_interval_and_the_comparison_says_so(
     assert "noise learned" not in comp.method
 
     settings.KPERF_LEARNED_NOISE = True
-    priors = learned_priors(sub, qemu_class.pk, "spawn", load_boots(sub)[(qemu_class.pk, "spawn")])
+    group = (qemu_class.pk, "spawn", qemu_class.clock)
+    priors = learned_priors(sub, *group, load_boots(sub)[group])
     assert set(priors) == set(METRICS)
     for prior in priors.values():
         # 1% between boots was put in; 6 kernels x 4 boots give ~18 degrees of freedom
@@ -98,6 +100,7 @@ def test_too_little_history_and_the_submissions_own_boots_are_not_used(
     sub = measured_submission(alice, qemu_class, runner, tmp_path)
     # The submission's own 8 boots of two kernels would be enough history,
     # but they are the data being compared, so they are left out.
-    assert learned_priors(sub, qemu_class.pk, "spawn", load_boots(sub)[(qemu_class.pk, "spawn")]) == {}
+    group = (qemu_class.pk, "spawn", qemu_class.clock)
+    assert learned_priors(sub, *group, load_boots(sub)[group]) == {}
     comp, _ = analyse(sub)
     assert "noise learned" not in comp.method

@@ -216,7 +216,7 @@ def test_a_step_in_the_series_is_found_at_its_commit(
 
     # re-analysing keeps the change point (and when it was first seen)
     seen = {cp.pk: cp.first_seen for cp in cps}
-    tracking.analyse_series(branch, qemu_class.pk, "spawn")
+    tracking.analyse_series(branch, qemu_class.pk, "spawn", qemu_class.clock)
     assert {cp.pk: cp.first_seen for cp in ChangePoint.objects.filter(branch=branch)} == seen
 
     # the web pages show it

@@ -36,6 +36,9 @@ class BootJob:
     binaries: dict[str, Path]  # name in bindir -> file on this host
     cmdline: str = ""  # appended to the backend's kernel command line
     timeout: float = 600.0  # seconds for the whole boot, power-off included
+    # Which clock the benchmarks' timers read (CLOCKS): "wall" is real time;
+    # "instructions" is a guest clock that advances per executed instruction.
+    clock: str = "wall"
 
 
 @dataclass
@@ -69,10 +72,32 @@ class BenchmarkFailure(BackendFailure):
     """The kernel booted and a benchmark command failed."""
 
 
+# The clocks a benchmark can be timed with. Numbers from two clocks are
+# different metrics and are never compared (docs/benchmarks.md).
+CLOCKS = ("instructions", "wall")
+
+
+class UnsupportedClock(RuntimeError):
+    """The job wants a clock this runner cannot give (an infrastructure fault)."""
+
+
 class Backend(ABC):
     name: ClassVar[str]
     # Where the commands find the binaries (a guest path for qemu).
     bindir: ClassVar[str]
+
+    def clocks(self) -> tuple[str, ...]:
+        """The clocks this backend can time benchmarks with, as configured."""
+        return ("wall",)
+
+    def check_clock(self, clock: str) -> None:
+        if clock not in CLOCKS:
+            raise UnsupportedClock(f"unknown clock {clock!r}; kperf knows {', '.join(CLOCKS)}")
+        if clock not in self.clocks():
+            raise UnsupportedClock(
+                f"the job wants the {clock} clock, which the {self.name} backend here cannot give "
+                f"(it gives {', '.join(self.clocks())})"
+            )
 
     @abstractmethod
     def boot(self, job: BootJob, kernel: Path, on_console: ConsoleCallback | None = None) -> BootResult:
@@ -160,6 +185,7 @@ def _last_line(console: str) -> str:
 
 
 __all__ = [
+    "CLOCKS",
     "Backend",
     "BackendFailure",
     "BenchmarkFailure",
@@ -167,6 +193,7 @@ __all__ = [
     "BootJob",
     "BootResult",
     "ConsoleCallback",
+    "UnsupportedClock",
     "check_complete",
     "describe_incomplete_boot",
     "parse_boot",

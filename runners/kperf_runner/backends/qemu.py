@@ -39,6 +39,40 @@ _QEMU = {"x86_64": "qemu-system-x86_64", "arm64": "qemu-system-aarch64"}
 _QEMU_PACKAGE = {"x86_64": "qemu-system-x86", "arm64": "qemu-system-arm"}
 _CONSOLE = {"x86_64": "ttyS0", "arm64": "ttyAMA0"}
 
+# QEMU's instruction clock: with icount the guest's clocks advance by 2^shift
+# ns per executed instruction (shift=0: 1 ns each), whatever the host is
+# doing, and sleep=off skips idle time instead of waiting for the host's
+# clock. A benchmark timed with the guest's CLOCK_MONOTONIC then counts
+# instructions per operation. Only TCG has it: KVM runs the guest on the
+# host CPU, whose clock is real time.
+ICOUNT = "shift=0,sleep=off"
+
+# Switched off for every benchmark boot, because each moves numbers between
+# two builds (or two boots) of code the benchmarks never run
+# (docs/runners.md "The boot command line"):
+# - nokaslr: the kernel's own address, so a change that moves no hot code
+#   does not move its cache and TLB footprint, and under the instruction
+#   clock no address-dependent branch takes another path;
+# - norandmaps: userspace ASLR (stack, mmap base, brk), which set the shape
+#   of every benchmark's VMA tree;
+# - randomize_kstack_offset=off: a random stack offset on every syscall;
+# - page_alloc.shuffle=0: the page allocator's free-list shuffle at boot,
+#   which sets the order in which pages come out;
+# - random.trust_cpu=off, random.trust_bootloader=off: the entropy pool is
+#   not seeded from RDRAND or a boot-loader seed, so on a given machine the
+#   pool (and what draws on it: hash seeds, SLUB freelist randomisation)
+#   is the same from boot to boot.
+BENCHMARK_CMDLINE = " ".join(
+    [
+        "nokaslr",
+        "norandmaps",
+        "randomize_kstack_offset=off",
+        "page_alloc.shuffle=0",
+        "random.trust_cpu=off",
+        "random.trust_bootloader=off",
+    ]
+)
+
 
 def running_nested() -> bool:
     """Whether this x86 host is itself a guest (CPUID's hypervisor bit)."""
@@ -162,8 +196,18 @@ class QemuBackend(Backend):
             elif accel == "kvm":
                 raise RuntimeError("QEMU cannot run a vCPU with KVM here; use --qemu-accel tcg")
         self.accel = "tcg" if accel == "auto" else accel
+        # Asked for KVM by name: the instruction clock (TCG only) is refused
+        # rather than silently measured on another accelerator.
+        self.kvm_only = accel == "kvm"
         self.memory_mb = memory_mb
         self.smp = smp
+
+    def clocks(self) -> tuple[str, ...]:
+        return ("wall",) if self.kvm_only else ("instructions", "wall")
+
+    def accel_for(self, clock: str) -> str:
+        """The accelerator a boot timed with `clock` uses: the instruction clock needs TCG."""
+        return "tcg" if clock == "instructions" else self.accel
 
     def _kvm_cpu_args(self, state_dir: Path) -> list[str] | None:
         if self.arch == "x86_64":
@@ -182,20 +226,28 @@ class QemuBackend(Backend):
     def kernel_cmdline(self, extra: str = "") -> str:
         # panic=-1 reboots at once on a panic and -no-reboot turns that into
         # QEMU exiting, so a crashed kernel ends the run instead of hanging.
-        base = f"console={_CONSOLE[self.arch]} panic=-1 quiet loglevel=3"
+        base = f"console={_CONSOLE[self.arch]} panic=-1 quiet loglevel=3 {BENCHMARK_CMDLINE}"
         return f"{base} {extra}".strip()
 
-    def command_line(self, kernel: Path, initrd: Path, extra_cmdline: str = "") -> list[str]:
+    def command_line(self, kernel: Path, initrd: Path, extra_cmdline: str = "", clock: str = "wall") -> list[str]:
+        self.check_clock(clock)
+        accel = self.accel_for(clock)
         argv = [self.qemu_binary()]
+        if clock == "instructions":
+            argv += ["-icount", ICOUNT]
         if self.arch == "x86_64":
-            argv += ["-accel", self.accel]
-            if self.accel == "kvm":
+            argv += ["-accel", accel]
+            if accel == "kvm":
                 argv += self.cpu_args
         else:
-            machine = "virt,gic-version=max" if self.accel == "kvm" else "virt"
-            argv += ["-M", machine, "-accel", self.accel]
-            argv += self.cpu_args if self.accel == "kvm" else ["-cpu", "cortex-a57"]
-        argv += ["-m", str(self.memory_mb), "-smp", str(self.smp)]
+            machine = "virt,gic-version=max" if accel == "kvm" else "virt"
+            argv += ["-M", machine, "-accel", accel]
+            argv += self.cpu_args if accel == "kvm" else ["-cpu", "cortex-a57"]
+        # Under icount QEMU runs every vCPU in turn on one host thread, and a
+        # second vCPU hangs the 6.1 kernel's SMP bring-up (its wait loops
+        # never see the other CPU run): the instruction clock boots one vCPU.
+        smp = 1 if clock == "instructions" else self.smp
+        argv += ["-m", str(self.memory_mb), "-smp", str(smp)]
         argv += [
             "-nographic",
             "-no-reboot",
@@ -211,6 +263,7 @@ class QemuBackend(Backend):
         return compile_static("init.c", self.arch, self.state_dir)
 
     def boot(self, job: BootJob, kernel: Path, on_console: ConsoleCallback | None = None) -> BootResult:
+        self.check_clock(job.clock)
         if not kernel.is_file():
             # Our file went missing: a runner problem, not the kernel's.
             raise RuntimeError(f"kernel image {kernel} does not exist")
@@ -224,12 +277,15 @@ class QemuBackend(Backend):
         with tempfile.TemporaryDirectory(prefix="boot-", dir=tmp_root) as tmp:
             initrd = Path(tmp) / "initrd.gz"
             archive.write(initrd)
-            argv = self.command_line(kernel, initrd, job.cmdline)
+            argv = self.command_line(kernel, initrd, job.cmdline, job.clock)
             log.debug("starting %s", " ".join(argv))
             start = time.monotonic()
             console, outcome = self._run(argv, job.timeout, on_console)
             seconds = time.monotonic() - start
-        details: dict[str, Any] = {"accel": self.accel, "qemu": argv[0], **outcome}
+        accel = self.accel_for(job.clock)
+        details: dict[str, Any] = {"accel": accel, "qemu": argv[0], "clock": job.clock, **outcome}
+        if job.clock == "instructions":
+            details["icount"] = ICOUNT
         status = outcome["exit_status"]
         if status is not None and status < 0 and "KPERF-DONE" not in console:
             # QEMU itself crashed (an assertion in its KVM code, the OOM
@@ -239,7 +295,7 @@ class QemuBackend(Backend):
             record = parse_boot(console, job.commands)
         except BootFailure as failure:
             raise BootFailure(self._explain(failure.message, outcome, job.timeout), console) from None
-        log.debug("boot finished in %.1f s (%s)", seconds, self.accel)
+        log.debug("boot finished in %.1f s (%s, %s clock)", seconds, accel, job.clock)
         return BootResult(console, record.environment, record.commands, seconds, True, details)
 
     @staticmethod

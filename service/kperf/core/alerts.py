@@ -49,12 +49,20 @@ def _fmt_pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:+.2f}%"
 
 
-def _metric_line(m: MetricComparison, bench: str, mclass: str) -> str:
+# Said in every mail, because numbers of two clocks are not comparable.
+CLOCK_WORDS = {
+    "instructions": "instruction clock (per 10^9 guest instructions)",
+    "wall": "wall clock",
+}
+
+
+def _metric_line(m: MetricComparison, bench: str, mclass: str, clock: str) -> str:
     ci = f"[{_fmt_pct(m.ci_low_pct)}, {_fmt_pct(m.ci_high_pct)}]"
     q = "n/a" if m.q_value is None else f"{m.q_value:.2g}"
     return (
         f"  {m.metric} ({bench}, {mclass}): {_fmt_pct(m.change_pct)} {ci} q={q}\n"
-        f"      boots {m.base_boots}/{m.head_boots}, iterations {m.base_samples}/{m.head_samples}"
+        f"      {clock} clock, boots {m.base_boots}/{m.head_boots}, "
+        f"iterations {m.base_samples}/{m.head_samples}, threshold {m.min_effect_pct:g}%"
     )
 
 
@@ -87,7 +95,10 @@ def submission_mail(sub: Submission) -> tuple[str, str]:
     ):
         chosen = [m for m in metrics if m.verdict == verdict]
         if chosen:
-            rows = [_metric_line(m, m.comparison.benchmark, m.comparison.machine_class.name) for m in chosen]
+            rows = [
+                _metric_line(m, m.comparison.benchmark, m.comparison.machine_class.name, m.comparison.clock)
+                for m in chosen
+            ]
             sections.append("\n".join([heading, *rows]))
     rest = []
     for verdict, words in (
@@ -106,12 +117,13 @@ def submission_mail(sub: Submission) -> tuple[str, str]:
         if not table:
             continue
         lines = table.count("\n") + 1
+        where = f"{comp.benchmark} on {comp.machine_class.name}, {CLOCK_WORDS.get(comp.clock, comp.clock)}"
         if lines <= TABLE_MAX_LINES:
-            sections.append(f"{comp.benchmark} on {comp.machine_class.name}:\n\n{table}")
+            sections.append(f"{where}:\n\n{table}")
         else:
             # The page allocator's table has hundreds of rows: the verdicts
             # above are the news, the page has the rest.
-            sections.append(f"{comp.benchmark} on {comp.machine_class.name}: the table ({lines} lines) is on the page.")
+            sections.append(f"{where}: the table ({lines} lines) is on the page.")
     sections.append(f"Details: {link}\n")
     return subject, "\n\n".join(sections)
 
@@ -142,6 +154,7 @@ def change_point_mail(cp: ChangePoint) -> tuple[str, str]:
             f"of {branch.tree.url}:",
             "",
             f"  metric         {cp.metric} ({cp.benchmark}) on {cp.machine_class.name}",
+            f"  clock          {CLOCK_WORDS.get(cp.clock, cp.clock)}",
             f"  change         {cp.change_pct:+.2f}% (negative is worse), p={cp.p_value:.2g}",
             f"  first commit   {commit.sha[:12]} {commit.subject}"[:WRAP],
             f"  where          {where}",

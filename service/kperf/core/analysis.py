@@ -14,21 +14,29 @@ from django.utils import timezone
 
 from kperf import stats
 from kperf.core import alerts, benchmarks, presenters
-from kperf.core.models import Comparison, Job, MetricComparison, MetricDef, Sample, Submission
+from kperf.core.models import Clock, Comparison, Job, MachineClass, MetricComparison, MetricDef, Sample, Submission
 from kperf.stats import noise, sequential, summary
 from kperf.stats.changepoints import DriftEstimate
 
 log = logging.getLogger("kperf.analysis")
 
 
-def load_boots(sub: Submission) -> dict[tuple[int, str], dict[str, dict[str, list[list[float]]]]]:
-    """{(machine class id, benchmark): {metric: {"base": boots, "head": boots}}}, boots in run order."""
-    per_boot: dict[tuple[int, str, str, str, int], dict[int, float]] = defaultdict(dict)
+Group = tuple[int, str, str]  # machine class id, benchmark, clock: what one comparison covers
+
+
+def load_boots(sub: Submission) -> dict[Group, dict[str, dict[str, list[list[float]]]]]:
+    """{(machine class id, benchmark, clock): {metric: {"base": boots, "head": boots}}}, boots in run order.
+
+    The clock is part of the key: samples of two clocks are two metrics and
+    never meet in one comparison.
+    """
+    per_boot: dict[tuple[int, str, str, str, str, int], dict[int, float]] = defaultdict(dict)
     rows = (
         Sample.objects.filter(boot_record__job__submission=sub, boot_record__job__status=Job.Status.DONE)
         .values_list(
             "boot_record__job__machine_class_id",
             "boot_record__job__benchmark",
+            "boot_record__job__clock",
             "metric",
             "boot_record__job__side",
             "boot_record_id",
@@ -37,13 +45,13 @@ def load_boots(sub: Submission) -> dict[tuple[int, str], dict[str, dict[str, lis
         )
         .order_by("boot_record__job__seq", "boot_record__boot", "iteration")
     )
-    for mclass, bench, metric, side, boot_id, iteration, value in rows:
-        per_boot[(mclass, bench, metric, side, boot_id)][iteration] = value
-    out: dict[tuple[int, str], dict[str, dict[str, list[list[float]]]]] = defaultdict(
+    for mclass, bench, clock, metric, side, boot_id, iteration, value in rows:
+        per_boot[(mclass, bench, clock, metric, side, boot_id)][iteration] = value
+    out: dict[Group, dict[str, dict[str, list[list[float]]]]] = defaultdict(
         lambda: defaultdict(lambda: {"base": [], "head": []})
     )
-    for (mclass, bench, metric, side, _), iters in per_boot.items():
-        out[(mclass, bench)][metric][side].append([iters[i] for i in sorted(iters)])
+    for (mclass, bench, clock, metric, side, _), iters in per_boot.items():
+        out[(mclass, bench, clock)][metric][side].append([iters[i] for i in sorted(iters)])
     return out
 
 
@@ -70,14 +78,14 @@ def analyse_submission(sub_id: int) -> None:
         defs = {m.name: m for m in MetricDef.objects.all()}
         Comparison.objects.filter(submission=sub).delete()
         more_boots = False
-        for (mclass_id, bench), metrics in load_boots(sub).items():
-            priors = learned_priors(sub, mclass_id, bench, metrics)
+        for (mclass_id, bench, clock), metrics in load_boots(sub).items():
+            priors = learned_priors(sub, mclass_id, bench, clock, metrics)
             inputs = {
                 name: stats.MetricInput(
                     base=sides["base"],
                     head=sides["head"],
                     higher_is_better=defs[name].higher_is_better,
-                    min_effect_pct=benchmarks.min_effect_pct(name),
+                    min_effect_pct=benchmarks.min_effect_pct(name, clock, sub.min_effect_pct),
                     noise=priors.get(name),
                 )
                 for name, sides in metrics.items()
@@ -89,6 +97,7 @@ def analyse_submission(sub_id: int) -> None:
                 submission=sub,
                 machine_class_id=mclass_id,
                 benchmark=bench,
+                clock=clock,
                 method=f"{stats.abtest.METHOD}; {plan.spending} alpha spending"
                 + (f"; noise learned from history for {len(priors)} of {len(inputs)} metrics" if priors else ""),
                 alpha=plan.alpha,
@@ -100,7 +109,7 @@ def analyse_submission(sub_id: int) -> None:
             _store_metrics(comp, inputs, look.results, metrics, defs)
             if not look.decide and look.more_boots > 0:
                 more_boots = True
-                _rerun(sub, mclass_id, bench, look)
+                _rerun(sub, mclass_id, bench, clock, look)
         if more_boots:
             sub.status = Submission.Status.TESTING
             sub.save(update_fields=["status", "reruns", "updated"])
@@ -149,11 +158,11 @@ def _store_metrics(
     )
 
 
-def _rerun(sub: Submission, mclass_id: int, bench: str, look: sequential.Look) -> None:
+def _rerun(sub: Submission, mclass_id: int, bench: str, clock: str, look: sequential.Look) -> None:
     """Queue more boots for one comparison and say so on the submission."""
     from kperf.core.workflow import queue_boots
 
-    jobs = Job.objects.filter(submission=sub, machine_class_id=mclass_id, benchmark=bench)
+    jobs = Job.objects.filter(submission=sub, machine_class_id=mclass_id, benchmark=bench, clock=clock)
     base = jobs.filter(side="base").select_related("build").first()
     head = jobs.filter(side="head").select_related("build").first()
     assert base is not None and head is not None
@@ -193,29 +202,38 @@ def boots_per_metric(jobs: QuerySet[Job]) -> dict[str, list[list[float]]]:
     return dict(out)
 
 
-def compare_kernels(machine_class: str, benchmark: str, base_sha: str, head_sha: str) -> dict[str, Any]:
-    """Compare every finished boot of two kernels on one machine class, whatever
-    produced them (kperf submissions, tracked branches, mmtests imports)."""
+class UnknownClock(ValueError):
+    """No such clock, or no boots of both kernels with it; the message says which there are."""
+
+
+def compare_kernels(
+    machine_class: str, benchmark: str, base_sha: str, head_sha: str, clock: str | None = None
+) -> dict[str, Any]:
+    """Compare every finished boot of two kernels on one machine class and
+    clock, whatever produced them (kperf submissions, tracked branches,
+    mmtests imports). Without a clock: the one both kernels were measured
+    with, the machine class's own if that is more than one."""
     jobs = Job.objects.filter(status=Job.Status.DONE, machine_class__name=machine_class, benchmark=benchmark)
+    clock = _choose_clock(jobs, machine_class, base_sha, head_sha, clock)
+    jobs = jobs.filter(clock=clock)
     base = boots_per_metric(jobs.filter(build__sha=base_sha))
     head = boots_per_metric(jobs.filter(build__sha=head_sha))
     defs = {m.name: m for m in MetricDef.objects.filter(name__in=set(base) | set(head))}
     common = sorted(set(base) & set(head))
-    results = stats.compare_metrics(
-        {
-            name: stats.MetricInput(
-                base=base[name],
-                head=head[name],
-                higher_is_better=defs[name].higher_is_better,
-                min_effect_pct=benchmarks.min_effect_pct(name),
-            )
-            for name in common
-        },
-        alpha=settings.KPERF_ALPHA,
-    )
+    inputs = {
+        name: stats.MetricInput(
+            base=base[name],
+            head=head[name],
+            higher_is_better=defs[name].higher_is_better,
+            min_effect_pct=benchmarks.min_effect_pct(name, clock),
+        )
+        for name in common
+    }
+    results = stats.compare_metrics(inputs, alpha=settings.KPERF_ALPHA)
     return {
         "machine_class": machine_class,
         "benchmark": benchmark,
+        "clock": clock,
         "base_sha": base_sha,
         "head_sha": head_sha,
         "method": stats.abtest.METHOD,
@@ -223,10 +241,30 @@ def compare_kernels(machine_class: str, benchmark: str, base_sha: str, head_sha:
         "only_in_base": sorted(set(base) - set(head)),
         "only_in_head": sorted(set(head) - set(base)),
         "metrics": [
-            presenters.metric_verdict(name, defs[name].unit, defs[name].higher_is_better, r)
+            {
+                **presenters.metric_verdict(name, defs[name].unit, defs[name].higher_is_better, r),
+                # compare-mmtests.pl's rows of the pooled iterations, as a submission's comparisons have them.
+                "summary": [dataclasses.asdict(row) for row in summary.summary_rows(inputs[name], r.verdict)],
+            }
             for name, r in sorted(results.items())
         ],
     }
+
+
+def _choose_clock(jobs: QuerySet[Job], machine_class: str, base_sha: str, head_sha: str, clock: str | None) -> str:
+    both = set(jobs.filter(build__sha=base_sha).values_list("clock", flat=True)) & set(
+        jobs.filter(build__sha=head_sha).values_list("clock", flat=True)
+    )
+    if clock is not None:
+        if clock not in Clock.values:
+            raise UnknownClock(f"unknown clock {clock!r}: choose {' or '.join(Clock.values)}")
+        return clock
+    if len(both) == 1:
+        return both.pop()
+    mclass = MachineClass.objects.filter(name=machine_class).first()
+    if len(both) > 1 and mclass is not None and mclass.clock in both:
+        return mclass.clock
+    return mclass.clock if mclass is not None else str(Clock.WALL)
 
 
 def history_runs(jobs: QuerySet[Job]) -> dict[str, list[list[list[float]]]]:
@@ -245,15 +283,15 @@ MIN_HISTORY_BOOTS = 6
 
 
 def learned_priors(
-    sub: Submission, mclass_id: int, bench: str, metrics: dict[str, dict[str, list[list[float]]]]
+    sub: Submission, mclass_id: int, bench: str, clock: str, metrics: dict[str, dict[str, list[list[float]]]]
 ) -> dict[str, stats.NoisePrior]:
     """Per metric, the boot-summary noise learned from earlier runs of the same
-    benchmark and grid on this machine class, excluding this submission's own
-    boots (they are the data, not the history)."""
+    benchmark and grid on this machine class and clock, excluding this
+    submission's own boots (they are the data, not the history)."""
     if not settings.KPERF_LEARNED_NOISE:
         return {}
     jobs = Job.objects.filter(
-        status=Job.Status.DONE, machine_class_id=mclass_id, benchmark=bench, grid=sub.grid
+        status=Job.Status.DONE, machine_class_id=mclass_id, benchmark=bench, grid=sub.grid, clock=clock
     ).exclude(submission=sub)
     out: dict[str, stats.NoisePrior] = {}
     for metric, runs in history_runs(jobs).items():
@@ -269,18 +307,28 @@ def learned_priors(
     return out
 
 
-def noise_report(machine_class: str, boots: int, iterations: int) -> list[dict[str, Any]]:
+def noise_clock(machine_class: str, clock: str | None) -> str:
+    """The clock a noise report is for: the one asked, else the machine class's."""
+    if clock is not None:
+        if clock not in Clock.values:
+            raise UnknownClock(f"unknown clock {clock!r}: choose {' or '.join(Clock.values)}")
+        return clock
+    mclass = MachineClass.objects.filter(name=machine_class).first()
+    return mclass.clock if mclass is not None else str(Clock.WALL)
+
+
+def noise_report(machine_class: str, boots: int, iterations: int, clock: str) -> list[dict[str, Any]]:
     """Between- and within-boot noise per metric, learned from every finished
-    boot on a machine class (one run per kernel sha), and what K x N detects."""
+    boot on a machine class and clock (one run per kernel sha), and what K x N detects."""
     from kperf.core import tracking  # tracking needs the models' full import; analysis is imported early
 
-    jobs = Job.objects.filter(status=Job.Status.DONE, machine_class__name=machine_class)
+    jobs = Job.objects.filter(status=Job.Status.DONE, machine_class__name=machine_class, clock=clock)
     # How fast each metric's level wanders along tracked branches (what picks
     # the change-point window); only metrics some branch has measured have one.
     drift: dict[str, DriftEstimate] = {}
     branch_jobs = jobs.filter(branch_commit__isnull=False)
     for mclass_id, bench in branch_jobs.values_list("machine_class_id", "benchmark").distinct():
-        drift.update(tracking.learned_drift(mclass_id, bench))
+        drift.update(tracking.learned_drift(mclass_id, bench, clock))
     out = []
     for metric, runs in sorted(history_runs(jobs).items()):
         if sum(len(r) for r in runs) < 3:
@@ -292,6 +340,7 @@ def noise_report(machine_class: str, boots: int, iterations: int) -> list[dict[s
         out.append(
             {
                 "metric": metric,
+                "clock": clock,
                 "kernels": len(runs),
                 "boots": sum(len(r) for r in runs),
                 "between_boot_sd": model.between_sd,

@@ -55,12 +55,20 @@ def grid_for(benchmark: str, grid: str) -> tuple[int, dict[str, Any]]:
     return bench.grids[grid].boots, registry.resolve_params(benchmark, grid)
 
 
-def min_effect_pct(metric: str) -> float:
-    """The smallest change (in %) that may be called a regression for a metric."""
+def min_effect_pct(metric: str, clock: str = "wall", chosen: float | None = None) -> float:
+    """The practical threshold (in %) for a metric timed with `clock`.
+
+    `chosen` is what a submission or tracked branch set for itself; without
+    it, an operator's per-metric override, else the clock's default.
+    """
+    if chosen is not None:
+        return float(chosen)
     overrides: dict[str, float] = getattr(settings, "KPERF_MIN_EFFECT_OVERRIDES", {})
     for prefix, value in overrides.items():
         if metric.startswith(prefix):
             return value
+    if clock == "instructions":
+        return float(settings.KPERF_MIN_EFFECT_PCT_INSTRUCTIONS)
     return float(settings.KPERF_MIN_EFFECT_PCT)
 
 

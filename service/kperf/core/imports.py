@@ -16,7 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from kperf.core.gitops import SHA_RE
-from kperf.core.models import BootRecord, Job, KernelBuild, MachineClass, MetricDef, Sample, Tree
+from kperf.core.models import BootRecord, Clock, Job, KernelBuild, MachineClass, MetricDef, Sample, Tree
 
 IMPORTED_TREE = "imported:mmtests"
 IMPORTED_DIGEST = "imported:mmtests"
@@ -94,6 +94,8 @@ def import_mmtests(data: dict[str, Any]) -> ImportResult:
                 params={"source": "mmtests", "run": run_name},
                 boots=1,
                 machine_class=mclass,
+                # mmtests times every benchmark with the wall clock.
+                clock=Clock.WALL,
                 status=Job.Status.DONE,
                 phase="imported",
                 started=now,

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from kperf.core.models import BootRecord, Job, KernelBuild, MetricDef, Runner, Sample
+from kperf.core.models import BootRecord, Clock, Job, KernelBuild, MetricDef, Runner, Sample
 from kperf.core.models.accounts import hash_token
 from kperf_runner import benchmarks as registry
 
@@ -58,6 +58,14 @@ def heartbeat(runner: Runner, data: dict[str, Any]) -> None:
     runner.save(update_fields=["last_heartbeat", "version", "hostname", "capabilities"])
 
 
+def runner_clocks(runner: Runner) -> list[str]:
+    """The clocks a runner said it gives; a runner from before clocks gives the wall clock only."""
+    clocks = runner.capabilities.get("clocks") if isinstance(runner.capabilities, dict) else None
+    if not isinstance(clocks, list):
+        return [Clock.WALL]
+    return [c for c in clocks if c in Clock.values]
+
+
 def claim(runner: Runner) -> Job | None:
     """Lease the next queued job of the runner's machine class, or None."""
     if runner.health != Runner.Health.GOOD:
@@ -70,7 +78,7 @@ def claim(runner: Runner) -> Job | None:
         # instead of queueing behind each other's lock.
         job = (
             Job.objects.select_for_update(skip_locked=True, of=("self",))
-            .filter(status=Job.Status.QUEUED, machine_class=runner.machine_class)
+            .filter(status=Job.Status.QUEUED, machine_class=runner.machine_class, clock__in=runner_clocks(runner))
             # Developers' submissions first, oldest first (NULLs sort last:
             # tracked-branch jobs run when no submission waits).
             .order_by("submission_id", "branch_commit_id", "seq", "id")
@@ -158,6 +166,17 @@ def _validate_results(
         env = b.get("environment", {})
         if not isinstance(env, dict):
             raise ProtocolError(422, "invalid", f"boots[{i}].environment must be an object")
+        # Samples timed with another clock than the job's are another metric:
+        # refused whole, so the runner reports an infrastructure fault and the
+        # job is tried again, instead of mixing clocks in a comparison.
+        clock = env.get("clock", Clock.WALL)
+        if clock != job.clock:
+            raise ProtocolError(
+                422,
+                "invalid",
+                f"boots[{i}] was timed with the {clock!r} clock but job {job.pk} wants the {job.clock!r} clock: "
+                "upgrade the runner, or run it with an accelerator that gives that clock",
+            )
         samples = b.get("samples")
         if not isinstance(samples, list) or not samples:
             raise ProtocolError(422, "invalid", f"boots[{i}].samples must be a non-empty list")
@@ -313,6 +332,7 @@ def job_payload(job: Job) -> dict[str, Any]:
         "boots": job.boots,
         "arch": build.arch,
         "machine_class": job.machine_class.name,
+        "clock": job.clock,
         "kernel": {"build_id": build.pk, "sha": build.sha, "cmdline": ""},
         "artifacts": [
             {

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kperf.core import workflow
-from kperf.core.models import ChangePoint, Job, Submission, TrackedBranch
+from kperf.core.models import ChangePoint, Clock, Job, Submission, TrackedBranch
 
 
 def _iso(dt: Any) -> str | None:
@@ -37,6 +37,7 @@ def job_dict(j: Job) -> dict[str, Any]:
         "benchmark": j.benchmark,
         "grid": j.grid,
         "machine_class": j.machine_class.name,
+        "clock": j.clock,
         "build_id": j.build_id,
         "status": j.status,
         "attempt": j.attempt,
@@ -86,6 +87,9 @@ def comparisons(sub: Submission) -> list[dict[str, Any]]:
             {
                 "machine_class": comp.machine_class.name,
                 "benchmark": comp.benchmark,
+                # Every number below was timed with this clock (models.Clock).
+                "clock": comp.clock,
+                "clock_label": Clock(comp.clock).label,
                 "method": comp.method,
                 "alpha": comp.alpha,
                 "look": comp.look,
@@ -128,6 +132,7 @@ def submission_summary(sub: Submission) -> dict[str, Any]:
         "benchmarks": sub.benchmarks,
         "grid": sub.grid,
         "arches": sub.arches,
+        "min_effect_pct": sub.min_effect_pct,
         "status": sub.status,
         "error": sub.error,
         "reruns": sub.reruns,
@@ -160,6 +165,7 @@ def branch_summary(b: TrackedBranch) -> dict[str, Any]:
         "benchmarks": b.benchmarks,
         "grid": b.grid,
         "arches": b.arches,
+        "min_effect_pct": b.min_effect_pct,
         "boots": b.boots,
         "max_commits": b.max_commits,
         "notify": b.notify,
@@ -177,6 +183,7 @@ def change_point_dict(cp: ChangePoint) -> dict[str, Any]:
     return {
         "machine_class": cp.machine_class.name,
         "benchmark": cp.benchmark,
+        "clock": cp.clock,
         "metric": cp.metric,
         "sha": cp.commit.sha,
         "subject": cp.commit.subject,

@@ -36,7 +36,7 @@ from kperf.core.models import (
     TrackedBranch,
     Tree,
 )
-from kperf.core.workflow import SubmissionError, SubmissionRequest, validate
+from kperf.core.workflow import SubmissionError, SubmissionRequest, validate, validate_min_effect
 from kperf.stats.changepoints import DriftEstimate, estimate_drift, series_change_points, series_summaries
 from kperf_kbuild.driver import config_digest
 
@@ -62,6 +62,7 @@ class TrackRequest:
     backfill: int = 0
     notify: list[str] = field(default_factory=list)
     bisect: bool = True
+    min_effect_pct: float | None = None
 
 
 def track(owner: User, req: TrackRequest) -> TrackedBranch:
@@ -70,6 +71,7 @@ def track(owner: User, req: TrackRequest) -> TrackedBranch:
     clean = validate(
         SubmissionRequest(req.tree_url, req.branch, req.branch, list(req.benchmarks), req.grid, list(req.arches))
     )
+    min_effect = validate_min_effect(req.min_effect_pct)
     if not 0 <= req.boots <= 100:
         raise SubmissionError("boots must be 0 (the grid's boots per side) to 100", "boots")
     if not 1 <= req.max_commits <= MAX_COMMITS_LIMIT:
@@ -97,6 +99,7 @@ def track(owner: User, req: TrackRequest) -> TrackedBranch:
                 "max_commits": req.max_commits,
                 "notify": notify,
                 "bisect": req.bisect,
+                "min_effect_pct": min_effect,
                 "enabled": True,
             },
             create_defaults={
@@ -108,6 +111,7 @@ def track(owner: User, req: TrackRequest) -> TrackedBranch:
                 "max_commits": req.max_commits,
                 "notify": notify,
                 "bisect": req.bisect,
+                "min_effect_pct": min_effect,
             },
         )
         branch_id, backfill = branch.pk, req.backfill if created else 0
@@ -273,9 +277,9 @@ def reanalyse_branch(branch_id: int) -> None:
     """Search again every series of a branch that has change points."""
     with transaction.atomic():
         branch = TrackedBranch.objects.select_for_update().select_related("tree", "owner").get(pk=branch_id)
-        pairs = set(branch.change_points.values_list("machine_class_id", "benchmark"))
-        for mclass_id, bench in sorted(pairs):
-            analyse_series(branch, mclass_id, bench)
+        groups = set(branch.change_points.values_list("machine_class_id", "benchmark", "clock"))
+        for mclass_id, bench, clock in sorted(groups):
+            analyse_series(branch, mclass_id, bench, clock)
 
 
 def advance_branch_commit(commit_id: int) -> None:
@@ -330,9 +334,9 @@ def analyse_branch_commit(commit_id: int) -> None:
         # One analysis of a branch at a time: two commits finishing together
         # must not interleave their replacements of the stored change points.
         TrackedBranch.objects.select_for_update().get(pk=commit.branch_id)
-        pairs = set(Job.objects.filter(branch_commit=commit).values_list("machine_class_id", "benchmark"))
-        for mclass_id, bench in sorted(pairs):
-            analyse_series(commit.branch, mclass_id, bench)
+        groups = set(Job.objects.filter(branch_commit=commit).values_list("machine_class_id", "benchmark", "clock"))
+        for mclass_id, bench, clock in sorted(groups):
+            analyse_series(commit.branch, mclass_id, bench, clock)
         commit.status = BranchCommit.Status.DONE
         commit.finished = timezone.now()
         commit.save(update_fields=["status", "finished"])
@@ -341,12 +345,15 @@ def analyse_branch_commit(commit_id: int) -> None:
 Series = dict[str, list[list[list[float]]]]  # metric -> per commit -> per boot -> iterations
 
 
-def series(branch: TrackedBranch, mclass_id: int, bench: str) -> tuple[list[BranchCommit], Series]:
+def series(branch: TrackedBranch, mclass_id: int, bench: str, clock: str) -> tuple[list[BranchCommit], Series]:
     """The measured commits in branch order and, per metric, one entry per
-    commit: its boots, each a list of iterations (empty where nothing ran)."""
+    commit: its boots, each a list of iterations (empty where nothing ran).
+    One clock: a commit measured only with another clock is not in it."""
     newest = list(
         branch.commits.filter(on_branch=True, status__in=[BranchCommit.Status.DONE, BranchCommit.Status.ANALYSING])
-        .filter(jobs__machine_class_id=mclass_id, jobs__benchmark=bench, jobs__status=Job.Status.DONE)
+        .filter(
+            jobs__machine_class_id=mclass_id, jobs__benchmark=bench, jobs__clock=clock, jobs__status=Job.Status.DONE
+        )
         .distinct()
         .order_by("-position")[:SERIES_WINDOW]
     )
@@ -358,6 +365,7 @@ def series(branch: TrackedBranch, mclass_id: int, bench: str) -> tuple[list[Bran
             boot_record__job__branch_commit__in=commits,
             boot_record__job__machine_class_id=mclass_id,
             boot_record__job__benchmark=bench,
+            boot_record__job__clock=clock,
             boot_record__job__status=Job.Status.DONE,
         )
         .values_list("metric", "boot_record__job__branch_commit_id", "boot_record_id", "iteration", "value")
@@ -372,7 +380,7 @@ def series(branch: TrackedBranch, mclass_id: int, bench: str) -> tuple[list[Bran
 
 
 def learned_drift(
-    mclass_id: int, bench: str, known: dict[int, tuple[list[BranchCommit], Series]] | None = None
+    mclass_id: int, bench: str, clock: str, known: dict[int, tuple[list[BranchCommit], Series]] | None = None
 ) -> dict[str, DriftEstimate]:
     """Per metric, how fast its level wanders on this machine class: learned
     from every tracked branch's series of this benchmark, cut at the change
@@ -381,12 +389,14 @@ def learned_drift(
     `known` holds series already read (branch id -> series()), to read each once.
     """
     segments: dict[str, list[list[float]]] = defaultdict(list)
-    branches = TrackedBranch.objects.filter(commits__jobs__machine_class_id=mclass_id, commits__jobs__benchmark=bench)
+    branches = TrackedBranch.objects.filter(
+        commits__jobs__machine_class_id=mclass_id, commits__jobs__benchmark=bench, commits__jobs__clock=clock
+    )
     for branch in branches.distinct():
-        commits, metrics = (known or {}).get(branch.pk) or series(branch, mclass_id, bench)
+        commits, metrics = (known or {}).get(branch.pk) or series(branch, mclass_id, bench, clock)
         cuts: dict[str, set[int]] = defaultdict(set)
         for metric, commit_id in ChangePoint.objects.filter(
-            branch=branch, machine_class_id=mclass_id, benchmark=bench
+            branch=branch, machine_class_id=mclass_id, benchmark=bench, clock=clock
         ).values_list("metric", "commit_id"):
             cuts[metric].add(commit_id)
         for metric, points in metrics.items():
@@ -401,24 +411,30 @@ def learned_drift(
     return {metric: estimate_drift(segs) for metric, segs in segments.items()}
 
 
-def analyse_series(branch: TrackedBranch, mclass_id: int, bench: str) -> list[ChangePoint]:
+def analyse_series(branch: TrackedBranch, mclass_id: int, bench: str, clock: str) -> list[ChangePoint]:
     """Find the change points of every metric of one benchmark on one machine
-    class, and store them in place of the previous answer."""
-    commits, metrics = series(branch, mclass_id, bench)
+    class and clock, and store them in place of the previous answer."""
+    commits, metrics = series(branch, mclass_id, bench, clock)
     defs = {m.name: m for m in MetricDef.objects.filter(name__in=list(metrics))}
-    drift = learned_drift(mclass_id, bench, {branch.pk: (commits, metrics)}) if settings.KPERF_LEARNED_DRIFT else {}
+    drift = (
+        learned_drift(mclass_id, bench, clock, {branch.pk: (commits, metrics)}) if settings.KPERF_LEARNED_DRIFT else {}
+    )
     kept: list[ChangePoint] = []
     for name, points in sorted(metrics.items()):
         if name not in defs:
             continue
         rate = drift[name].rate if name in drift else 0.0
         found = series_change_points(
-            points, defs[name].higher_is_better, min_effect_pct=benchmarks.min_effect_pct(name), drift=rate
+            points,
+            defs[name].higher_is_better,
+            min_effect_pct=benchmarks.min_effect_pct(name, clock, branch.min_effect_pct),
+            drift=rate,
         )
         for cp in found:
             row, _ = ChangePoint.objects.update_or_create(
                 branch=branch,
                 machine_class_id=mclass_id,
+                clock=clock,
                 metric=name,
                 commit=commits[cp.index],
                 defaults={
@@ -444,6 +460,7 @@ def analyse_series(branch: TrackedBranch, mclass_id: int, bench: str) -> list[Ch
         branch=branch,
         machine_class_id=mclass_id,
         benchmark=bench,
+        clock=clock,
         commit__position__gte=commits[0].position if commits else 0,
     ).exclude(pk__in=[c.pk for c in kept])
     stale.delete()

@@ -41,6 +41,26 @@ class SubmissionRequest:
     benchmarks: list[str] = field(default_factory=lambda: ["spawn"])
     grid: str = "quick"
     arches: list[str] = field(default_factory=lambda: ["x86_64"])
+    # The practical threshold in percent; None: each metric's default for its clock.
+    min_effect_pct: float | None = None
+
+
+# A practical threshold outside these bounds is a typo: 0 would call any
+# difference a regression, and above 50% nothing a kernel change does would be.
+MIN_EFFECT_BOUNDS = (0.05, 50.0)
+
+
+def validate_min_effect(value: float | None) -> float | None:
+    if value is None:
+        return None
+    low, high = MIN_EFFECT_BOUNDS
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not low <= value <= high:
+        raise SubmissionError(
+            f"min_effect_pct must be a percentage from {low} to {high} (or left out for the clock's default), "
+            f"not {value!r}",
+            "min_effect_pct",
+        )
+    return float(value)
 
 
 def validate(req: SubmissionRequest) -> SubmissionRequest:
@@ -72,7 +92,7 @@ def validate(req: SubmissionRequest) -> SubmissionRequest:
                 "(docs/runners.md) or choose another architecture",
                 "arches",
             )
-    return SubmissionRequest(url, head, base, names, req.grid, arches)
+    return SubmissionRequest(url, head, base, names, req.grid, arches, validate_min_effect(req.min_effect_pct))
 
 
 def create_submission(owner: User, req: SubmissionRequest) -> Submission:
@@ -89,6 +109,7 @@ def create_submission(owner: User, req: SubmissionRequest) -> Submission:
             benchmarks=clean.benchmarks,
             grid=clean.grid,
             arches=clean.arches,
+            min_effect_pct=clean.min_effect_pct,
         )
         sub_id = sub.pk
         transaction.on_commit(partial(tasks.prepare_submission.delay, sub_id))

@@ -30,6 +30,8 @@ class SubmissionIn(Schema):
     benchmarks: list[str] = ["spawn"]
     grid: str = "quick"
     arches: list[str] = ["x86_64"]
+    # Practical threshold in percent (0.05-50); leave out for each metric's default for its clock.
+    min_effect_pct: float | None = None
 
 
 @router.get("/health", auth=None, tags=["service"])
@@ -61,6 +63,7 @@ def create_submission(request: HttpRequest, payload: SubmissionIn) -> Status[dic
         benchmarks=payload.benchmarks,
         grid=payload.grid,
         arches=payload.arches,
+        min_effect_pct=payload.min_effect_pct,
     )
     try:
         sub = workflow.create_submission(request.auth, req)  # type: ignore[attr-defined]
@@ -115,30 +118,46 @@ def import_mmtests(request: HttpRequest, payload: MmtestsImportIn) -> Status[dic
 
 
 @router.get("/compare", auth=USER_AUTH, tags=["results"])
-def compare_kernels(request: HttpRequest, machine_class: str, benchmark: str, base: str, head: str) -> dict[str, Any]:
-    """Every finished boot of two kernels (by sha) on one machine class, compared."""
+def compare_kernels(
+    request: HttpRequest, machine_class: str, benchmark: str, base: str, head: str, clock: str | None = None
+) -> dict[str, Any]:
+    """Every finished boot of two kernels (by sha) on one machine class and clock, compared."""
     if not benchmark or benchmark not in imports.METRIC_RULES:
         raise ApiError(
             400, "invalid-compare", f"unknown benchmark {benchmark!r}: choose from {', '.join(benchmarks.known())}"
         )
-    result = analysis.compare_kernels(machine_class, benchmark, base, head)
+    try:
+        result = analysis.compare_kernels(machine_class, benchmark, base, head, clock)
+    except analysis.UnknownClock as e:
+        raise ApiError(400, "invalid-compare", str(e)) from None
     if not result["metrics"]:
         raise ApiError(
             404,
             "no-data",
-            f"no {benchmark} results for both {base[:12]} and {head[:12]} on {machine_class}: "
-            "submit them or import mmtests runs first",
+            f"no {benchmark} results for both {base[:12]} and {head[:12]} on {machine_class} "
+            f"with the {result['clock']} clock: submit them, import mmtests runs (wall clock) or choose another clock",
         )
     return result
 
 
 @router.get("/noise", auth=USER_AUTH, tags=["results"])
-def noise(request: HttpRequest, machine_class: str, boots: int = 4, iterations: int = 3) -> dict[str, Any]:
-    """Per-metric between-boot and within-boot noise learned from history, and
-    the smallest change K boots x N iterations per side detect (80% power)."""
+def noise(
+    request: HttpRequest, machine_class: str, boots: int = 4, iterations: int = 3, clock: str | None = None
+) -> dict[str, Any]:
+    """Per-metric between-build, between-boot and within-boot noise learned
+    from history on one clock (default: the machine class's), and the
+    smallest change K boots x N iterations per side detect (80% power)."""
     if not 2 <= boots <= 1000 or not 1 <= iterations <= 10000:
         raise ApiError(400, "invalid-noise", "boots must be 2..1000 and iterations 1..10000")
-    return {"machine_class": machine_class, "metrics": analysis.noise_report(machine_class, boots, iterations)}
+    try:
+        clock = analysis.noise_clock(machine_class, clock)
+    except analysis.UnknownClock as e:
+        raise ApiError(400, "invalid-noise", str(e)) from None
+    return {
+        "machine_class": machine_class,
+        "clock": clock,
+        "metrics": analysis.noise_report(machine_class, boots, iterations, clock),
+    }
 
 
 class TrackIn(Schema):
@@ -152,6 +171,7 @@ class TrackIn(Schema):
     backfill: int = 0
     notify: list[str] = []
     bisect: bool = True
+    min_effect_pct: float | None = None
 
 
 class TrackUpdateIn(Schema):
@@ -174,6 +194,7 @@ def track_branch(request: HttpRequest, payload: TrackIn) -> Status[dict[str, Any
         backfill=payload.backfill,
         notify=payload.notify,
         bisect=payload.bisect,
+        min_effect_pct=payload.min_effect_pct,
     )
     try:
         branch = tracking.track(request.auth, req)  # type: ignore[attr-defined]
@@ -216,24 +237,32 @@ def poll_branch(request: HttpRequest, branch_id: int) -> Status[dict[str, Any]]:
 
 
 @router.get("/branches/{branch_id}/series", auth=USER_AUTH, tags=["branches"])
-def branch_series(request: HttpRequest, branch_id: int, machine_class: str, benchmark: str) -> dict[str, Any]:
+def branch_series(
+    request: HttpRequest, branch_id: int, machine_class: str, benchmark: str, clock: str | None = None
+) -> dict[str, Any]:
     """Per measured commit, in branch order: every boot's iterations of every
-    metric of one benchmark on one machine class, and the change points."""
+    metric of one benchmark on one machine class and clock (default: the
+    class's), and the change points."""
     branch = _branch(branch_id)
     mclass = MachineClass.objects.filter(name=machine_class).first()
     if mclass is None:
         raise ApiError(404, "no-machine-class", f"no machine class {machine_class!r}: GET /api/v1/runners lists them")
-    commits, metrics = tracking.series(branch, mclass.pk, benchmark)
+    try:
+        clock = analysis.noise_clock(machine_class, clock)
+    except analysis.UnknownClock as e:
+        raise ApiError(400, "invalid-series", str(e)) from None
+    commits, metrics = tracking.series(branch, mclass.pk, benchmark, clock)
     return {
         "branch": branch.pk,
         "machine_class": machine_class,
         "benchmark": benchmark,
+        "clock": clock,
         "commits": [{"sha": c.sha, "position": c.position, "subject": c.subject} for c in commits],
         "metrics": {name: points for name, points in sorted(metrics.items())},
         "change_points": [
             presenters.change_point_dict(cp)
-            for cp in branch.change_points.filter(machine_class=mclass, benchmark=benchmark).select_related(
-                "machine_class", "commit", "previous", "detected_at"
-            )
+            for cp in branch.change_points.filter(
+                machine_class=mclass, benchmark=benchmark, clock=clock
+            ).select_related("machine_class", "commit", "previous", "detected_at")
         ],
     }

@@ -3,7 +3,7 @@
 from kperf.core.models.accounts import ApiToken
 from kperf.core.models.alerts import Alert
 from kperf.core.models.builds import KernelBuild
-from kperf.core.models.lab import Job, MachineClass, Runner
+from kperf.core.models.lab import Clock, Job, MachineClass, Runner
 from kperf.core.models.results import BootRecord, Comparison, MetricComparison, MetricDef, Sample
 from kperf.core.models.submissions import Submission, SubmissionBuild
 from kperf.core.models.tracking import BranchCommit, ChangePoint, TrackedBranch
@@ -15,6 +15,7 @@ __all__ = [
     "BootRecord",
     "BranchCommit",
     "ChangePoint",
+    "Clock",
     "Comparison",
     "Job",
     "KernelBuild",

@@ -12,12 +12,28 @@ from kperf.core.models.submissions import Submission
 from kperf.core.models.tracking import BranchCommit
 
 
+class Clock(models.TextChoices):
+    """What timed a benchmark. Two clocks give two different metrics: never compared.
+
+    instructions: QEMU's instruction clock (TCG with -icount): guest time
+    advances 1 ns per executed instruction, so a rate is operations per 10^9
+    instructions, whatever the host is doing. wall: real time (KVM, bare
+    metal, or TCG without icount).
+    """
+
+    INSTRUCTIONS = "instructions", "instruction clock"
+    WALL = "wall", "wall clock"
+
+
 class MachineClass(models.Model):
     """A label for identical hardware; comparisons never mix classes."""
 
     name = models.CharField(max_length=64, unique=True)
     arch = models.CharField(max_length=16)
     description = models.TextField(blank=True, default="")
+    # The clock its jobs are timed with from now on; each job keeps the one
+    # it was queued with, so changing this never mixes clocks in a series.
+    clock = models.CharField(max_length=16, choices=Clock.choices, default=Clock.INSTRUCTIONS)
 
     def __str__(self) -> str:
         return self.name
@@ -91,6 +107,9 @@ class Job(models.Model):
     params = models.JSONField(default=dict)
     boots = models.PositiveIntegerField(default=1)
     machine_class = models.ForeignKey(MachineClass, on_delete=models.PROTECT, related_name="jobs")
+    # Fixed when queued: only a runner that gives this clock claims the job,
+    # and its samples are compared only with samples of the same clock.
+    clock = models.CharField(max_length=16, choices=Clock.choices, default=Clock.WALL)
     # Claim order within the queue: jobs are queued base/head alternately so
     # drift between boots lands on both sides.
     seq = models.PositiveIntegerField(default=0)
@@ -134,12 +153,28 @@ class Job(models.Model):
         seq: int,
         **owner: object,
     ) -> Job:
-        """Queue one boot of `build`; `owner` is submission= and side=, or branch_commit=."""
+        """Queue one boot of `build`; `owner` is submission= and side=, or branch_commit=.
+
+        The clock is the machine class's, except that more boots for a
+        submission keep the clock its first boots had, so one comparison
+        never spans two clocks even if an operator switched the class.
+        """
         from django.conf import settings
 
+        clock = machine_class.clock
+        submission = owner.get("submission")
+        if submission is not None:
+            earlier = (
+                cls.objects.filter(submission=submission, machine_class=machine_class, benchmark=benchmark)
+                .order_by("id")
+                .values_list("clock", flat=True)
+                .first()
+            )
+            clock = earlier or clock
         return cls.objects.create(
             build=build,
             machine_class=machine_class,
+            clock=clock,
             benchmark=benchmark,
             grid=grid,
             params=params,

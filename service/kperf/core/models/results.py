@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from kperf.core.models.lab import Job, MachineClass
+from kperf.core.models.lab import Clock, Job, MachineClass
 from kperf.core.models.submissions import Submission
 
 
@@ -55,6 +55,8 @@ class Comparison(models.Model):
     submission = models.ForeignKey(Submission, on_delete=models.CASCADE, related_name="comparisons")
     machine_class = models.ForeignKey(MachineClass, on_delete=models.PROTECT, related_name="comparisons")
     benchmark = models.CharField(max_length=64)
+    # The clock every compared sample was timed with (one comparison, one clock).
+    clock = models.CharField(max_length=16, choices=Clock.choices, default=Clock.WALL)
     method = models.CharField(max_length=200)
     alpha = models.FloatField()
     # Sequential design: which look this is, of how many; interim comparisons
@@ -69,7 +71,8 @@ class Comparison(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["submission", "machine_class", "benchmark"], name="unique_comparison_per_class_benchmark"
+                fields=["submission", "machine_class", "benchmark", "clock"],
+                name="unique_comparison_per_class_benchmark_clock",
             )
         ]
 

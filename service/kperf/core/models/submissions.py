@@ -29,6 +29,10 @@ class Submission(models.Model):
     benchmarks = models.JSONField(default=list)
     grid = models.CharField(max_length=32, default="quick")
     arches = models.JSONField(default=list)
+    # The practical threshold in percent for every metric of this submission:
+    # a smaller difference is shown as a change but never called a
+    # regression. None: each metric's default for its clock (settings).
+    min_effect_pct = models.FloatField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     error = models.TextField(blank=True, default="")
     # Boots kperf added because a look was inconclusive:

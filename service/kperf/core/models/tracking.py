@@ -17,6 +17,8 @@ class TrackedBranch(models.Model):
     benchmarks = models.JSONField(default=list)
     grid = models.CharField(max_length=32, default="quick")
     arches = models.JSONField(default=list)
+    # Practical threshold in percent for change points (None: per-clock default).
+    min_effect_pct = models.FloatField(null=True, blank=True)
     # Boots per commit and machine class; 0 means the grid's boots per side.
     boots = models.PositiveIntegerField(default=0)
     # At most this many commits are measured per move of the branch; when more
@@ -87,6 +89,8 @@ class ChangePoint(models.Model):
     machine_class = models.ForeignKey("core.MachineClass", on_delete=models.PROTECT, related_name="change_points")
     benchmark = models.CharField(max_length=64)
     metric = models.CharField(max_length=128)
+    # The clock of the series the change was found in (one series, one clock).
+    clock = models.CharField(max_length=16, default="wall")
     commit = models.ForeignKey(BranchCommit, on_delete=models.CASCADE, related_name="change_points")
     # The last measured commit before the change: bisection searches between.
     previous = models.ForeignKey(
@@ -106,7 +110,8 @@ class ChangePoint(models.Model):
         ordering = ["branch", "commit__position", "metric"]
         constraints = [
             models.UniqueConstraint(
-                fields=["branch", "machine_class", "metric", "commit"], name="unique_change_point_per_commit"
+                fields=["branch", "machine_class", "clock", "metric", "commit"],
+                name="unique_change_point_per_clock_commit",
             )
         ]
 

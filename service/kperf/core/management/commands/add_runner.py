@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from kperf.core.models import MachineClass, Runner
+from kperf.core.models import Clock, MachineClass, Runner
 from kperf_kbuild.driver import SUPPORTED_ARCHES
 
 
@@ -19,19 +19,30 @@ class Command(BaseCommand):
         parser.add_argument("--arch", required=True, choices=SUPPORTED_ARCHES)
         parser.add_argument("--description", default="")
         parser.add_argument(
+            "--clock",
+            choices=Clock.values,
+            help="the clock the machine class's jobs are timed with from now on "
+            "(a new class: instructions, QEMU's instruction clock; bare metal and KVM want wall)",
+        )
+        parser.add_argument(
             "--yields-to-builds",
             action="store_true",
             help="the runner shares its machine with a builds worker: give it no job while a kernel builds",
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        mclass, created = MachineClass.objects.get_or_create(
-            name=opts["machine_class"], defaults={"arch": opts["arch"], "description": opts["description"]}
-        )
+        defaults = {"arch": opts["arch"], "description": opts["description"]}
+        if opts["clock"]:
+            defaults["clock"] = opts["clock"]
+        mclass, created = MachineClass.objects.get_or_create(name=opts["machine_class"], defaults=defaults)
         if not created and mclass.arch != opts["arch"]:
             raise CommandError(
                 f"machine class {mclass.name} is {mclass.arch}, not {opts['arch']}: pick another class name"
             )
+        if opts["clock"] and mclass.clock != opts["clock"]:
+            # Queued jobs keep the clock they were queued with; only new ones change.
+            mclass.clock = opts["clock"]
+            mclass.save(update_fields=["clock"])
         runner, token = Runner.register(opts["name"], mclass)
         runner.yields_to_builds = opts["yields_to_builds"]
         runner.save(update_fields=["yields_to_builds"])
