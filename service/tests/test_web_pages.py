@@ -10,6 +10,7 @@ from django.test import Client
 
 from kperf.core.analysis import analyse_submission
 from kperf.core.models import Job, Submission
+from kperf.core.presenters import verdict_estimate
 from kperf.core.workflow import advance_submission
 
 from .conftest import Api
@@ -81,6 +82,9 @@ def test_the_submission_page_shows_progress_then_the_verdict(
     page = browser.get(f"/submissions/{sub.pk}").content.decode()
     assert 'data-metric="spawn-vmas-0"' in page and "verdict-regression" in page
     assert 'http-equiv="refresh"' not in page
+    # Which clock timed the numbers, the threshold, and the estimate the change was computed from.
+    assert 'data-clock="instructions"' in page and "instruction clock" in page
+    assert "±0.50%" in page and "Base est." in page and "Base mean" in page
     job = Job.objects.filter(submission=sub).first()
     assert job is not None
     console = browser.get(f"/jobs/{job.pk}/console")
@@ -94,3 +98,14 @@ def test_the_api_also_works_with_the_browser_session(
     resp = browser.get(f"/api/v1/submissions/{sub.pk}")
     assert resp.status_code == 200 and resp.json()["progress"]["base"]["boots_total"] == 4
     assert Api(None).get(f"/submissions/{sub.pk}").status_code == 401
+
+
+def test_the_verdicts_estimate_is_not_the_plain_mean() -> None:
+    """One boot with a wild iteration: the plain mean moves, the trimmed boot means do not."""
+    boots = [[100.0] * 5, [100.0, 100.0, 100.0, 100.0, 10000.0]]
+    assert verdict_estimate(boots, log_scale=True) == pytest.approx(100.0)
+    assert verdict_estimate(boots, log_scale=False) == pytest.approx(100.0)
+    assert verdict_estimate([], log_scale=True) is None
+    # The geometric mean of the boot summaries, on the log scale.
+    assert verdict_estimate([[100.0], [400.0]], log_scale=True) == pytest.approx(200.0)
+    assert verdict_estimate([[100.0], [400.0]], log_scale=False) == pytest.approx(250.0)

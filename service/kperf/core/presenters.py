@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from kperf.core import workflow
 from kperf.core.models import ChangePoint, Clock, Job, Submission, TrackedBranch
+from kperf.stats import abtest
 
 
 def _iso(dt: Any) -> str | None:
@@ -80,6 +83,28 @@ def metric_verdict(metric: str, unit: str, higher_is_better: bool, r: Any) -> di
     }
 
 
+def verdict_estimate(boots: list[list[float]], log_scale: bool) -> float | None:
+    """A side's level as the verdict sees it: the mean of its boots' 20%-trimmed
+    means, on the log scale (a geometric mean) when every value is positive.
+
+    The plain means beside it weigh every iteration alike; the two can
+    disagree in sign when one boot is off, and a reader must see which the
+    change column was computed from.
+    """
+    kept = [b for b in boots if b]
+    if not kept:
+        return None
+    summaries = abtest.boot_summaries(kept, log_scale)
+    level = float(np.mean(summaries))
+    return float(np.exp(level)) if log_scale else level
+
+
+def _estimates(values: dict[str, list[list[float]]]) -> dict[str, float | None]:
+    sides = {side: values.get(side) or [] for side in ("base", "head")}
+    log_scale = all(v > 0 for boots in sides.values() for boot in boots for v in boot)
+    return {f"{side}_estimate": verdict_estimate(boots, log_scale) for side, boots in sides.items()}
+
+
 def comparisons(sub: Submission) -> list[dict[str, Any]]:
     out = []
     for comp in sub.comparisons.select_related("machine_class").prefetch_related("metrics"):
@@ -99,6 +124,7 @@ def comparisons(sub: Submission) -> list[dict[str, Any]]:
                 "metrics": [
                     {
                         **metric_verdict(m.metric, m.unit, m.higher_is_better, m),
+                        **_estimates(m.values),
                         "samples": m.values,
                         "summary": m.summary,
                     }
