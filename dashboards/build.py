@@ -218,12 +218,25 @@ VAR_MACHINE_CLASS = sql(
     """
 )
 
+# The clock that timed the series: two clocks' numbers are different metrics
+# (docs/benchmarks.md), so a series, its change points and its metric list
+# are always of one clock.
+VAR_CLOCK = sql(
+    f"""
+    SELECT DISTINCT j.clock
+    FROM core_job j
+    JOIN core_branchcommit c ON c.id = j.branch_commit_id
+    WHERE c.branch_id = {BRANCH_ID} AND j.machine_class_id = {CLASS_ID}
+    ORDER BY 1
+    """
+)
+
 VAR_BENCHMARK = sql(
     f"""
     SELECT DISTINCT j.benchmark
     FROM core_job j
     JOIN core_branchcommit c ON c.id = j.branch_commit_id
-    WHERE c.branch_id = {BRANCH_ID} AND j.machine_class_id = {CLASS_ID}
+    WHERE c.branch_id = {BRANCH_ID} AND j.machine_class_id = {CLASS_ID} AND j.clock = '$clock'
     ORDER BY 1
     """
 )
@@ -236,7 +249,7 @@ VAR_METRIC = sql(
     JOIN core_job j ON j.id = r.job_id
     JOIN core_branchcommit c ON c.id = j.branch_commit_id
     LEFT JOIN core_metricdef d ON d.name = s.metric
-    WHERE c.branch_id = {BRANCH_ID} AND j.machine_class_id = {CLASS_ID}
+    WHERE c.branch_id = {BRANCH_ID} AND j.machine_class_id = {CLASS_ID} AND j.clock = '$clock'
       AND j.benchmark = '$benchmark' AND j.status = 'done'
     ORDER BY 1
     """
@@ -254,8 +267,8 @@ PER_COMMIT = f"""per_boot AS (
       JOIN core_bootrecord r ON r.job_id = j.id
       JOIN core_sample s ON s.boot_record_id = r.id
       WHERE c.branch_id = {BRANCH_ID} AND c.on_branch AND c.status IN ('done', 'analysing')
-        AND j.machine_class_id = {CLASS_ID} AND j.benchmark = '$benchmark' AND j.status = 'done'
-        AND s.metric = '$metric'
+        AND j.machine_class_id = {CLASS_ID} AND j.clock = '$clock' AND j.benchmark = '$benchmark'
+        AND j.status = 'done' AND s.metric = '$metric'
       GROUP BY j.branch_commit_id, r.id
     ),
     per_commit AS (
@@ -276,7 +289,7 @@ SERIES = sql(
     FROM per_commit p
     JOIN core_branchcommit c ON c.id = p.commit_id
     LEFT JOIN core_changepoint cp
-      ON cp.commit_id = c.id AND cp.machine_class_id = {CLASS_ID}
+      ON cp.commit_id = c.id AND cp.machine_class_id = {CLASS_ID} AND cp.clock = '$clock'
       AND cp.benchmark = '$benchmark' AND cp.metric = '$metric'
     ORDER BY c.position
     """
@@ -301,7 +314,7 @@ CHANGE_POINTS = sql(
     JOIN core_branchcommit c ON c.id = cp.commit_id
     LEFT JOIN core_branchcommit p ON p.id = cp.previous_id
     JOIN core_branchcommit d ON d.id = cp.detected_at_id
-    WHERE cp.branch_id = {BRANCH_ID} AND cp.machine_class_id = {CLASS_ID}
+    WHERE cp.branch_id = {BRANCH_ID} AND cp.machine_class_id = {CLASS_ID} AND cp.clock = '$clock'
       AND cp.benchmark = '$benchmark' AND cp.metric = '$metric'
     ORDER BY c.position DESC
     """
@@ -309,7 +322,7 @@ CHANGE_POINTS = sql(
 
 ALL_CHANGE_POINTS = sql(
     f"""
-    SELECT m.name AS "machine class", cp.benchmark, cp.metric,
+    SELECT m.name AS "machine class", cp.clock, cp.benchmark, cp.metric,
       {CHANGE_POINT_COLUMNS.strip()}
     FROM core_changepoint cp
     JOIN core_machineclass m ON m.id = cp.machine_class_id
@@ -393,6 +406,7 @@ def tracked_branch() -> dashboard.Dashboard:
         .timepicker(dashboard.TimePicker().hidden(True))
         .with_variable(variable("branch", "Branch", VAR_BRANCH))
         .with_variable(variable("machine_class", "Machine class", VAR_MACHINE_CLASS))
+        .with_variable(variable("clock", "Clock", VAR_CLOCK))
         .with_variable(variable("benchmark", "Benchmark", VAR_BENCHMARK))
         .with_variable(variable("metric", "Metric", VAR_METRIC))
     )
@@ -407,7 +421,7 @@ def tracked_branch() -> dashboard.Dashboard:
     )
     layout.add(
         trend.Panel()
-        .title("${metric:text} per commit ($benchmark on ${machine_class:text})")
+        .title("${metric:text} per commit ($benchmark on ${machine_class:text}, $clock clock)")
         .description(
             "One point per measured commit in branch order (x: first-parent position): the mean over boots "
             "of each boot's mean. Red points are the commits where a change point of this metric was found. "

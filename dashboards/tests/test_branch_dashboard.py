@@ -35,9 +35,13 @@ def test_a_bisected_regression_on_the_tracked_branch_dashboard(
     chosen = {"branch": Choice(f"{branch.tree.url} master", str(branch.pk))}
     assert variable_options(board, "machine_class", chosen) == [Choice(qemu_class.name, str(qemu_class.pk))]
     chosen["machine_class"] = Choice(qemu_class.name, str(qemu_class.pk))
+    # The clock the branch's jobs were timed with: one series per clock.
+    assert variable_options(board, "clock", chosen) == [Choice("instructions", "instructions")]
+    assert variable_options(board, "benchmark", chosen | {"clock": Choice("wall", "wall")}) == []
+    chosen["clock"] = Choice("instructions", "instructions")
     assert variable_options(board, "benchmark", chosen) == [Choice("spawn", "spawn")]
     chosen["benchmark"] = Choice("spawn", "spawn")
-    commits, series = tracking.series(branch, qemu_class.pk, "spawn")
+    commits, series = tracking.series(branch, qemu_class.pk, "spawn", qemu_class.clock)
     units = dict(MetricDef.objects.values_list("name", "unit"))
     assert variable_options(board, "metric", chosen) == [Choice(f"{m} ({units[m]})", m) for m in sorted(series)]
     metric = cps[0].metric
@@ -145,6 +149,7 @@ def test_an_untouched_branch_shows_its_commits_and_an_empty_series(
     # What Grafana sends once the classes appear but nothing is measured.
     chosen |= {
         "machine_class": Choice(qemu_class.name, str(qemu_class.pk)),
+        "clock": Choice("instructions", "instructions"),
         "benchmark": Choice("spawn", "spawn"),
         "metric": Choice("spawn-vmas-0", "spawn-vmas-0"),
     }
@@ -160,7 +165,7 @@ def test_with_nothing_tracked_every_query_answers_with_no_rows(db: Any) -> None:
     """A new kperf: the variables have nothing to offer, so Grafana leaves
     them empty; the panels then show no data, not a SQL error."""
     board = dashboards()["kperf-branch"]
-    empty = {name: Choice("", "") for name in ("branch", "machine_class", "benchmark", "metric")}
+    empty = {name: Choice("", "") for name in ("branch", "machine_class", "clock", "benchmark", "metric")}
     for name in empty:
         assert variable_options(board, name, empty) == [], name
     for p in board["panels"]:

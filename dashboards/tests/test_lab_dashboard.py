@@ -109,7 +109,8 @@ def busy_lab(
         advance_submission(sub.pk)
 
     # A runner says hello and takes a job; the other has never been seen.
-    assert runner_http.post("/runner/heartbeat", {"version": "1.2", "hostname": "lab-1"}).status_code == 200
+    hello = {"version": "1.2", "hostname": "lab-1", "capabilities": {"clocks": ["instructions", "wall"]}}
+    assert runner_http.post("/runner/heartbeat", hello).status_code == 200
     assert runner_http.post("/runner/claim").json()["job"] is not None
 
     # A tracked branch with its first commit waiting for a runner.
