@@ -365,6 +365,9 @@ class Agent:
             "environment": environment,
             "raw_output": result.raw_output,
             "samples": [{"metric": s.metric, "iteration": s.iteration, "value": s.value} for s in samples],
+            # The kernel's own account of the run (/proc/vmstat deltas): shown
+            # beside the verdicts, never judged.
+            "counters": result.counters,
             "console": result.console,
         }
 

@@ -35,6 +35,7 @@ from .benchmarks import (
     resolve_params,
 )
 from .client import Client
+from .counters import boot_counters, read_vmstat, vmstat_delta
 from .toolchain import ToolchainError, compile_all, host_arch, normalize_arch
 
 log = logging.getLogger("kperf_runner")
@@ -112,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--json",
         action="store_true",
-        help="print one JSON document (params, samples, raw output) only",
+        help="print one JSON document (params, samples, raw output, /proc/vmstat deltas) only",
     )
     bench.add_argument(
         "--artifact",
@@ -212,13 +213,20 @@ def bench_command(args: argparse.Namespace) -> int:
     binaries = compile_all(bench.sources(), host_arch(), args.state_dir)
     binaries.update(extra)
     outputs: list[str] = []
+    vmstat: list[dict[str, int]] = []
     with tempfile.TemporaryDirectory(prefix="kperf-bench-") as bindir:
         # The commands name binaries by program name, as in the initramfs.
         for name, path in binaries.items():
             os.symlink(path, Path(bindir) / name)
         for argv in bench.command(params, bindir):
             log.info("running %s", " ".join(argv))
+            # The host's counters around the command, as init reads the
+            # guest's; system-wide, so whatever else runs here counts too.
+            before = read_vmstat()
             status, output = _run_streaming(argv, echo=not args.json)
+            after = read_vmstat()
+            if before is not None and after is not None:
+                vmstat.append(vmstat_delta(before, after))
             outputs.append(output)
             if status != 0:
                 print(
@@ -243,6 +251,7 @@ def bench_command(args: argparse.Namespace) -> int:
             },
             "samples": sample_dicts,
             "raw_output": raw,
+            "counters": boot_counters(vmstat),
         }
         print(json.dumps(document, indent=2))
     else:

@@ -6,11 +6,16 @@ of it: firmware leaves escape codes without a newline):
     KPERF-ENV <key>=<value>     a fact about the booted machine
     KPERF-BEGIN <n>             command n (0-based, /kperf/job order) starts
     KPERF-END <n> <status>      it ended: exit status, or 128 + signal
+    KPERF-VMSTAT <n> <name>=<delta> ...
+                                /proc/vmstat deltas across command n, after
+                                its END; one or more lines (counters.py)
     KPERF-DONE                  init finished the job and powers off
     KPERF-ERROR <what>          init itself failed and powers off
 
 Every other line between BEGIN n and END n is command n's output (stdout and
-stderr share the console); lines outside are the kernel's.
+stderr share the console); lines outside are the kernel's. A VMSTAT line
+inside a command's output is the command's, not init's: init prints them
+only between commands.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from .counters import NAME_RE, boot_counters
 
 # The environment record sent with every boot (docs/runner-protocol.md).
 ENVIRONMENT_KEYS = (
@@ -36,6 +43,9 @@ _ENV = re.compile(r"KPERF-ENV (?P<key>[a-z_]+)=(?P<value>.*)")
 _BEGIN = re.compile(r"KPERF-BEGIN (?P<n>\d+)")
 _END = re.compile(r"KPERF-END (?P<n>\d+) (?P<status>-?\d+)")
 _ERROR = re.compile(r"KPERF-ERROR (?P<what>.*)")
+# A whole line or nothing: a line a kernel message cut short does not match,
+# so a counter is dropped rather than read with half its digits.
+_VMSTAT = re.compile(rf"KPERF-VMSTAT (?P<n>\d+)(?P<fields>(?: {NAME_RE}=-?\d+)*)")
 
 
 @dataclass
@@ -43,6 +53,8 @@ class CommandRun:
     index: int
     output: str = ""
     status: int | None = None  # None: BEGIN seen, END never came
+    # /proc/vmstat deltas across the command; None: init printed none (no /proc/vmstat)
+    vmstat: dict[str, int] | None = None
 
 
 @dataclass
@@ -56,6 +68,10 @@ class ConsoleRecord:
     def raw_output(self) -> str:
         """All commands' output in order: what the benchmark parser reads."""
         return "".join(command.output for command in self.commands)
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        """The boot's kernel counters, summed over its commands (docs/runner-protocol.md)."""
+        return command_counters(self.commands)
 
     def first_failure(self) -> CommandRun | None:
         for command in self.commands:
@@ -86,9 +102,12 @@ def parse_console(text: str) -> ConsoleRecord:
         start = line.find("KPERF-")
         marker = line[start:] if start >= 0 else ""
         env, begin, end = _ENV.fullmatch(marker), _BEGIN.fullmatch(marker), _END.fullmatch(marker)
-        error = _ERROR.fullmatch(marker)
+        error, vmstat = _ERROR.fullmatch(marker), _VMSTAT.fullmatch(marker)
         if end and (current is None or int(end["n"]) != current.index):
             end = None  # an END that closes nothing is not ours
+        # Init prints VMSTAT between commands; inside one it is the command's output.
+        if vmstat and current is None and _add_vmstat(record, vmstat):
+            continue
         if not (env or begin or end or error or marker == "KPERF-DONE"):
             # Output, kernel noise, or an unknown marker: keep it, never lose it.
             if current is not None:
@@ -115,6 +134,25 @@ def parse_console(text: str) -> ConsoleRecord:
     if current is not None:
         current.output = "".join(output)
     return record
+
+
+def _add_vmstat(record: ConsoleRecord, match: re.Match[str]) -> bool:
+    """Add a VMSTAT line's deltas to its command (the last to run with that index)."""
+    index = int(match["n"])
+    command = next((c for c in reversed(record.commands) if c.index == index), None)
+    if command is None:
+        return False
+    deltas = command.vmstat if command.vmstat is not None else {}
+    for item in match["fields"].split():
+        name, _, value = item.partition("=")
+        deltas[name] = deltas.get(name, 0) + int(value)
+    command.vmstat = deltas
+    return True
+
+
+def command_counters(commands: list[CommandRun]) -> dict[str, dict[str, int]]:
+    """{"vmstat": {name: total delta}} over the commands that reported counters, or {}."""
+    return boot_counters([c.vmstat for c in commands if c.vmstat is not None])
 
 
 def _env_value(key: str, value: str) -> Any:

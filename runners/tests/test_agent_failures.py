@@ -190,7 +190,7 @@ class NativeBackend(Backend):
             run = subprocess.run([str(binary), *argv[1:]], capture_output=True, text=True, check=False)
             output = run.stdout.replace("count=", "count=x") if self.garble else run.stdout
             status = run.returncode if self.status is None else self.status
-            text = f"KPERF-BEGIN {n}\n{output}{run.stderr}KPERF-END {n} {status}\n"
+            text = f"KPERF-BEGIN {n}\n{output}{run.stderr}KPERF-END {n} {status}\nKPERF-VMSTAT {n} pgfault={100 + n}\n"
             console.append(text)
             tick(text)
         console.append("KPERF-DONE\n")
@@ -221,7 +221,7 @@ def test_a_job_is_uploaded_in_the_protocol_shape(
     assert [boot["boot"] for boot in results["boots"]] == [0, 1]
     boot = results["boots"][0]
     assert boot["environment"]["cpus"] == 2 and boot["environment"]["cpufreq_governor"] is None
-    assert "COUNT|" in boot["raw_output"]
+    assert "COUNT|" in boot["raw_output"] and boot["counters"] == {"vmstat": {"pgfault": 201}}
     assert {(s["metric"], s["iteration"]) for s in boot["samples"]} == {
         (f"spawn-vmas-{v}", i) for v in (0, 10) for i in (0, 1)
     }

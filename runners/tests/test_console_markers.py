@@ -13,6 +13,7 @@ import pytest
 from kperf_runner.backends import BenchmarkFailure, BootFailure, parse_boot
 from kperf_runner.benchmarks import get_benchmark, resolve_params
 from kperf_runner.console import parse_console
+from kperf_runner.counters import boot_counters, parse_vmstat, read_vmstat, vmstat_delta
 from kperf_runner.initramfs import GUEST_BINDIR, job_initramfs
 
 CONSOLE = """\
@@ -190,3 +191,83 @@ def test_output_that_merely_mentions_a_marker_stays_output() -> None:
     record = parse_console(console)
     assert record.commands[0].output.startswith("see KPERF-STUFF here\nKPERF-END 5 0\n")
     assert record.commands[0].status == 0
+
+
+# -- kernel counters: /proc/vmstat deltas after each command's END -------------
+
+COUNTED = (
+    CONSOLE.replace(
+        "KPERF-END 0 0\r\n",
+        "KPERF-END 0 0\r\nKPERF-VMSTAT 0 nr_free_pages=-37 pgfault=1200\r\nKPERF-VMSTAT 0 pgalloc_normal=640\r\n",
+    )
+    # A kernel message in front of the marker is not part of it.
+    .replace("KPERF-END 1 0\r\n", "KPERF-END 1 0\r\n[    2.9] hello KPERF-VMSTAT 1 nr_free_pages=37 pgfault=800\r\n")
+)
+
+
+def test_vmstat_lines_are_each_commands_deltas_and_the_boot_sums_them() -> None:
+    record = parse_boot(COUNTED, COMMANDS)
+    assert record.commands[0].vmstat == {"nr_free_pages": -37, "pgfault": 1200, "pgalloc_normal": 640}
+    assert record.commands[1].vmstat == {"nr_free_pages": 37, "pgfault": 800}
+    # A level that went down and back up moved nothing over the boot.
+    assert record.counters() == {"vmstat": {"pgfault": 2000, "pgalloc_normal": 640}}
+    # The benchmark's parser sees exactly what it saw without counters.
+    assert record.raw_output == parse_console(CONSOLE).raw_output
+    pieces = "".join(COUNTED[i : i + 5] for i in range(0, len(COUNTED), 5))
+    assert parse_console(pieces) == record
+
+
+def test_no_vmstat_line_is_no_counters_and_an_empty_one_is_nothing_moved() -> None:
+    assert parse_console(CONSOLE).counters() == {}
+    assert all(c.vmstat is None for c in parse_console(CONSOLE).commands)
+    quiet = CONSOLE.replace("KPERF-END 1 0\r\n", "KPERF-END 1 0\r\nKPERF-VMSTAT 1\r\n")
+    record = parse_console(quiet)
+    assert record.commands[1].vmstat == {} and record.counters() == {"vmstat": {}}
+
+
+def test_vmstat_lines_that_are_cut_inside_output_or_for_no_command_are_not_counters() -> None:
+    console = (
+        CONSOLE.replace("COUNT|10|1|lps", "KPERF-VMSTAT 0 pgfault=5")
+        # Cut by a kernel message, a name with a space, a command that never ran.
+        .replace(
+            "KPERF-END 1 0\r\n",
+            "KPERF-END 1 0\r\nKPERF-VMSTAT 1 pgfault=12[    3.1] ata1: link down\r\n"
+            "KPERF-VMSTAT 1 bad name=3\r\nKPERF-VMSTAT 7 pgfault=9\r\n",
+        )
+    )
+    record = parse_console(console)
+    # Inside a command's output it is the command's output.
+    assert record.commands[0].output.startswith("KPERF-VMSTAT 0 pgfault=5\n")
+    assert record.commands[0].vmstat is None and record.commands[1].vmstat is None
+    assert record.counters() == {}
+
+
+def test_counter_helpers_read_and_subtract_vmstat_as_init_does() -> None:
+    before = parse_vmstat("nr_free_pages 1000\npgfault 50\nweird line here\npgfree 7\n")
+    assert before == {"nr_free_pages": 1000, "pgfault": 50, "pgfree": 7}
+    after = {"nr_free_pages": 990, "pgfault": 75, "pgfree": 7, "nr_new": 3}
+    # Fields read only once have no delta; unmoved ones are left out.
+    assert vmstat_delta(before, after) == {"nr_free_pages": -10, "pgfault": 25}
+    assert boot_counters([{"pgfault": 25, "nr_free_pages": -10}, {"pgfault": 5, "nr_free_pages": 10}]) == {
+        "vmstat": {"pgfault": 30}
+    }
+    assert boot_counters([]) == {}
+    host = read_vmstat()
+    assert host is None or "nr_free_pages" in host
+    assert read_vmstat(Path("/nonexistent/vmstat")) is None
+
+
+def test_init_reports_vmstat_deltas_after_each_command(tmp_path: Path, init_binary: Path, spawn_binary: Path) -> None:
+    if not Path("/proc/vmstat").is_file():
+        pytest.skip("this kernel has no /proc/vmstat")
+    commands = [["/kperf/bin/spawn", "-t", "0.05", "-i", "1"], ["/kperf/bin/spawn", "-t", "0.05", "-i", "1"]]
+    console = _run_init(tmp_path, init_binary, {"spawn": spawn_binary}, commands)
+    record = parse_boot(console, commands)
+    lines = console.splitlines()
+    for n in (0, 1):
+        # Right after the command's END, never inside its output.
+        assert lines[lines.index(f"KPERF-END {n} 0") + 1].startswith(f"KPERF-VMSTAT {n}")
+        vmstat = record.commands[n].vmstat
+        assert vmstat is not None and vmstat.get("pgfault", 0) > 0, vmstat
+    assert record.counters()["vmstat"]["pgfault"] > 0
+    assert "KPERF-VMSTAT" not in record.raw_output

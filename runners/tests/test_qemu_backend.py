@@ -144,6 +144,26 @@ def test_the_kernel_boots_and_runs_spawn(runner_state: Path, kernel: Path, accel
     assert slow < fast
 
 
+@needs_qemu
+@pytest.mark.kernel
+def test_a_boot_reports_the_kernels_vmstat_deltas(runner_state: Path, kernel: Path) -> None:
+    job, _ = _spawn_job(runner_state, duration=0.2, iterations=1)
+    job = BootJob(job.commands, job.binaries, timeout=job.timeout, clock="instructions")
+    result = QemuBackend("x86_64", runner_state, accel="tcg").boot(job, kernel)
+    # Init read /proc/vmstat around every command, and none of it reached the benchmark's output.
+    assert all(command.vmstat for command in result.commands)
+    assert "KPERF-VMSTAT" not in result.raw_output
+    vmstat = result.counters["vmstat"]
+    # Forking thousands of times leaves the memory levels (free pages, slab) somewhere else.
+    assert "nr_free_pages" in vmstat or "nr_slab_unreclaimable" in vmstat, vmstat
+    config = kernel.parent / "config"
+    if config.is_file() and "CONFIG_VM_EVENT_COUNTERS=y" in config.read_text():
+        assert vmstat["pgfault"] > 0, vmstat
+    else:
+        # tinyconfig (EXPERT) switches event counters off: /proc/vmstat has the levels only.
+        assert "pgfault" not in vmstat and all(name.startswith(("nr_", "numa_", "workingset_")) for name in vmstat)
+
+
 # Two boots of one kernel under the instruction clock, with the host busy,
 # agree per metric within this (docs/runners.md, "The two clocks"): measured
 # 0.00-0.3% between boots of kperf's fixture kernel; under the wall clock the

@@ -82,6 +82,8 @@ def test_bench_json_is_one_document_with_params_metrics_and_raw_output(
     }
     assert len(document["samples"]) == 4
     assert "COUNT|" in document["raw_output"]
+    # The host's /proc/vmstat around the commands: forking faults pages in.
+    assert document["counters"]["vmstat"]["pgfault"] > 0
 
 
 def test_bench_refuses_a_bad_override_with_a_clear_message(runner_state: Path) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..console import CommandRun, ConsoleRecord, parse_console
+from ..console import CommandRun, ConsoleRecord, command_counters, parse_console
 
 # Called with new console text (possibly empty) at least once a second while
 # a boot runs, so the caller can stream it and keep its lease alive.
@@ -53,6 +53,11 @@ class BootResult:
     @property
     def raw_output(self) -> str:
         return "".join(command.output for command in self.commands)
+
+    @property
+    def counters(self) -> dict[str, dict[str, int]]:
+        """Kernel counters summed over the commands: {"vmstat": {name: delta}}, or {}."""
+        return command_counters(self.commands)
 
 
 class BackendFailure(Exception):

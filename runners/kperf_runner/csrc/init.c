@@ -9,6 +9,11 @@
  *   KPERF-ENV <key>=<value>     one per environment fact
  *   KPERF-BEGIN <n>             command n (0-based) starts
  *   KPERF-END <n> <status>      exit status, or 128 + signal number
+ *   KPERF-VMSTAT <n> <name>=<delta> ...
+ *                               /proc/vmstat across command n (after its END):
+ *                               the nonzero deltas, one or more lines; a line
+ *                               with no fields says none moved; no line at
+ *                               all, that the kernel has no /proc/vmstat
  *   KPERF-DONE                  every command ran (or one failed: see below)
  *   KPERF-ERROR <what>          init itself failed; it powers off next
  *
@@ -37,6 +42,26 @@
 #define JOB_FILE "/kperf/job"
 #define MAX_LINE 4096
 #define MAX_ARGS 128
+
+/*
+ * /proc/vmstat is read just before and just after every command, so that a
+ * change in a benchmark's numbers comes with the kernel's own account of it
+ * ("more faults? more allocations?").  Names longer than the service takes
+ * (64) are skipped rather than cut into another counter's name.
+ */
+#define VMSTAT_FILE "/proc/vmstat"
+#define MAX_VMSTAT 512
+#define VMSTAT_NAME 64
+/* Deltas per console line: short lines are less likely to be cut by a kernel message. */
+#define VMSTAT_LINE 1024
+
+struct vmstat {
+	int n;
+	char name[MAX_VMSTAT][VMSTAT_NAME];
+	unsigned long long value[MAX_VMSTAT];
+};
+
+static struct vmstat vmstat_before, vmstat_after;
 
 /* Set by tests that run init in a PID namespace: exit instead of powering off. */
 static int no_power_off;
@@ -248,12 +273,107 @@ static void report_environment(void)
 	env_from_file("cpufreq_governor", "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor");
 }
 
+/* A counter name as the console parser takes it: no spaces, no '='. */
+static int vmstat_name_ok(const char *name, size_t len)
+{
+	if (len == 0 || len >= VMSTAT_NAME)
+		return 0;
+	for (size_t i = 0; i < len; i++) {
+		char c = name[i];
+
+		if (!(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		      (c >= '0' && c <= '9')))
+			return 0;
+	}
+	return 1;
+}
+
+/*
+ * "<name> <value>" per line.  Returns -1 when there is no /proc/vmstat (a
+ * kernel without procfs' vmstat): the boot then simply reports no counters.
+ */
+static int read_vmstat(struct vmstat *vs)
+{
+	char line[256];
+	int continued = 0; /* the previous fgets() ended mid-line */
+	FILE *f = fopen(VMSTAT_FILE, "re");
+
+	vs->n = 0;
+	if (!f)
+		return -1;
+	while (vs->n < MAX_VMSTAT && fgets(line, sizeof(line), f)) {
+		int partial = continued;
+		char *space = strchr(line, ' '), *end;
+		unsigned long long value;
+
+		continued = strchr(line, '\n') == NULL;
+		/* The tail of an overlong line is not a line of its own. */
+		if (partial || !space || !vmstat_name_ok(line, (size_t)(space - line)))
+			continue;
+		errno = 0;
+		value = strtoull(space + 1, &end, 10);
+		if (errno != 0 || end == space + 1)
+			continue;
+		memcpy(vs->name[vs->n], line, (size_t)(space - line));
+		vs->name[vs->n][space - line] = '\0';
+		vs->value[vs->n++] = value;
+	}
+	fclose(f);
+	return 0;
+}
+
+/* Index of name in vs; the fields come in the same order every read, so look at i first. */
+static int vmstat_find(const struct vmstat *vs, const char *name, int i)
+{
+	if (i < vs->n && strcmp(vs->name[i], name) == 0)
+		return i;
+	for (int j = 0; j < vs->n; j++)
+		if (strcmp(vs->name[j], name) == 0)
+			return j;
+	return -1;
+}
+
+/*
+ * The signed delta of every field, nonzero ones only.  Most fields are
+ * event counters that only grow (pgfault, pgalloc_normal, ...); the nr_*
+ * fields (nr_free_pages, nr_anon_pages, ...) are gauges, levels of the
+ * moment, and their delta is how far the level moved across the command.
+ */
+static void report_vmstat(int n)
+{
+	char line[VMSTAT_LINE];
+	int len = snprintf(line, sizeof(line), "KPERF-VMSTAT %d", n);
+
+	for (int i = 0; i < vmstat_after.n; i++) {
+		char field[VMSTAT_NAME + 32];
+		int j = vmstat_find(&vmstat_before, vmstat_after.name[i], i);
+		long long delta;
+		int flen;
+
+		if (j < 0)
+			continue; /* no value from before the command */
+		/* Unsigned subtraction then a signed view: a level that fell is negative. */
+		delta = (long long)(vmstat_after.value[i] - vmstat_before.value[j]);
+		if (delta == 0)
+			continue;
+		flen = snprintf(field, sizeof(field), " %s=%lld", vmstat_after.name[i], delta);
+		if (len + flen >= (int)sizeof(line)) {
+			say("%s", line);
+			len = snprintf(line, sizeof(line), "KPERF-VMSTAT %d", n);
+		}
+		memcpy(line + len, field, (size_t)flen + 1);
+		len += flen;
+	}
+	say("%s", line);
+}
+
 static int run_command(int n, char **argv)
 {
-	int status;
+	int status, have_vmstat;
 	pid_t pid, w;
 
 	say("KPERF-BEGIN %d", n);
+	have_vmstat = read_vmstat(&vmstat_before) == 0;
 	pid = fork();
 	if (pid < 0)
 		fail("fork for command %d: %s", n, strerror(errno));
@@ -271,6 +391,7 @@ static int run_command(int n, char **argv)
 		if (w < 0 && errno != EINTR)
 			fail("wait for command %d: %s", n, strerror(errno));
 	}
+	have_vmstat = have_vmstat && read_vmstat(&vmstat_after) == 0;
 	if (WIFEXITED(status))
 		status = WEXITSTATUS(status);
 	else if (WIFSIGNALED(status))
@@ -278,6 +399,9 @@ static int run_command(int n, char **argv)
 	else
 		status = 255;
 	say("KPERF-END %d %d", n, status);
+	/* After END, outside the command's output, so it never reaches the benchmark's parser. */
+	if (have_vmstat)
+		report_vmstat(n);
 	return status;
 }
 

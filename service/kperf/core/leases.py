@@ -144,9 +144,51 @@ def progress(runner: Runner, job_id: int, data: dict[str, Any]) -> Job:
     return job
 
 
+# Kernel counters per boot (docs/runner-protocol.md, "counters"): a name is
+# at most this long, and a boot has at most this many, which a kernel's
+# /proc/vmstat (a few hundred fields) stays far below.
+COUNTER_NAME_MAX = 64
+COUNTERS_MAX = 4096
+
+
+def _validate_counters(counters: Any, where: str) -> dict[str, dict[str, int | float]]:
+    """A boot's counters, {source: {name: number}}, or ProtocolError saying what is wrong."""
+    if not isinstance(counters, dict):
+        raise ProtocolError(422, "invalid", f"{where} must be an object: counter source (vmstat) to its counters")
+    out: dict[str, dict[str, int | float]] = {}
+    for source, values in counters.items():
+        _check_counter_name(source, f"{where} source")
+        if not isinstance(values, dict):
+            raise ProtocolError(422, "invalid", f"{where}.{source} must be an object of counter names to numbers")
+        if sum(map(len, out.values())) + len(values) > COUNTERS_MAX:
+            raise ProtocolError(422, "invalid", f"{where} has more than {COUNTERS_MAX} counters")
+        for name, value in values.items():
+            _check_counter_name(name, f"{where}.{source} counter")
+            # Booleans are ints to Python; an int beyond a float's range is no count.
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
+                raise ProtocolError(422, "invalid", f"{where}.{source}.{name} must be a finite number, not {value!r}")
+        out[source] = dict(values)
+    return out
+
+
+def _check_counter_name(name: str, what: str) -> None:
+    if not 1 <= len(name) <= COUNTER_NAME_MAX:
+        raise ProtocolError(422, "invalid", f"{what} {name[:80]!r} must be 1 to {COUNTER_NAME_MAX} characters long")
+    # PostgreSQL refuses U+0000 in JSON text: say so rather than fail the insert.
+    if "\0" in name:
+        raise ProtocolError(422, "invalid", f"{what} {name!r} contains a NUL character")
+
+
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
+
+
 def _validate_results(
     job: Job, data: dict[str, Any]
-) -> list[tuple[int, dict[str, Any], str, list[tuple[str, int, float]]]]:
+) -> list[tuple[int, dict[str, Any], str, list[tuple[str, int, float]], dict[str, dict[str, int | float]]]]:
     bench = registry.get_benchmark(job.benchmark)
     defined = {m.name: m for m in bench.metrics(job.params)}
     boots = data.get("boots")
@@ -198,7 +240,9 @@ def _validate_results(
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
                 raise ProtocolError(422, "invalid", f"{where}.value must be a finite number")
             rows.append((str(metric), iteration, float(value)))
-        out.append((idx, env, str(b.get("raw_output", "")), rows))
+        # Optional: runners older than counters send none.
+        counters = _validate_counters(b.get("counters", {}), f"boots[{i}].counters")
+        out.append((idx, env, str(b.get("raw_output", "")), rows, counters))
     declared = data.get("metrics") or {}
     if isinstance(declared, dict):
         for name, meta in declared.items():
@@ -227,8 +271,10 @@ def record_results(runner: Runner, job_id: int, data: dict[str, Any]) -> Job:
                 name=m.name,
                 defaults={"benchmark": job.benchmark, "unit": m.unit, "higher_is_better": m.higher_is_better},
             )
-        for idx, env, raw, rows in parsed:
-            record = BootRecord.objects.create(job=job, attempt=job.attempt, boot=idx, environment=env, raw_output=raw)
+        for idx, env, raw, rows, counters in parsed:
+            record = BootRecord.objects.create(
+                job=job, attempt=job.attempt, boot=idx, environment=env, raw_output=raw, counters=counters
+            )
             Sample.objects.bulk_create(
                 [Sample(boot_record=record, metric=m, iteration=it, value=v) for m, it, v in rows]
             )

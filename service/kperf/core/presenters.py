@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from kperf.core import workflow
-from kperf.core.models import ChangePoint, Clock, Job, Submission, TrackedBranch
+from kperf.core.models import BootRecord, ChangePoint, Clock, Job, Submission, TrackedBranch
 from kperf.stats import abtest
 
 
@@ -105,9 +106,55 @@ def _estimates(values: dict[str, list[list[float]]]) -> dict[str, float | None]:
     return {f"{side}_estimate": verdict_estimate(boots, log_scale) for side, boots in sides.items()}
 
 
+# (machine class id, benchmark, clock, side): the boots one side of a comparison has.
+_SideKey = tuple[int, str, str, str]
+
+
+def _counters_per_boot(sub: Submission) -> tuple[dict[_SideKey, dict[str, float]], dict[_SideKey, int]]:
+    """Mean /proc/vmstat delta per boot of every counter, and the boots it is over, per side.
+
+    One query for the whole submission. A boot without counters (an older
+    runner, a kernel without /proc/vmstat) is left out rather than counted
+    as a boot where nothing moved; a counter missing from a boot that has
+    counters did not move in it (init prints nonzero deltas only).
+    """
+    sums: dict[_SideKey, dict[str, float]] = {}
+    boots: dict[_SideKey, int] = {}
+    rows = BootRecord.objects.filter(job__submission=sub).values_list(
+        "job__machine_class_id", "job__benchmark", "job__clock", "job__side", "counters"
+    )
+    for mclass, benchmark, clock, side, counters in rows:
+        vmstat = counters.get("vmstat") if isinstance(counters, dict) else None
+        if not isinstance(vmstat, dict):
+            continue
+        key = (mclass, benchmark, clock, side)
+        boots[key] = boots.get(key, 0) + 1
+        acc = sums.setdefault(key, {})
+        for name, value in vmstat.items():
+            acc[name] = acc.get(name, 0.0) + float(value)
+    return {key: {n: v / boots[key] for n, v in acc.items()} for key, acc in sums.items()}, boots
+
+
+def counter_rows(base: dict[str, float], head: dict[str, float]) -> list[dict[str, Any]]:
+    """Counters that moved on either side, the largest relative change first.
+
+    Not judged: no verdict, no test, no part of the false-discovery control;
+    they are there to explain a verdict. A counter that moved only in head
+    has no relative change (None) and sorts first.
+    """
+    moved = [(name, base.get(name, 0.0), head.get(name, 0.0)) for name in base.keys() | head.keys()]
+    rows = [(name, b, h, (h - b) / abs(b) * 100 if b else None) for name, b, h in moved if b or h]
+    rows.sort(key=lambda r: (-(math.inf if r[3] is None else abs(r[3])), -abs(r[2] - r[1]), r[0]))
+    return [{"counter": n, "base_per_boot": b, "head_per_boot": h, "change_pct": c} for n, b, h, c in rows]
+
+
 def comparisons(sub: Submission) -> list[dict[str, Any]]:
     out = []
+    per_boot, counter_boots = _counters_per_boot(sub)
     for comp in sub.comparisons.select_related("machine_class").prefetch_related("metrics"):
+        side = {s: (comp.machine_class_id, comp.benchmark, comp.clock, s) for s in ("base", "head")}
+        # Both sides need boots with counters, or there is nothing to set side by side.
+        both = all(counter_boots.get(key) for key in side.values())
         out.append(
             {
                 "machine_class": comp.machine_class.name,
@@ -130,6 +177,9 @@ def comparisons(sub: Submission) -> list[dict[str, Any]]:
                     }
                     for m in comp.metrics.all()
                 ],
+                # /proc/vmstat deltas per boot beside the verdicts, never judged (docs/benchmarks.md).
+                "counters": counter_rows(per_boot[side["base"]], per_boot[side["head"]]) if both else [],
+                "counter_boots": {s: counter_boots.get(key, 0) for s, key in side.items()},
             }
         )
     return out

@@ -20,6 +20,11 @@ class Migration(migrations.Migration):
             name="clock",
             field=models.CharField(default="wall", max_length=16),
         ),
+        migrations.AlterField(
+            model_name="comparison",
+            name="method",
+            field=models.CharField(max_length=500),
+        ),
         migrations.AddField(
             model_name="comparison",
             name="clock",

@@ -26,6 +26,11 @@ class BootRecord(models.Model):
     boot = models.PositiveIntegerField()
     environment = models.JSONField(default=dict)
     raw_output = models.TextField(blank=True, default="")
+    # The kernel's own counters across the benchmark's commands, by source:
+    # {"vmstat": {"pgfault": 1234, "nr_free_pages": -56}} (summed deltas).
+    # Secondary data, shown beside the verdicts and never judged; {} from
+    # runners older than counters and kernels without /proc/vmstat.
+    counters = models.JSONField(default=dict)
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -57,7 +62,8 @@ class Comparison(models.Model):
     benchmark = models.CharField(max_length=64)
     # The clock every compared sample was timed with (one comparison, one clock).
     clock = models.CharField(max_length=16, choices=Clock.choices, default=Clock.WALL)
-    method = models.CharField(max_length=200)
+    # Test, alpha spending and what history lent it (noise, between-build): it grows with each.
+    method = models.CharField(max_length=500)
     alpha = models.FloatField()
     # Sequential design: which look this is, of how many; interim comparisons
     # are replaced when the boots kperf added come in.
