@@ -12,6 +12,7 @@ built once.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
@@ -254,14 +255,21 @@ def judge_fixture(d: dict[str, Any], fixture: str) -> dict[str, dict[str, Any]]:
 
 
 def test_the_instruction_clock_finds_one_to_three_percent_and_flags_no_unrelated_change(
-    stack: RunningStack, kernel_tree: Path
+    stack: RunningStack, kernel_tree: Path, x86_64_kernel: Any
 ) -> None:
     """kernel-builds/fixtures/{brk-slower,fork-vma-slower,unrelated-mincore}.patch:
     a few dozen instructions more per brk() call or per copied VMA are
     regressions of 1-2% on the metrics that run those paths; extra work in a
     system call no benchmark makes moves nothing; and the same submission
     made twice gets the same verdicts."""
-    brk = judge_fixture(submit(stack, kernel_tree, "brk-slower", ["aim9"]), "brk-slower")
+    brk_run = submit(stack, kernel_tree, "brk-slower", ["aim9"])
+    brk = judge_fixture(brk_run, "brk-slower")
+    # Builds are reproducible: the service's base image, built in its own
+    # directory at its own time, is byte for byte the test cache's build of
+    # the same source and config (kernel-builds/kperf_kbuild/testing.py).
+    base = next(b for b in brk_run["builds"] if b["side"] == "base")
+    cached = hashlib.sha256(Path(x86_64_kernel.artifacts["kernel"]).read_bytes()).hexdigest()
+    assert base["artifacts"]["kernel"]["sha256"] == cached
     assert {brk["brk_test"]["verdict"], brk["page_test"]["verdict"]} == {"regression"}
     fork = submit(stack, kernel_tree, "fork-vma-slower", ["spawn"])
     first = judge_fixture(fork, "fork-vma-slower")
