@@ -222,9 +222,10 @@ def cmd_noise(args: argparse.Namespace) -> int:
         return 0
     print(f"{args.machine_class}, {clock} clock")
     design = f"{args.boots}x{args.iterations}"
+    # The three noise components (docs/statistics.md): between builds, between boots, within a boot.
     print(
-        f"{'metric':<28} {'kernels':>7} {'boots':>6} {'between':>8} {'within':>8}  {'detectable at ' + design:<20}"
-        "  drift/commit  window"
+        f"{'metric':<28} {'kernels':>7} {'boots':>6} {'build':>8} {'boot':>8} {'iter':>8}"
+        f"  {'detectable at ' + design:<20}  drift/commit  window"
     )
     for m in d["metrics"]:
         unit = "%" if m["log_scale"] else ""
@@ -234,9 +235,12 @@ def cmd_noise(args: argparse.Namespace) -> int:
         drift = "-" if m.get("drift_rate") is None else f"{m['drift_rate'] ** 0.5:.3f}"
         window = "-" if m.get("change_point_window") is None else str(m["change_point_window"])
         detectable = f"{m['min_detectable_pct']:.2f}%"
+        build_sd = m.get("between_build_sd")
+        build = "-" if build_sd is None else f"{build_sd * scale:.3f}{unit}"
+        boot, within = m["between_boot_sd"] * scale, m["within_boot_sd"] * scale
         print(
-            f"{m['metric']:<28} {m['kernels']:>7} {m['boots']:>6} {m['between_boot_sd'] * scale:>7.2f}{unit:1}"
-            f"{m['within_boot_sd'] * scale:>8.2f}{unit:1}  {detectable:<20}  {drift:>12}  {window:>6}"
+            f"{m['metric']:<28} {m['kernels']:>7} {m['boots']:>6} {build:>8} {boot:>7.3f}{unit:1}"
+            f"{within:>7.3f}{unit:1}  {detectable:<20}  {drift:>12}  {window:>6}"
         )
     return 0
 

@@ -148,6 +148,10 @@ KPERF_BOOT_BUDGET_FACTOR = env_int("KPERF_BOOT_BUDGET_FACTOR", 2, minimum=1)
 # Moderate each comparison's boot variance towards the noise learned from
 # earlier runs on the same machine class (docs/statistics.md, "Learned noise").
 KPERF_LEARNED_NOISE = env_bool("KPERF_LEARNED_NOISE", True)
+# Under the instruction clock, add the between-build component learned from
+# tracked branches' histories to every comparison (docs/statistics.md, "The
+# between-build component").
+KPERF_LEARNED_BUILD_NOISE = env_bool("KPERF_LEARNED_BUILD_NOISE", True)
 # Tracked branches: choose the change-point scan window (and its threshold)
 # from how fast each metric's level wanders on the machine class (docs/statistics.md).
 KPERF_LEARNED_DRIFT = env_bool("KPERF_LEARNED_DRIFT", True)

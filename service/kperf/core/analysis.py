@@ -16,6 +16,7 @@ from kperf import stats
 from kperf.core import alerts, benchmarks, presenters
 from kperf.core.models import Clock, Comparison, Job, MachineClass, MetricComparison, MetricDef, Sample, Submission
 from kperf.stats import noise, sequential, summary
+from kperf.stats.builds import BuildNoise
 from kperf.stats.changepoints import DriftEstimate
 
 log = logging.getLogger("kperf.analysis")
@@ -80,6 +81,7 @@ def analyse_submission(sub_id: int) -> None:
         more_boots = False
         for (mclass_id, bench, clock), metrics in load_boots(sub).items():
             priors = learned_priors(sub, mclass_id, bench, clock, metrics)
+            builds = learned_build_priors(mclass_id, bench, clock)
             inputs = {
                 name: stats.MetricInput(
                     base=sides["base"],
@@ -87,6 +89,7 @@ def analyse_submission(sub_id: int) -> None:
                     higher_is_better=defs[name].higher_is_better,
                     min_effect_pct=benchmarks.min_effect_pct(name, clock, sub.min_effect_pct),
                     noise=priors.get(name),
+                    build_noise=builds.get(name),
                 )
                 for name, sides in metrics.items()
             }
@@ -99,7 +102,12 @@ def analyse_submission(sub_id: int) -> None:
                 benchmark=bench,
                 clock=clock,
                 method=f"{stats.abtest.METHOD}; {plan.spending} alpha spending"
-                + (f"; noise learned from history for {len(priors)} of {len(inputs)} metrics" if priors else ""),
+                + (f"; noise learned from history for {len(priors)} of {len(inputs)} metrics" if priors else "")
+                + (
+                    f"; between-build noise learned for {sum(n in builds for n in inputs)} of {len(inputs)} metrics"
+                    if any(n in builds for n in inputs)
+                    else ""
+                ),
                 alpha=plan.alpha,
                 look=look.look,
                 looks=len(plan.looks),
@@ -307,6 +315,23 @@ def learned_priors(
     return out
 
 
+def learned_build_priors(mclass_id: int, bench: str, clock: str) -> dict[str, stats.NoisePrior]:
+    """Per metric, the between-build component learned from tracked branches'
+    histories on this machine class, where it is worth having: under the
+    instruction clock, whose boots agree so well that builds are the noise
+    (kperf.stats.builds; the wall clock's boots hide it)."""
+    from kperf.core import tracking  # tracking needs the models' full import; analysis is imported early
+
+    if not settings.KPERF_LEARNED_BUILD_NOISE or clock != Clock.INSTRUCTIONS:
+        return {}
+    out: dict[str, stats.NoisePrior] = {}
+    for metric, estimate in tracking.learned_build_noise(mclass_id, bench, clock).items():
+        prior = estimate.prior()
+        if prior is not None:
+            out[metric] = prior
+    return out
+
+
 def noise_clock(machine_class: str, clock: str | None) -> str:
     """The clock a noise report is for: the one asked, else the machine class's."""
     if clock is not None:
@@ -326,9 +351,11 @@ def noise_report(machine_class: str, boots: int, iterations: int, clock: str) ->
     # How fast each metric's level wanders along tracked branches (what picks
     # the change-point window); only metrics some branch has measured have one.
     drift: dict[str, DriftEstimate] = {}
+    builds: dict[str, BuildNoise] = {}
     branch_jobs = jobs.filter(branch_commit__isnull=False)
     for mclass_id, bench in branch_jobs.values_list("machine_class_id", "benchmark").distinct():
         drift.update(tracking.learned_drift(mclass_id, bench, clock))
+        builds.update(tracking.learned_build_noise(mclass_id, bench, clock))
     out = []
     for metric, runs in sorted(history_runs(jobs).items()):
         if sum(len(r) for r in runs) < 3:
@@ -343,6 +370,11 @@ def noise_report(machine_class: str, boots: int, iterations: int, clock: str) ->
                 "clock": clock,
                 "kernels": len(runs),
                 "boots": sum(len(r) for r in runs),
+                # Between builds of code that should behave alike (tracked
+                # branches' commits with no change point between them); None
+                # where no branch has two such commits.
+                "between_build_sd": builds[metric].sd if metric in builds and builds[metric].builds else None,
+                "between_build_builds": builds[metric].builds if metric in builds else 0,
                 "between_boot_sd": model.between_sd,
                 "within_boot_sd": model.within_sd,
                 "log_scale": model.log_scale,

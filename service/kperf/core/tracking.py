@@ -37,6 +37,7 @@ from kperf.core.models import (
     Tree,
 )
 from kperf.core.workflow import SubmissionError, SubmissionRequest, validate, validate_min_effect
+from kperf.stats.builds import BuildNoise, between_build_noise
 from kperf.stats.changepoints import DriftEstimate, estimate_drift, series_change_points, series_summaries
 from kperf_kbuild.driver import config_digest
 
@@ -379,16 +380,16 @@ def series(branch: TrackedBranch, mclass_id: int, bench: str, clock: str) -> tup
     return commits, dict(out)
 
 
-def learned_drift(
+def history_segments(
     mclass_id: int, bench: str, clock: str, known: dict[int, tuple[list[BranchCommit], Series]] | None = None
-) -> dict[str, DriftEstimate]:
-    """Per metric, how fast its level wanders on this machine class: learned
-    from every tracked branch's series of this benchmark, cut at the change
-    points stored for it, so a change already found is not taken for wander.
+) -> dict[str, list[list[list[list[float]]]]]:
+    """Per metric, every tracked branch's series of this benchmark on this
+    machine class and clock, cut at the change points stored for it: runs of
+    consecutive measured commits that share one level, each commit its boots.
 
     `known` holds series already read (branch id -> series()), to read each once.
     """
-    segments: dict[str, list[list[float]]] = defaultdict(list)
+    segments: dict[str, list[list[list[list[float]]]]] = defaultdict(list)
     branches = TrackedBranch.objects.filter(
         commits__jobs__machine_class_id=mclass_id, commits__jobs__benchmark=bench, commits__jobs__clock=clock
     )
@@ -400,15 +401,38 @@ def learned_drift(
         ).values_list("metric", "commit_id"):
             cuts[metric].add(commit_id)
         for metric, points in metrics.items():
-            summaries, _ = series_summaries(points)
-            seg: list[float] = []
-            for commit, value in zip(commits, summaries, strict=True):
+            seg: list[list[list[float]]] = []
+            for commit, boots in zip(commits, points, strict=True):
                 if commit.pk in cuts[metric] and seg:
                     segments[metric].append(seg)
                     seg = []
-                seg.append(value)
+                seg.append(boots)
             segments[metric].append(seg)
-    return {metric: estimate_drift(segs) for metric, segs in segments.items()}
+    return segments
+
+
+def learned_drift(
+    mclass_id: int, bench: str, clock: str, known: dict[int, tuple[list[BranchCommit], Series]] | None = None
+) -> dict[str, DriftEstimate]:
+    """Per metric, how fast its level wanders on this machine class: learned
+    from every tracked branch's series of this benchmark, cut at the change
+    points stored for it, so a change already found is not taken for wander."""
+    out: dict[str, DriftEstimate] = {}
+    for metric, segments in history_segments(mclass_id, bench, clock, known).items():
+        out[metric] = estimate_drift([series_summaries(seg)[0] for seg in segments])
+    return out
+
+
+def learned_build_noise(mclass_id: int, bench: str, clock: str) -> dict[str, BuildNoise]:
+    """Per metric, the between-build component on this machine class and
+    clock: how far one build's level lies from its neighbours' where no
+    change point separates them (kperf.stats.builds), from every tracked
+    branch's history. Commits that measured nothing are left out."""
+    out: dict[str, BuildNoise] = {}
+    for metric, segments in history_segments(mclass_id, bench, clock).items():
+        groups = [[boots for boots in seg if boots] for seg in segments]
+        out[metric] = between_build_noise([g for g in groups if g])
+    return out
 
 
 def analyse_series(branch: TrackedBranch, mclass_id: int, bench: str, clock: str) -> list[ChangePoint]:

@@ -4,6 +4,26 @@ The service loads series through the ORM and hands plain lists to these
 functions; everything here is tested without a database.
 """
 
-from kperf.stats.abtest import MetricInput, MetricResult, NoisePrior, Verdict, compare_metrics, compare_one
+from kperf.stats.abtest import (
+    CLOCKS,
+    DEFAULT_MIN_EFFECT_PCT,
+    MetricInput,
+    MetricResult,
+    NoisePrior,
+    Verdict,
+    compare_metrics,
+    compare_one,
+    min_effect_for_clock,
+)
 
-__all__ = ["MetricInput", "MetricResult", "NoisePrior", "Verdict", "compare_metrics", "compare_one"]
+__all__ = [
+    "CLOCKS",
+    "DEFAULT_MIN_EFFECT_PCT",
+    "MetricInput",
+    "MetricResult",
+    "NoisePrior",
+    "Verdict",
+    "compare_metrics",
+    "compare_one",
+    "min_effect_for_clock",
+]

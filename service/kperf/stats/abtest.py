@@ -35,11 +35,27 @@ and machine classes of a service, it stays at or under alpha/2 (0.87% on
 Gaussian boots; bench/detectors.py, docs/statistics.md). More history narrows
 the spread, not the average.
 
-Verdicts (signed change: negative is worse, like mmtests):
+Base and head are each one build. A build has a level of its own: an
+unrelated code change moves functions and data, and with them cache and TLB
+behaviour, so two builds of what is meant to be the same kernel differ by
+more than two boots of one build do. Under the instruction clock two boots of
+one build agree to 0.01-0.3% or exactly, so this between-build component is
+most of the noise there (MEASUREMENT.md). MetricInput.build_noise carries it
+(learned by kperf.stats.builds); the difference of the two sides then has
+variance 2 sd_build^2 on top of the boots' standard error, with
+Welch-Satterthwaite degrees of freedom for the sum. With no boot variance at
+all the test rests on the build component alone.
+
+Verdicts (signed change: negative is worse, like mmtests; min_effect is the
+practical threshold, DEFAULT_MIN_EFFECT_PCT per clock):
 - regression:   q < alpha and change <= -min_effect
 - improvement:  q < alpha and change >= +min_effect
 - no-change:    the whole confidence interval lies inside (-min_effect, +min_effect)
-- inconclusive: anything else, including fewer than two boots on a side.
+- inconclusive: anything else, including fewer than two boots on a side
+                without learned boot noise.
+A significant change smaller than min_effect is never a regression or an
+improvement: MetricResult.significant says it was significant and the note
+gives its size against the threshold.
 """
 
 from __future__ import annotations
@@ -61,6 +77,28 @@ PRIOR_REJECT_P = 0.01
 # boot (two daemons in one boot, a throttled run) and is set aside; the sd is the 95% upper confidence
 # bound of the prior's, so a prior that came out low by chance does not make clean boots look broken.
 BOOT_OUTLIER_SDS = 4.0
+# A between-build prior given without degrees of freedom is treated as worth one: the least an
+# estimate from two builds has, so a guessed sd widens the interval instead of being taken as exact.
+BUILD_DOF_FLOOR = 1.0
+# A boot-noise prior worth less than one degree of freedom says nothing usable: it is ignored.
+MIN_PRIOR_DOF = 1.0
+DOF_CAP = 1e6  # an "exactly known" variance (dof inf) is a z-test; keep the number finite for storage
+
+# Practical thresholds (percent) per clock: a significant change smaller than this is reported but is
+# never a regression or an improvement. Measured in bench/ab_clocks.py (docs/statistics.md, "The
+# practical threshold"). Instructions: above the largest difference two builds of unrelated changes
+# show when no between-build history is known yet, below the smallest hot-path changes measured.
+# Wall: at 12-43% between-boot noise it never binds; it is the floor for quieter machines.
+CLOCKS = ("instructions", "wall")
+DEFAULT_MIN_EFFECT_PCT: dict[str, float] = {"instructions": 0.5, "wall": 3.0}
+
+
+def min_effect_for_clock(clock: str) -> float:
+    """The default practical threshold (percent) for metrics measured on `clock`."""
+    try:
+        return DEFAULT_MIN_EFFECT_PCT[clock]
+    except KeyError:
+        raise ValueError(f"unknown clock {clock!r}: use one of {', '.join(CLOCKS)}") from None
 
 
 class Verdict(enum.StrEnum):
@@ -92,8 +130,11 @@ class MetricInput:
     base: Boots  # one inner sequence of iteration values per boot
     head: Boots
     higher_is_better: bool
-    min_effect_pct: float = 3.0
-    noise: NoisePrior | None = None
+    min_effect_pct: float = DEFAULT_MIN_EFFECT_PCT["wall"]
+    noise: NoisePrior | None = None  # one boot summary's noise, learned (kperf.stats.noise)
+    # sd of one build's level around its source's, on the compared scale, and its dof
+    # (kperf.stats.builds); base and head are one build each, so it counts twice.
+    build_noise: NoisePrior | None = None
 
 
 @dataclass
@@ -113,6 +154,9 @@ class MetricResult:
     min_effect_pct: float
     note: str = ""
     extra: dict[str, float] = field(default_factory=dict)
+    # q < alpha, whatever the size: a significant change below min_effect_pct is shown as a
+    # change (and in the note) but its verdict is no-change or inconclusive.
+    significant: bool = False
 
 
 def normalise_boots(values: Sequence[float] | Boots) -> list[list[float]]:
@@ -141,11 +185,33 @@ def _signed_change(ratio: float, higher_is_better: bool) -> float:
     return (ratio - 1.0) * 100.0 if higher_is_better else (1.0 - ratio) * 100.0
 
 
+def trimmed_mean(x: np.ndarray, proportion: float = BOOT_TRIM) -> float:
+    """scipy.stats.trim_mean for one short vector: int(proportion * n) cut from each end.
+
+    The same cut as scipy's, without its per-call argument handling, which costs
+    milliseconds: a comparison or a branch history summarises thousands of boots.
+    """
+    n = x.size
+    cut = int(proportion * n)
+    if cut == 0:
+        return float(np.mean(x))
+    return float(np.mean(np.sort(x)[cut : n - cut]))
+
+
+def sum_sq_dev(x: np.ndarray) -> float:
+    """Sum of squared deviations from the mean, exactly 0 when every value is equal.
+
+    The mean of three equal logs can differ from them in the last bit, and a variance of 1e-30
+    would read as "boots noisier than a history of identical boots" under the instruction clock.
+    """
+    if x.size < 2 or float(np.ptp(x)) == 0.0:
+        return 0.0
+    return float(np.sum((x - x.mean()) ** 2))
+
+
 def boot_summaries(boots: list[list[float]], log_scale: bool) -> np.ndarray:
     """One number per boot: the trimmed mean of its iterations (of their logs on the log scale)."""
-    return np.array(
-        [float(sps.trim_mean(np.log(b) if log_scale else np.asarray(b), BOOT_TRIM)) for b in boots], dtype=float
-    )
+    return np.array([trimmed_mean(np.log(b) if log_scale else np.asarray(b, dtype=float)) for b in boots], dtype=float)
 
 
 def _keep_boots(x: np.ndarray, prior: NoisePrior | None) -> np.ndarray:
@@ -159,7 +225,7 @@ def _keep_boots(x: np.ndarray, prior: NoisePrior | None) -> np.ndarray:
     most a minority of a side's boots (never below 2 kept) is set aside.
     """
     keep = np.ones(len(x), dtype=bool)
-    if prior is None or prior.sd <= 0.0 or prior.dof <= 0.0 or len(x) < 3:
+    if prior is None or prior.sd <= 0.0 or not prior.dof >= MIN_PRIOR_DOF or len(x) < 3:
         return keep
     d0 = min(prior.dof, PRIOR_DOF_CAP)
     upper = prior.sd * math.sqrt(d0 / float(sps.chi2.ppf(0.05, d0)))
@@ -172,14 +238,18 @@ def _keep_boots(x: np.ndarray, prior: NoisePrior | None) -> np.ndarray:
 
 
 def _moderated_var(x: np.ndarray, prior: NoisePrior | None) -> tuple[float, float, bool]:
-    """(variance of one boot summary, its degrees of freedom, prior used?)."""
+    """(variance of one boot summary, its degrees of freedom, prior used?).
+
+    A prior of sd 0 is what history says under the instruction clock (boots of one build agree
+    exactly); it is used while the boots at hand agree too, and dropped as soon as they do not.
+    """
     n = len(x)
-    s2 = float(np.var(x, ddof=1)) if n > 1 else 0.0
-    if prior is None or prior.sd <= 0.0 or prior.dof <= 0.0:
+    s2 = sum_sq_dev(x) / (n - 1) if n > 1 else 0.0
+    if prior is None or not prior.sd >= 0.0 or not math.isfinite(prior.sd) or not prior.dof >= MIN_PRIOR_DOF:
         return s2, float(n - 1), False
     d0 = min(prior.dof, PRIOR_DOF_CAP)
     s02 = prior.sd**2
-    if n > 1 and float(sps.f.sf(s2 / s02, n - 1, d0)) < PRIOR_REJECT_P:
+    if n > 1 and s2 > 0.0 and (s02 == 0.0 or float(sps.f.sf(s2 / s02, n - 1, d0)) < PRIOR_REJECT_P):
         return s2, float(n - 1), False
     return (d0 * s02 + (n - 1) * s2) / (d0 + n - 1), d0 + n - 1, True
 
@@ -195,6 +265,7 @@ class BootTest:
     base_level: float  # mean of base boot summaries (linear scale) for percent conversion
     prior_used: bool
     set_aside: tuple[int, int] = (0, 0)  # boots of (base, head) set aside as broken (only with a prior)
+    build_var: float = 0.0  # the part of se^2 that is 2 sd_build^2
 
     @property
     def t(self) -> float:
@@ -205,14 +276,37 @@ class BootTest:
             return 1.0 if self.diff == 0.0 else 0.0
         return float(2.0 * sps.t.sf(abs(self.t), self.dof))
 
-    def to_pct(self, d: float, higher_is_better: bool) -> float:
-        ratio = math.exp(d) if self.log_scale else (self.base_level + d) / self.base_level
-        return _signed_change(ratio, higher_is_better)
+    def to_pct(self, d: float, higher_is_better: bool) -> float | None:
+        """A difference on the compared scale as a signed percent; None when base is 0 on a linear scale."""
+        if self.log_scale:
+            # An interval from a test with almost no degrees of freedom can reach past exp's range.
+            return _signed_change(math.exp(d) if d < 700.0 else math.inf, higher_is_better)
+        if self.base_level == 0.0:
+            return None
+        return _signed_change((self.base_level + d) / self.base_level, higher_is_better)
 
 
-def boot_test(base: list[list[float]], head: list[list[float]], prior: NoisePrior | None = None) -> BootTest | None:
-    """Welch's t on trimmed boot summaries, moderated by a noise prior; None below 2 boots a side."""
-    if len(base) < 2 or len(head) < 2:
+def _build_term(build: NoisePrior | None) -> tuple[float, float]:
+    """(2 sd_build^2, its degrees of freedom); (0, inf) without a between-build component."""
+    if build is None or not build.sd > 0.0 or not math.isfinite(build.sd):
+        return 0.0, math.inf
+    dof = build.dof if build.dof >= BUILD_DOF_FLOOR else BUILD_DOF_FLOOR  # also catches nan
+    return 2.0 * build.sd**2, dof
+
+
+def boot_test(
+    base: list[list[float]],
+    head: list[list[float]],
+    prior: NoisePrior | None = None,
+    build: NoisePrior | None = None,
+) -> BootTest | None:
+    """Welch's t on trimmed boot summaries, moderated by a noise prior, plus the between-build component.
+
+    None below 2 boots a side, unless the boot noise is known (a prior): then one boot is a sample
+    of known variance. Under the instruction clock one boot per side is a sensible design.
+    """
+    known = prior is not None and prior.dof >= MIN_PRIOR_DOF and prior.sd >= 0.0 and math.isfinite(prior.sd)
+    if not base or not head or (not known and (len(base) < 2 or len(head) < 2)):
         return None
     log_scale = all(v > 0 for b in (*base, *head) for v in b)
     xb, xh = boot_summaries(base, log_scale), boot_summaries(head, log_scale)
@@ -222,20 +316,31 @@ def boot_test(base: list[list[float]], head: list[list[float]], prior: NoisePrio
     var_b, dof_b, used_b = _moderated_var(xb, prior)
     var_h, dof_h, used_h = _moderated_var(xh, prior)
     vb, vh = var_b / len(xb), var_h / len(xh)
-    se = math.sqrt(vb + vh)
-    denom = (vb**2 / dof_b if vb else 0.0) + (vh**2 / dof_h if vh else 0.0)
-    dof = (vb + vh) ** 2 / denom if denom > 0 else dof_b + dof_h
+    vbuild, dof_build = _build_term(build)
+    se = math.sqrt(vb + vh + vbuild)
+    # Welch-Satterthwaite over the three independent variance estimates; a term with no
+    # variance carries no uncertainty, and a known one (dof inf) none either.
+    denom = sum(v * v / d for v, d in ((vb, dof_b), (vh, dof_h), (vbuild, dof_build)) if v > 0.0 and d > 0.0)
+    dof = DOF_CAP if vbuild > 0.0 else max(dof_b + dof_h, 1.0)
+    if denom > 0.0:
+        dof = (vb + vh + vbuild) ** 2 / denom
     level = float(np.mean(xb)) if not log_scale else float(np.exp(np.mean(xb)))
-    return BootTest(float(np.mean(xh) - np.mean(xb)), se, dof, log_scale, level, used_b and used_h, aside)
+    return BootTest(
+        float(np.mean(xh) - np.mean(xb)),
+        se,
+        min(dof, DOF_CAP),
+        log_scale,
+        level,
+        used_b and used_h,
+        aside,
+        vbuild,
+    )
 
 
 def compare_one(inp: MetricInput, alpha: float = 0.05) -> MetricResult:
-    """Compare one metric; the q-value is filled in by compare_metrics."""
+    """Compare one metric; the q-value and the verdict are filled in by compare_metrics."""
     base = normalise_boots(inp.base)
     head = normalise_boots(inp.head)
-    log_all = all(v > 0 for b in (*base, *head) for v in b)
-    base_means = boot_summaries(base, log_all)
-    head_means = boot_summaries(head, log_all)
     result = MetricResult(
         verdict=Verdict.INCONCLUSIVE,
         change_pct=None,
@@ -254,14 +359,21 @@ def compare_one(inp: MetricInput, alpha: float = 0.05) -> MetricResult:
     if not base or not head:
         result.note = "no samples on one side"
         return result
-
+    log_all = all(v > 0 for b in (*base, *head) for v in b)
+    base_means = boot_summaries(base, log_all)
+    head_means = boot_summaries(head, log_all)
     diff = float(np.mean(head_means) - np.mean(base_means))
     level = float(np.exp(np.mean(base_means))) if log_all else float(np.mean(base_means))
+    notes = []
     if log_all:
         result.change_pct = _signed_change(math.exp(diff), inp.higher_is_better)
     elif level != 0.0:
         result.change_pct = _signed_change((level + diff) / level, inp.higher_is_better)
-    test = boot_test(base, head, inp.noise)
+    elif diff == 0.0:
+        result.change_pct = 0.0  # both sides at 0: nothing changed
+    else:
+        notes.append("base mean is 0: the change has no percentage")
+    test = boot_test(base, head, inp.noise, inp.build_noise)
     if test is None:
         result.note = "needs at least 2 boots per side to estimate between-boot noise"
         return result
@@ -271,18 +383,22 @@ def compare_one(inp: MetricInput, alpha: float = 0.05) -> MetricResult:
         diff = test.diff
         result.change_pct = test.to_pct(diff, inp.higher_is_better)
     if test.se == 0.0:
-        # Identical boots on both sides: nothing varies, so any difference is exact.
+        # Identical boots within each side and no between-build component: nothing varies, so the
+        # difference is exact (the instruction clock gives this when no build history is known).
         result.ci_low_pct = result.ci_high_pct = result.change_pct
-    elif test.log_scale or test.base_level != 0.0:
+        if diff != 0.0 and result.change_pct is not None:
+            notes.append("boots identical within each side: the difference is exact")
+    else:
         half = float(sps.t.ppf(1.0 - alpha / 2.0, test.dof)) * test.se
-        lo, hi = sorted(
-            (test.to_pct(diff - half, inp.higher_is_better), test.to_pct(diff + half, inp.higher_is_better))
-        )
-        result.ci_low_pct, result.ci_high_pct = lo, hi
+        lo, hi = test.to_pct(diff - half, inp.higher_is_better), test.to_pct(diff + half, inp.higher_is_better)
+        if lo is not None and hi is not None:
+            result.ci_low_pct, result.ci_high_pct = sorted((lo, hi))
     result.extra["dof"] = test.dof
     result.extra["log_scale"] = 1.0 if test.log_scale else 0.0
     result.extra["noise_prior"] = 1.0 if test.prior_used else 0.0
-    notes = []
+    if test.build_var > 0.0:
+        result.extra["build_sd"] = math.sqrt(test.build_var / 2.0)
+        result.extra["build_share"] = test.build_var / test.se**2
     if any(test.set_aside):
         result.extra["boots_set_aside"] = float(sum(test.set_aside))
         notes.append(
@@ -308,16 +424,35 @@ def benjamini_hochberg(p_values: Sequence[float]) -> list[float]:
     return [float(x) for x in q]
 
 
-def _verdict(r: MetricResult, alpha: float) -> Verdict:
+# Relative slack when comparing a change with the threshold: a deterministic -1% read back through
+# exp(log(99) - log(100)) may come out a few ulps short of -1.
+_THRESHOLD_SLACK = 1e-9
+
+
+def decide(r: MetricResult, alpha: float) -> None:
+    """Set r.significant and r.verdict from q, the change and its interval; note a change below the threshold.
+
+    A significant change whose size is below the practical threshold (r.min_effect_pct) is a
+    change worth showing, never a regression or an improvement: kperf calls those only when
+    they matter in practice.
+    """
+    m = r.min_effect_pct
+    r.significant = r.q_value is not None and r.change_pct is not None and r.q_value < alpha
     if r.q_value is None or r.change_pct is None or r.ci_low_pct is None or r.ci_high_pct is None:
-        return Verdict.INCONCLUSIVE
-    if r.q_value < alpha and r.change_pct <= -r.min_effect_pct:
-        return Verdict.REGRESSION
-    if r.q_value < alpha and r.change_pct >= r.min_effect_pct:
-        return Verdict.IMPROVEMENT
-    if -r.min_effect_pct < r.ci_low_pct and r.ci_high_pct < r.min_effect_pct:
-        return Verdict.NO_CHANGE
-    return Verdict.INCONCLUSIVE
+        r.verdict = Verdict.INCONCLUSIVE
+        return
+    c, lo, hi = r.change_pct, r.ci_low_pct, r.ci_high_pct
+    large = abs(c) >= m * (1.0 - _THRESHOLD_SLACK) and c != 0.0
+    if r.significant and large:
+        r.verdict = Verdict.REGRESSION if c < 0 else Verdict.IMPROVEMENT
+        return
+    if r.significant:
+        below = f"significant {c:+.2f}% change, below the {m:g}% practical threshold"
+        if below not in r.note:  # deciding again (a later look) does not repeat it
+            r.note = f"{below}; {r.note}" if r.note else below
+    # lo == hi == 0: both sides identical and nothing varies, a no-change even with no threshold.
+    inside = -m < lo and hi < m
+    r.verdict = Verdict.NO_CHANGE if inside or lo == hi == 0.0 else Verdict.INCONCLUSIVE
 
 
 def compare_metrics(metrics: Mapping[str, MetricInput], alpha: float = 0.05) -> dict[str, MetricResult]:
@@ -327,5 +462,5 @@ def compare_metrics(metrics: Mapping[str, MetricInput], alpha: float = 0.05) -> 
     for name, q in zip(tested, benjamini_hochberg([results[n].p_value for n in tested]), strict=True):  # type: ignore[misc]
         results[name].q_value = q
     for r in results.values():
-        r.verdict = _verdict(r, alpha)
+        decide(r, alpha)
     return results

@@ -11,8 +11,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from kperf.stats.abtest import MetricInput, MetricResult, NoisePrior, compare_metrics
-from kperf.stats.changepoints import drift_window, series_change_points
+from kperf.stats.abtest import CLOCKS, MetricInput, MetricResult, NoisePrior, compare_metrics, min_effect_for_clock
+from kperf.stats.changepoints import DEFAULT_THRESHOLD, drift_window, series_change_points
 from kperf.stats.summary import summary_rows
 
 
@@ -49,15 +49,42 @@ def _number(name: str, spec: Mapping[str, Any], key: str, default: float) -> flo
     return float(value)
 
 
+def _prior(name: str, spec: Mapping[str, Any], key: str) -> NoisePrior | None:
+    """An optional {"sd": ..., "dof": ...} object: sd >= 0 on the compared scale, dof > 0."""
+    if spec.get(key) is None:
+        return None
+    n = spec[key]
+    if not isinstance(n, dict):
+        raise FormatError(f"metric {name!r}: {key!r} must be an object {{'sd': ..., 'dof': ...}}")
+    sd, dof = n.get("sd"), n.get("dof")
+    if not isinstance(sd, (int, float)) or isinstance(sd, bool) or not 0.0 <= sd < math.inf:
+        raise FormatError(f"metric {name!r}: {key}.sd must be a number >= 0 (log scale for positive values)")
+    if not isinstance(dof, (int, float)) or isinstance(dof, bool) or not dof > 0.0:
+        raise FormatError(f"metric {name!r}: {key}.dof must be a number > 0 (the degrees of freedom of sd)")
+    return NoisePrior(float(sd), float(dof))
+
+
+def _clock(name: str, spec: Mapping[str, Any], default: str | None) -> str | None:
+    clock = spec.get("clock", default)
+    if clock is not None and clock not in CLOCKS:
+        raise FormatError(f"metric {name!r}: 'clock' must be one of {', '.join(CLOCKS)}")
+    return clock if isinstance(clock, str) else None
+
+
 def parse_compare(doc: Any) -> tuple[dict[str, MetricInput], float]:
     """MetricInputs and alpha from a compare document.
 
     Per metric: higher_is_better (required), base, head, and optionally
-    min_effect_pct and noise {"sd": ..., "dof": ...}. Top level: optional alpha.
+    min_effect_pct, clock ("instructions" or "wall": picks the default
+    min_effect_pct), noise {"sd": ..., "dof": ...} (one boot summary's noise)
+    and build_noise {"sd": ..., "dof": ...} (the between-build component).
+    Top level: optional alpha and clock.
     """
-    alpha = _number("(top level)", doc if isinstance(doc, dict) else {}, "alpha", 0.05)
+    top = doc if isinstance(doc, dict) else {}
+    alpha = _number("(top level)", top, "alpha", 0.05)
     if not 0.0 < alpha < 1.0:
         raise FormatError("alpha must be between 0 and 1")
+    top_clock = _clock("(top level)", top, None)
     inputs: dict[str, MetricInput] = {}
     for name, spec in _metrics(doc).items():
         if not isinstance(spec, dict):
@@ -65,18 +92,17 @@ def parse_compare(doc: Any) -> tuple[dict[str, MetricInput], float]:
         hib = spec.get("higher_is_better")
         if not isinstance(hib, bool):
             raise FormatError(f"metric {name!r}: 'higher_is_better' must be true or false")
-        noise = None
-        if spec.get("noise") is not None:
-            n = spec["noise"]
-            if not isinstance(n, dict):
-                raise FormatError(f"metric {name!r}: 'noise' must be an object {{'sd': ..., 'dof': ...}}")
-            noise = NoisePrior(_number(name, n, "sd", 0.0), _number(name, n, "dof", 0.0))
+        clock = _clock(name, spec, top_clock)
+        floor = _number(name, spec, "min_effect_pct", min_effect_for_clock(clock or "wall"))
+        if floor < 0.0:
+            raise FormatError(f"metric {name!r}: 'min_effect_pct' must be >= 0")
         inputs[name] = MetricInput(
             base=_boots(name, "base", spec.get("base")),
             head=_boots(name, "head", spec.get("head")),
             higher_is_better=hib,
-            min_effect_pct=_number(name, spec, "min_effect_pct", 3.0),
-            noise=noise,
+            min_effect_pct=floor,
+            noise=_prior(name, spec, "noise"),
+            build_noise=_prior(name, spec, "build_noise"),
         )
     return inputs, alpha
 
@@ -100,6 +126,12 @@ def result_json(inp: MetricInput, r: MetricResult) -> dict[str, Any]:
         "base_samples": r.base_samples,
         "head_samples": r.head_samples,
         "min_effect_pct": r.min_effect_pct,
+        "significant": r.significant,
+        "build_noise": (
+            {"sd": inp.build_noise.sd, "dof": inp.build_noise.dof, "share": _clean(r.extra.get("build_share"))}
+            if inp.build_noise is not None
+            else None
+        ),
         "note": r.note,
         "summary": [
             {
@@ -131,7 +163,9 @@ def run_changepoints(doc: Any) -> dict[str, Any]:
     # No threshold given: the one calibrated for each metric's drift rate.
     threshold = _number("(top level)", top, "threshold", 0.0) if "threshold" in top else None
     if threshold is not None and threshold <= 0.0:
-        raise FormatError("threshold must be a positive number (|Z| at which an alarm is raised; 3.6 by default)")
+        raise FormatError(
+            f"threshold must be a positive number (|Z| at which an alarm is raised; {DEFAULT_THRESHOLD:g} by default)"
+        )
     top_drift = _number("(top level)", top, "drift", 0.0)
     out: dict[str, Any] = {"metrics": {}}
     for name, spec in _metrics(doc).items():

@@ -30,7 +30,7 @@ import numpy as np
 from scipy import optimize
 from scipy import stats as sps
 
-from kperf.stats.abtest import BOOT_TRIM, PRIOR_DOF_CAP, NoisePrior, normalise_boots
+from kperf.stats.abtest import BOOT_TRIM, PRIOR_DOF_CAP, NoisePrior, normalise_boots, sum_sq_dev, trimmed_mean
 
 OUTLIER_RUN_P = 0.001
 
@@ -45,11 +45,24 @@ class NoiseModel:
     log_scale: bool  # True: the sds are of log values (roughly coefficients of variation)
     runs: int = 0
     dropped_runs: int = 0
+    # Observed variance of one boot summary (at the history's iterations per boot), when known.
+    boot_var: float | None = None
 
     def boot_sd(self, iterations: float | None = None) -> float:
-        """sd of one boot summary with `iterations` iterations (default: as in history)."""
-        n = self.iterations if iterations is None else iterations
-        return math.sqrt(self.between_sd**2 + self.within_sd**2 / max(n, 1.0))
+        """sd of one boot summary with `iterations` iterations (default: as in history).
+
+        From the boot summaries' own spread, moved to another iteration count by the within-boot
+        part. That equals between^2 + within^2 / N except where between was clipped at 0: when
+        every boot repeats the same pattern over its iterations (a warm-up, as under the
+        instruction clock, where boots of one build are bit-identical) the iterations spread
+        without adding anything to a boot summary's noise, and the model's within^2 / N would
+        invent noise the boots do not have.
+        """
+        n = max(self.iterations if iterations is None else iterations, 1.0)
+        if self.boot_var is None:
+            return math.sqrt(self.between_sd**2 + self.within_sd**2 / n)
+        moved = self.boot_var + self.within_sd**2 * (1.0 / n - 1.0 / max(self.iterations, 1.0))
+        return math.sqrt(max(0.0, moved))
 
     def prior(self, iterations: float | None = None) -> NoisePrior:
         """The noise prior the A/B test takes (MetricInput.noise).
@@ -73,11 +86,11 @@ def _boot_stats(boots: list[list[float]], log_scale: bool) -> tuple[np.ndarray, 
     devs = np.concatenate([x - np.median(x) for x in xs if x.size > 1]) if any(x.size > 1 for x in xs) else None
     scale = 1.4826 * float(np.median(np.abs(devs))) if devs is not None and devs.size else 0.0
     for x in xs:
-        summaries.append(float(sps.trim_mean(x, BOOT_TRIM)))
+        summaries.append(trimmed_mean(x, BOOT_TRIM))
         if x.size > 1:
             med = float(np.median(x))
             w = np.clip(x, med - 3 * scale, med + 3 * scale) if scale > 0 else x
-            ss += float(np.sum((w - w.mean()) ** 2))
+            ss += sum_sq_dev(w)
             dof += x.size - 1
     return np.asarray(summaries), ss, dof
 
@@ -93,7 +106,7 @@ def variance_components(runs: Sequence[Sequence[Sequence[float]]]) -> NoiseModel
     iters = float(np.mean([len(b) for r in cleaned for b in r]))
 
     def pooled(idx: Sequence[int]) -> tuple[float, float, float, float]:
-        ssb = sum(float(np.sum((per_run[i][0] - per_run[i][0].mean()) ** 2)) for i in idx)
+        ssb = sum(sum_sq_dev(per_run[i][0]) for i in idx)
         dfb = sum(len(per_run[i][0]) - 1 for i in idx)
         ssw = sum(per_run[i][1] for i in idx)
         dfw = sum(per_run[i][2] for i in idx)
@@ -110,7 +123,7 @@ def variance_components(runs: Sequence[Sequence[Sequence[float]]]) -> NoiseModel
             if k < 2:
                 ok.append(i)
                 continue
-            v = float(np.var(per_run[i][0], ddof=1))
+            v = sum_sq_dev(per_run[i][0]) / (k - 1)
             # Drop a run only when its boots are implausibly spread for the pooled noise.
             if float(sps.chi2.sf((k - 1) * v / s2, k - 1)) >= OUTLIER_RUN_P / len(keep):
                 ok.append(i)
@@ -129,6 +142,7 @@ def variance_components(runs: Sequence[Sequence[Sequence[float]]]) -> NoiseModel
         log_scale=log_scale,
         runs=len(keep),
         dropped_runs=dropped,
+        boot_var=boot2 if dfb > 0 else None,  # one boot per run: no spread of boots seen, keep the model's
     )
 
 

@@ -1,0 +1,142 @@
+"""The between-build component, learned from tracked branches under the instruction clock.
+
+Under the instruction clock the boots of one build agree exactly; builds of
+code that runs the same paths still differ a little (layout). Comparisons
+learn that spread from history (KPERF_LEARNED_BUILD_NOISE), so a difference
+of that size is not called a regression even when the boots agree exactly.
+"""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kperf.core import tracking
+from kperf.core.analysis import analyse_submission
+from kperf.core.models import (
+    BootRecord,
+    BranchCommit,
+    Clock,
+    Job,
+    KernelBuild,
+    MetricComparison,
+    MetricDef,
+    Sample,
+    TrackedBranch,
+    Tree,
+)
+from kperf.core.workflow import advance_submission
+
+from .conftest import Api
+from .lab_fixtures import results_body, submission_ready_for_testing
+
+pytestmark = pytest.mark.django_db
+
+METRICS = ("spawn-vmas-0", "spawn-vmas-1000")
+BUILD_SD = 0.001  # 0.1% from one build to the next
+
+
+def branch_of_builds(owner: Any, mclass: Any, tmp: Path, n: int = 16, boots: int = 2) -> TrackedBranch:
+    """n commits that run the same code paths: each build's level is off by
+    BUILD_SD at random, and its boots (and iterations) agree exactly."""
+    rng = np.random.default_rng(zlib.crc32(b"builds"))
+    tree = Tree.objects.create(url=str(tmp / "builds"))
+    branch = TrackedBranch.objects.create(owner=owner, tree=tree, branch="master", benchmarks=["spawn"])
+    for i in range(n):
+        sha = f"{i + 1:040x}"
+        commit = BranchCommit.objects.create(branch=branch, sha=sha, position=i + 1, status=BranchCommit.Status.DONE)
+        build = KernelBuild.objects.create(
+            tree=tree, sha=sha, arch="x86_64", config_digest="d" * 64, status=KernelBuild.Status.DONE
+        )
+        level = 1000.0 * float(np.exp(rng.normal(0, BUILD_SD)))
+        for _ in range(boots):
+            job = Job.objects.create(
+                build=build,
+                branch_commit=commit,
+                benchmark="spawn",
+                grid="quick",
+                params={"duration": 0.2, "iterations": 3, "extra_vmas": [0, 1000]},
+                machine_class=mclass,
+                clock=mclass.clock,
+                status=Job.Status.DONE,
+            )
+            record = BootRecord.objects.create(job=job, attempt=1, boot=0)
+            Sample.objects.bulk_create(
+                [Sample(boot_record=record, metric=m, iteration=k, value=level) for m in METRICS for k in range(3)]
+            )
+    for metric in METRICS:
+        MetricDef.objects.get_or_create(
+            name=metric, defaults={"benchmark": "spawn", "unit": "forks/s", "higher_is_better": True}
+        )
+    return branch
+
+
+def finish(sub_id: int, api: Api, head_value: float) -> dict[str, MetricComparison]:
+    while (job := api.post("/runner/claim").json()["job"]) is not None:
+        value = 1000.0 if Job.objects.get(pk=job["id"]).side == "base" else head_value
+        assert api.post(f"/runner/jobs/{job['id']}/results", results_body(job, value)).status_code == 200
+    advance_submission(sub_id)
+    analyse_submission(sub_id)
+    return {m.metric: m for m in MetricComparison.objects.filter(comparison__submission_id=sub_id)}
+
+
+def test_the_between_build_spread_is_learned_from_a_branch_and_reported(
+    alice: Any, alice_api: Api, qemu_class: Any, tmp_path: Path
+) -> None:
+    assert qemu_class.clock == Clock.INSTRUCTIONS
+    branch_of_builds(alice, qemu_class, tmp_path)
+    learned = tracking.learned_build_noise(qemu_class.pk, "spawn", Clock.INSTRUCTIONS)
+    for metric in METRICS:
+        estimate = learned[metric]
+        assert estimate.builds == 16 and estimate.boot_sd == 0.0
+        assert 0.5 * BUILD_SD < estimate.sd < 2.0 * BUILD_SD, estimate
+        assert estimate.prior() is not None
+    # Nothing is learned for the wall clock from instruction-clock history.
+    assert tracking.learned_build_noise(qemu_class.pk, "spawn", Clock.WALL) == {}
+    report = alice_api.get("/noise?machine_class=qemu-x86_64&boots=4&iterations=3").json()
+    rows = {r["metric"]: r for r in report["metrics"]}
+    assert report["clock"] == "instructions"
+    for metric in METRICS:
+        assert 0.5 * BUILD_SD < rows[metric]["between_build_sd"] < 2.0 * BUILD_SD
+        assert rows[metric]["between_build_builds"] == 16
+        assert rows[metric]["between_boot_sd"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_a_difference_the_size_of_build_noise_is_not_a_regression(
+    alice: Any, qemu_class: Any, runner_api: Any, tmp_path: Path, settings: Any
+) -> None:
+    """Boots that agree exactly, heads 0.2% below base: without the learned
+    component that deterministic difference is a regression beyond a 0.1%
+    threshold; with it, 0.2% is what two builds of the same code differ by."""
+    _, api = runner_api
+    sub = submission_ready_for_testing(alice, qemu_class, tmp_path)
+    sub.min_effect_pct = 0.1
+    sub.save(update_fields=["min_effect_pct"])
+    settings.KPERF_LEARNED_BUILD_NOISE = True
+    branch_of_builds(alice, qemu_class, tmp_path)
+    with_history = finish(sub.pk, api, head_value=998.0)
+    for metric in METRICS:
+        m = with_history[metric]
+        assert m.verdict != MetricComparison.Verdict.REGRESSION, (metric, m.verdict, m.note)
+        assert m.min_effect_pct == 0.1
+        assert m.ci_low_pct is not None and m.ci_low_pct < -0.2 < m.ci_high_pct
+    assert "between-build noise learned for 2 of 2 metrics" in with_history[METRICS[0]].comparison.method
+
+
+def test_without_learned_build_noise_the_same_difference_is_a_regression(
+    alice: Any, qemu_class: Any, runner_api: Any, tmp_path: Path, settings: Any
+) -> None:
+    _, api = runner_api
+    sub = submission_ready_for_testing(alice, qemu_class, tmp_path)
+    sub.min_effect_pct = 0.1
+    sub.save(update_fields=["min_effect_pct"])
+    settings.KPERF_LEARNED_BUILD_NOISE = False
+    branch_of_builds(alice, qemu_class, tmp_path)
+    without = finish(sub.pk, api, head_value=998.0)
+    for metric in METRICS:
+        assert without[metric].verdict == MetricComparison.Verdict.REGRESSION, (metric, without[metric].note)
+        assert without[metric].change_pct == pytest.approx(-0.2, abs=0.01)
