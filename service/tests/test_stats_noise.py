@@ -57,3 +57,15 @@ def test_the_chosen_design_reaches_the_target_at_least_cost() -> None:
         if k * (10 + n) < d.cost and min_detectable_effect(m, k, n) <= 3
     ]
     assert cheaper == []
+
+
+def test_the_between_build_part_sets_a_floor_more_boots_cannot_lower() -> None:
+    """Boots that agree exactly: without a between-build part any change is
+    detectable; with 0.1% between builds, the difference's sd is 0.14% however
+    many boots there are, and 80% power at alpha .05 needs about 2.8 of those."""
+    exact = [[[1000.0] * 3] * 4 for _ in range(5)]
+    m = variance_components(exact)
+    assert min_detectable_effect(m, 4, 3, use_history=False) == 0.0
+    floor = [min_detectable_effect(m, k, 3, use_history=False, build_sd=0.001) for k in (4, 40, 400)]
+    assert floor[0] > floor[1] > floor[2] > 0.39
+    assert floor[2] == pytest.approx(100 * (math.exp(2.8 * math.sqrt(2) * 0.001) - 1), rel=0.03)

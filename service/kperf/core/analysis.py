@@ -381,7 +381,12 @@ def noise_report(machine_class: str, boots: int, iterations: int, clock: str) ->
                 "boots_per_side": boots,
                 "iterations": iterations,
                 "min_detectable_pct": noise.min_detectable_effect(
-                    model, boots, iterations, alpha=settings.KPERF_ALPHA, use_history=False
+                    model,
+                    boots,
+                    iterations,
+                    alpha=settings.KPERF_ALPHA,
+                    use_history=False,
+                    build_sd=builds[metric].sd if metric in builds else 0.0,
                 ),
                 # Random-walk variance of the level per commit, relative to one
                 # commit's noise; None where no tracked branch measured the metric.

@@ -182,15 +182,21 @@ def min_detectable_effect(
     alpha: float = 0.05,
     power: float = 0.8,
     use_history: bool = True,
+    build_sd: float = 0.0,
 ) -> float:
     """Minimum change in percent kperf's A/B test finds with `power` at K=boots x N=iterations.
 
     use_history: the test borrows the learned noise (as MetricInput.noise does),
     so its degrees of freedom are 2(K-1) plus the prior's on each side.
+    build_sd: the between-build component (kperf.stats.builds), which no
+    number of boots removes: the difference carries 2 build_sd^2 on top of
+    the boots' 2 boot_sd^2 / K, the same as boots of sd
+    sqrt(boot_sd^2 + K build_sd^2).
     """
     extra = min(model.between_dof, PRIOR_DOF_CAP) if use_history else 0.0
     dof = 2.0 * (boots - 1 + extra)
-    shift = detectable_shift(model.boot_sd(iterations), boots, alpha, power, dof)
+    boot_sd = math.sqrt(model.boot_sd(iterations) ** 2 + boots * build_sd**2)
+    shift = detectable_shift(boot_sd, boots, alpha, power, dof)
     return _to_pct(shift, model.log_scale)
 
 
