@@ -285,3 +285,31 @@ def test_an_inconclusive_look_queues_more_boots_then_decides(sub: Submission, ru
     assert m.base_boots == m.head_boots == 8
     assert m.verdict != "regression"
     assert "Hmean" in comp.table and next(row["label"] for row in m.summary) == "Min"
+
+
+def test_a_runner_claims_only_jobs_of_clocks_it_gives_and_uploads_only_that_clock(
+    sub: Submission, runner_api: Any, alice_api: Api
+) -> None:
+    """The class times with the instruction clock: a KVM-only runner (wall
+    clock) gets nothing; a runner that gives both gets the job with its clock,
+    and an upload timed with the wall clock is refused whole."""
+    runner, api = runner_api
+    hello = {"name": "qemu-1", "arch": "x86_64", "machine_class": "qemu-x86_64", "version": "0.1.0"}
+    assert api.post("/runner/heartbeat", hello | {"capabilities": {"clocks": ["wall"]}}).status_code == 200
+    assert claim(api) is None
+    # A runner from before clocks says nothing about them: it is a wall-clock runner.
+    assert api.post("/runner/heartbeat", hello).status_code == 200
+    assert claim(api) is None
+    assert api.post("/runner/heartbeat", hello | {"capabilities": {"clocks": ["instructions", "wall"]}}).status_code
+    job = claim(api)
+    assert job is not None and job["clock"] == "instructions"
+    listed = {r["name"]: r for r in alice_api.get("/runners").json()}
+    assert listed["qemu-1"]["clock"] == "instructions"
+    assert listed["qemu-1"]["capabilities"]["clocks"] == ["instructions", "wall"]
+    wrong = results_body(job | {"clock": "wall"})
+    resp = api.post(f"/runner/jobs/{job['id']}/results", wrong)
+    assert resp.status_code == 422 and "timed with the 'wall' clock but job" in resp.json()["detail"]
+    assert not BootRecord.objects.filter(job_id=job["id"]).exists()
+    assert api.post(f"/runner/jobs/{job['id']}/results", results_body(job)).status_code == 200
+    record = BootRecord.objects.get(job_id=job["id"])
+    assert record.environment["clock"] == "instructions" and record.job.clock == "instructions"

@@ -37,6 +37,17 @@ def test_it_creates_a_submission_and_resolves_both_refs(
     assert sides == {"base": sub.base_sha, "head": sub.head_sha}
     shown = alice_api.get(f"/submissions/{sub.pk}").json()
     assert {b["side"] for b in shown["builds"]} == {"base", "head"}
+    # No practical threshold given: each metric's clock's default applies.
+    assert shown["min_effect_pct"] is None and sub.min_effect_pct is None
+
+
+def test_a_submission_sets_its_own_practical_threshold(
+    alice_api: Api, small_tree: Path, qemu_class: Any, settings_dirs: Any
+) -> None:
+    resp = alice_api.post("/submissions", body(small_tree, min_effect_pct=1.5))
+    assert resp.status_code == 201, resp.content
+    assert resp.json()["min_effect_pct"] == 1.5
+    assert Submission.objects.get(pk=resp.json()["id"]).min_effect_pct == 1.5
 
 
 def test_a_build_is_shared_by_every_submission_that_needs_it(
@@ -85,6 +96,8 @@ def test_an_unreachable_tree_fails_the_submission(
         ({"grid": "huge"}, "benchmarks", "no grid 'huge'"),
         ({"arches": ["riscv"]}, "arches", "unknown architecture"),
         ({"arches": ["arm64"]}, "arches", "no machine class runs arm64"),
+        ({"min_effect_pct": 0}, "min_effect_pct", "a percentage from 0.05 to 50"),
+        ({"min_effect_pct": 80}, "min_effect_pct", "a percentage from 0.05 to 50"),
     ],
 )
 def test_bad_input_gets_a_400_that_says_what_is_wrong_and_stores_nothing(

@@ -350,3 +350,16 @@ def test_without_bisection_the_range_is_reported(
     assert cps and all(cp["untested_between"] == 2 for cp in cps), cps
     where = {(landed.index(cp["previous_sha"]), landed.index(cp["sha"])) for cp in cps if cp["previous_sha"] in landed}
     assert where == {(4, 7)} and len(cps) == 2, (where, cps)
+
+
+def test_a_tracked_branch_keeps_its_own_practical_threshold(
+    alice_api: Api, small_tree: Path, qemu_class: Any, settings_dirs: Any
+) -> None:
+    data = track(alice_api, small_tree, min_effect_pct=2.0)
+    assert data["min_effect_pct"] == 2.0
+    assert TrackedBranch.objects.get(pk=data["id"]).min_effect_pct == 2.0
+    bad = alice_api.post(
+        "/branches", {"tree": str(small_tree), "branch": "master", "benchmarks": ["spawn"], "min_effect_pct": -1}
+    )
+    assert bad.status_code == 400 and bad.json()["field"] == "min_effect_pct"
+    assert TrackedBranch.objects.get(pk=data["id"]).min_effect_pct == 2.0

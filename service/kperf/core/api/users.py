@@ -91,6 +91,8 @@ def list_runners(request: HttpRequest) -> list[dict[str, Any]]:
             "name": r.name,
             "machine_class": r.machine_class.name,
             "arch": r.machine_class.arch,
+            # The clock the class's new jobs are timed with; capabilities.clocks is what the runner gives.
+            "clock": r.machine_class.clock,
             "health": r.health,
             "last_heartbeat": r.last_heartbeat.isoformat() if r.last_heartbeat else None,
             "version": r.version,
