@@ -293,7 +293,7 @@ def test_a_runner_claims_only_jobs_of_clocks_it_gives_and_uploads_only_that_cloc
     """The class times with the instruction clock: a KVM-only runner (wall
     clock) gets nothing; a runner that gives both gets the job with its clock,
     and an upload timed with the wall clock is refused whole."""
-    runner, api = runner_api
+    _, api = runner_api
     hello = {"name": "qemu-1", "arch": "x86_64", "machine_class": "qemu-x86_64", "version": "0.1.0"}
     assert api.post("/runner/heartbeat", hello | {"capabilities": {"clocks": ["wall"]}}).status_code == 200
     assert claim(api) is None
