@@ -42,12 +42,33 @@ def test_the_form_creates_a_submission(browser: Client, small_tree: Path, qemu_c
             "benchmarks": ["spawn"],
             "grid": "quick",
             "arches": ["x86_64"],
+            "min_effect_pct": "0.8",
         },
     )
     sub = Submission.objects.get()
     assert resp.status_code == 302 and resp["Location"] == f"/submissions/{sub.pk}"
+    assert sub.min_effect_pct == 0.8
     page = browser.get(resp["Location"]).content.decode()
     assert "feature vs master" in page and "queued" in page
+
+
+def test_a_threshold_out_of_range_is_shown_next_to_its_field(
+    browser: Client, small_tree: Path, qemu_class: Any
+) -> None:
+    resp = browser.post(
+        "/submissions/new",
+        {
+            "tree": str(small_tree),
+            "branch": "feature",
+            "base": "master",
+            "benchmarks": ["spawn"],
+            "grid": "quick",
+            "arches": ["x86_64"],
+            "min_effect_pct": "99",
+        },
+    )
+    assert resp.status_code == 200 and "a percentage from 0.05 to 50" in resp.content.decode()
+    assert not Submission.objects.exists()
 
 
 def test_the_form_shows_what_is_wrong_and_stores_nothing(browser: Client, small_tree: Path, qemu_class: Any) -> None:

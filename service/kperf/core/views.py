@@ -21,6 +21,12 @@ class SubmissionForm(forms.Form):
     benchmarks = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, choices=[])
     grid = forms.ChoiceField(choices=[])
     arches = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, choices=[(a, a) for a in SUPPORTED_ARCHES])
+    min_effect_pct = forms.FloatField(
+        label="Practical threshold (%)",
+        required=False,
+        help_text="a smaller change is shown, never called a regression; "
+        "empty: 0.5 on the instruction clock, 3 on the wall clock",
+    )
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -47,6 +53,7 @@ def submission_new(request: HttpRequest) -> HttpResponse:
                 benchmarks=form.cleaned_data["benchmarks"],
                 grid=form.cleaned_data["grid"],
                 arches=form.cleaned_data["arches"],
+                min_effect_pct=form.cleaned_data["min_effect_pct"],
             )
             try:
                 sub = workflow.create_submission(request.user, req)  # type: ignore[arg-type]
