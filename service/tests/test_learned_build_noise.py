@@ -106,8 +106,9 @@ def test_the_between_build_spread_is_learned_from_a_branch_and_reported(
         assert rows[metric]["between_boot_sd"] == pytest.approx(0.0, abs=1e-12)
 
 
-def test_a_difference_the_size_of_build_noise_is_not_a_regression(
-    alice: Any, qemu_class: Any, runner_api: Any, tmp_path: Path, settings: Any
+@pytest.mark.parametrize("learned", [True, False])
+def test_a_difference_the_size_of_build_noise_is_a_regression_only_without_the_component(
+    alice: Any, qemu_class: Any, runner_api: Any, tmp_path: Path, settings: Any, learned: bool
 ) -> None:
     """Boots that agree exactly, heads 0.2% below base: without the learned
     component that deterministic difference is a regression beyond a 0.1%
@@ -116,27 +117,16 @@ def test_a_difference_the_size_of_build_noise_is_not_a_regression(
     sub = submission_ready_for_testing(alice, qemu_class, tmp_path)
     sub.min_effect_pct = 0.1
     sub.save(update_fields=["min_effect_pct"])
-    settings.KPERF_LEARNED_BUILD_NOISE = True
+    settings.KPERF_LEARNED_BUILD_NOISE = learned
     branch_of_builds(alice, qemu_class, tmp_path)
-    with_history = finish(sub.pk, api, head_value=998.0)
+    got = finish(sub.pk, api, head_value=998.0)
     for metric in METRICS:
-        m = with_history[metric]
-        assert m.verdict != MetricComparison.Verdict.REGRESSION, (metric, m.verdict, m.note)
-        assert m.min_effect_pct == 0.1
-        assert m.ci_low_pct is not None and m.ci_low_pct < -0.2 < m.ci_high_pct
-    assert "between-build noise learned for 2 of 2 metrics" in with_history[METRICS[0]].comparison.method
-
-
-def test_without_learned_build_noise_the_same_difference_is_a_regression(
-    alice: Any, qemu_class: Any, runner_api: Any, tmp_path: Path, settings: Any
-) -> None:
-    _, api = runner_api
-    sub = submission_ready_for_testing(alice, qemu_class, tmp_path)
-    sub.min_effect_pct = 0.1
-    sub.save(update_fields=["min_effect_pct"])
-    settings.KPERF_LEARNED_BUILD_NOISE = False
-    branch_of_builds(alice, qemu_class, tmp_path)
-    without = finish(sub.pk, api, head_value=998.0)
-    for metric in METRICS:
-        assert without[metric].verdict == MetricComparison.Verdict.REGRESSION, (metric, without[metric].note)
-        assert without[metric].change_pct == pytest.approx(-0.2, abs=0.01)
+        m = got[metric]
+        assert m.min_effect_pct == 0.1 and m.change_pct == pytest.approx(-0.2, abs=0.01)
+        if learned:
+            assert m.verdict != MetricComparison.Verdict.REGRESSION, (metric, m.verdict, m.note)
+            assert m.ci_low_pct is not None and m.ci_low_pct < -0.2 < m.ci_high_pct
+        else:
+            assert m.verdict == MetricComparison.Verdict.REGRESSION, (metric, m.note)
+    method = got[METRICS[0]].comparison.method
+    assert ("between-build noise learned for 2 of 2 metrics" in method) == learned

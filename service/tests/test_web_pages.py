@@ -32,19 +32,21 @@ def test_pages_need_a_login(db: Any) -> None:
         assert resp.status_code == 302 and resp["Location"].startswith("/accounts/login/"), path
 
 
+def form(tree: Path, **changes: Any) -> dict[str, Any]:
+    """What the submission form posts for tree's feature branch against master."""
+    fields = {
+        "tree": str(tree),
+        "branch": "feature",
+        "base": "master",
+        "benchmarks": ["spawn"],
+        "grid": "quick",
+        "arches": ["x86_64"],
+    }
+    return fields | changes
+
+
 def test_the_form_creates_a_submission(browser: Client, small_tree: Path, qemu_class: Any) -> None:
-    resp = browser.post(
-        "/submissions/new",
-        {
-            "tree": str(small_tree),
-            "branch": "feature",
-            "base": "master",
-            "benchmarks": ["spawn"],
-            "grid": "quick",
-            "arches": ["x86_64"],
-            "min_effect_pct": "0.8",
-        },
-    )
+    resp = browser.post("/submissions/new", form(small_tree, min_effect_pct="0.8"))
     sub = Submission.objects.get()
     assert resp.status_code == 302 and resp["Location"] == f"/submissions/{sub.pk}"
     assert sub.min_effect_pct == 0.8
@@ -55,18 +57,7 @@ def test_the_form_creates_a_submission(browser: Client, small_tree: Path, qemu_c
 def test_a_threshold_out_of_range_is_shown_next_to_its_field(
     browser: Client, small_tree: Path, qemu_class: Any
 ) -> None:
-    resp = browser.post(
-        "/submissions/new",
-        {
-            "tree": str(small_tree),
-            "branch": "feature",
-            "base": "master",
-            "benchmarks": ["spawn"],
-            "grid": "quick",
-            "arches": ["x86_64"],
-            "min_effect_pct": "99",
-        },
-    )
+    resp = browser.post("/submissions/new", form(small_tree, min_effect_pct="99"))
     assert resp.status_code == 200 and "a percentage from 0.05 to 50" in resp.content.decode()
     assert not Submission.objects.exists()
 
