@@ -77,6 +77,25 @@ def render_kernel_comparison(c: dict[str, Any]) -> list[str]:
     return lines
 
 
+def cmd_export_mmtests(args: argparse.Namespace) -> int:
+    from kperf.cli import CliError, client_from_config
+
+    query = {"side": args.side, "benchmark": args.bench}
+    d = client_from_config().call("GET", f"/submissions/{args.submission}/mmtests?{urlencode(query)}")
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()):
+        raise CliError(f"{out} is not empty: give a new directory")
+    for rel, text in d["files"].items():
+        path = out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    print(f"{d['boots']} boot(s) of {args.bench} ({args.side}) as mmtests run(s) {', '.join(d['runs'])} in {out}")
+    for why in d["skipped"]:
+        print(f"left out: {why}")
+    print(f"mmtests reads them with: extract-mmtests.pl -d {out} -b <benchmark> -n <run>")
+    return 0
+
+
 def add_parsers(sub: Any) -> None:
     imp = sub.add_parser("import-mmtests", help="import an mmtests result directory (work/log/<run>)")
     imp.add_argument("dir", help="the run directory mmtests wrote, e.g. work/log/base-run")
@@ -92,3 +111,10 @@ def add_parsers(sub: Any) -> None:
     cmp_.add_argument("--bench", required=True)
     cmp_.add_argument("--json", action="store_true")
     cmp_.set_defaults(func=cmd_compare_kernels)
+
+    exp = sub.add_parser("export-mmtests", help="write one side of a submission as mmtests result directories")
+    exp.add_argument("submission", type=int)
+    exp.add_argument("--side", choices=["base", "head"], required=True)
+    exp.add_argument("--bench", required=True)
+    exp.add_argument("--out", required=True, help="a new directory (work/log in mmtests' terms)")
+    exp.set_defaults(func=cmd_export_mmtests)

@@ -84,6 +84,29 @@ def get_submission(request: HttpRequest, sub_id: int) -> dict[str, Any]:
     return presenters.submission_detail(sub)
 
 
+@router.get("/submissions/{sub_id}/mmtests", auth=USER_AUTH, tags=["submissions"])
+def submission_mmtests(
+    request: HttpRequest, sub_id: int, side: str, benchmark: str, clock: str | None = None
+) -> dict[str, Any]:
+    """One side's raw output as mmtests result directories ({path: text}), for mmtests' own extractors."""
+    from kperf.core import exports
+
+    sub = get_object_or_404(Submission, pk=sub_id)
+    try:
+        tree = exports.mmtests_tree(sub, side, benchmark, clock)
+    except exports.ExportError as e:
+        raise ApiError(400, "invalid-export", str(e)) from None
+    return {
+        "submission": sub.pk,
+        "side": side,
+        "benchmark": benchmark,
+        "runs": tree.runs,
+        "boots": tree.boots,
+        "skipped": tree.skipped,
+        "files": tree.files,
+    }
+
+
 @router.get("/runners", auth=USER_AUTH, tags=["lab"])
 def list_runners(request: HttpRequest) -> list[dict[str, Any]]:
     return [
