@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import io
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from django.utils import timezone
 
 from kperf.core import leases
-from kperf.core.models import BootRecord, Job, Sample, Submission
-from kperf.core.workflow import advance_submission
+from kperf.core.models import BootRecord, Job, Sample, Submission, SubmissionBuild
+from kperf.core.workflow import advance_submission, schedule_jobs
 
 from .conftest import Api
 from .lab_fixtures import results_body, submission_ready_for_testing
@@ -313,3 +315,38 @@ def test_a_runner_claims_only_jobs_of_clocks_it_gives_and_uploads_only_that_cloc
     assert api.post(f"/runner/jobs/{job['id']}/results", results_body(job)).status_code == 200
     record = BootRecord.objects.get(job_id=job["id"])
     assert record.environment["clock"] == "instructions" and record.job.clock == "instructions"
+
+
+def test_switching_a_class_to_the_wall_clock_moves_its_unstarted_work(
+    sub: Submission, runner_api: Any, alice: Any, qemu_class: Any, tmp_path: Path
+) -> None:
+    """A class whose runners can only give the wall clock (KVM) must not
+    leave instruction-clock jobs waiting forever: `add_runner --clock wall`
+    moves every queued job whose comparison has no boot yet, and keeps the
+    clock of a comparison that already has boots (one comparison, one clock)."""
+    _, api = runner_api
+    # A second submission of the same two kernels, nothing measured yet.
+    started = Submission.objects.create(
+        owner=alice, tree=sub.tree, head_ref="other", base_ref="master", head_sha=sub.head_sha,
+        base_sha=sub.base_sha, benchmarks=["spawn"], grid="quick", arches=["x86_64"],
+        status=Submission.Status.TESTING,
+    )  # fmt: skip
+    schedule_jobs(
+        started,
+        [
+            SubmissionBuild.objects.create(submission=started, build=sb.build, side=sb.side)
+            for sb in sub.submission_builds.all()
+        ],
+    )
+    job = claim(api)
+    assert job is not None and Job.objects.get(pk=job["id"]).submission_id == sub.pk
+    assert api.post(f"/runner/jobs/{job['id']}/results", results_body(job)).status_code == 200
+    out = io.StringIO()
+    call_command(
+        "add_runner", "kvm-1", "--machine-class", qemu_class.name, "--arch", "x86_64", "--clock", "wall", stderr=out
+    )
+    qemu_class.refresh_from_db()
+    assert qemu_class.clock == "wall"
+    assert {j.clock for j in Job.objects.filter(submission=started)} == {"wall"}
+    assert {j.clock for j in Job.objects.filter(submission=sub, status=Job.Status.QUEUED)} == {"instructions"}
+    assert f"{Job.objects.filter(submission=started).count()} queued job(s) moved" in out.getvalue()

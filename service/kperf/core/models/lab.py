@@ -38,6 +38,23 @@ class MachineClass(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def set_clock(self, clock: str) -> int:
+        """Time this class's jobs with `clock` from now on; returns how many queued jobs moved to it.
+
+        A queued job whose submission (or branch commit) has no finished boot
+        of that benchmark on this class yet moves to the new clock, so work
+        never waits for a runner the class no longer has. Jobs whose owner
+        already measured some boots keep their clock: one comparison never
+        spans two clocks, and they wait for a runner that gives it.
+        """
+        self.clock = clock
+        self.save(update_fields=["clock"])
+        done = Job.objects.filter(machine_class=self, status=Job.Status.DONE)
+        queued = Job.objects.filter(machine_class=self, status=Job.Status.QUEUED).exclude(clock=clock)
+        measured = set(done.values_list("submission_id", "branch_commit_id", "benchmark"))
+        movable = [j.pk for j in queued if (j.submission_id, j.branch_commit_id, j.benchmark) not in measured]
+        return Job.objects.filter(pk__in=movable).update(clock=clock)
+
 
 class Runner(models.Model):
     TOKEN_PREFIX = "kprun_"

@@ -40,9 +40,9 @@ class Command(BaseCommand):
                 f"machine class {mclass.name} is {mclass.arch}, not {opts['arch']}: pick another class name"
             )
         if opts["clock"] and mclass.clock != opts["clock"]:
-            # Queued jobs keep the clock they were queued with; only new ones change.
-            mclass.clock = opts["clock"]
-            mclass.save(update_fields=["clock"])
+            moved = mclass.set_clock(opts["clock"])
+            self.stderr.write(f"machine class {mclass.name} now times with the {mclass.clock} clock")
+            self.stderr.write(f"{moved} queued job(s) moved to it; jobs of comparisons already measured keep theirs")
         runner, token = Runner.register(opts["name"], mclass)
         runner.yields_to_builds = opts["yields_to_builds"]
         runner.save(update_fields=["yields_to_builds"])
