@@ -260,19 +260,13 @@ def compare_kernels(
 
 
 def _choose_clock(jobs: QuerySet[Job], machine_class: str, base_sha: str, head_sha: str, clock: str | None) -> str:
-    both = set(jobs.filter(build__sha=base_sha).values_list("clock", flat=True)) & set(
-        jobs.filter(build__sha=head_sha).values_list("clock", flat=True)
-    )
-    if clock is not None:
-        if clock not in Clock.values:
-            raise UnknownClock(f"unknown clock {clock!r}: choose {' or '.join(Clock.values)}")
-        return clock
-    if len(both) == 1:
-        return both.pop()
-    mclass = MachineClass.objects.filter(name=machine_class).first()
-    if len(both) > 1 and mclass is not None and mclass.clock in both:
-        return mclass.clock
-    return mclass.clock if mclass is not None else str(Clock.WALL)
+    if clock is None:
+        both = set(jobs.filter(build__sha=base_sha).values_list("clock", flat=True)) & set(
+            jobs.filter(build__sha=head_sha).values_list("clock", flat=True)
+        )
+        if len(both) == 1:
+            return str(both.pop())
+    return requested_clock(machine_class, clock)
 
 
 def history_runs(jobs: QuerySet[Job]) -> dict[str, list[list[list[float]]]]:
@@ -332,8 +326,8 @@ def learned_build_priors(mclass_id: int, bench: str, clock: str) -> dict[str, st
     return out
 
 
-def noise_clock(machine_class: str, clock: str | None) -> str:
-    """The clock a noise report is for: the one asked, else the machine class's."""
+def requested_clock(machine_class: str, clock: str | None) -> str:
+    """The clock a report is for: the one asked (UnknownClock if there is no such clock), else the machine class's."""
     if clock is not None:
         if clock not in Clock.values:
             raise UnknownClock(f"unknown clock {clock!r}: choose {' or '.join(Clock.values)}")
@@ -354,8 +348,10 @@ def noise_report(machine_class: str, boots: int, iterations: int, clock: str) ->
     builds: dict[str, BuildNoise] = {}
     branch_jobs = jobs.filter(branch_commit__isnull=False)
     for mclass_id, bench in branch_jobs.values_list("machine_class_id", "benchmark").distinct():
-        drift.update(tracking.learned_drift(mclass_id, bench, clock))
-        builds.update(tracking.learned_build_noise(mclass_id, bench, clock))
+        # Every branch's history is read once for both what is learned from it.
+        segments = tracking.history_segments(mclass_id, bench, clock)
+        drift.update(tracking.learned_drift(mclass_id, bench, clock, segments=segments))
+        builds.update(tracking.learned_build_noise(mclass_id, bench, clock, segments=segments))
     out = []
     for metric, runs in sorted(history_runs(jobs).items()):
         if sum(len(r) for r in runs) < 3:

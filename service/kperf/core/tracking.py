@@ -411,26 +411,41 @@ def history_segments(
     return segments
 
 
+Segments = dict[str, list[list[list[list[float]]]]]  # history_segments()
+
+
 def learned_drift(
-    mclass_id: int, bench: str, clock: str, known: dict[int, tuple[list[BranchCommit], Series]] | None = None
+    mclass_id: int,
+    bench: str,
+    clock: str,
+    known: dict[int, tuple[list[BranchCommit], Series]] | None = None,
+    segments: Segments | None = None,
 ) -> dict[str, DriftEstimate]:
     """Per metric, how fast its level wanders on this machine class: learned
     from every tracked branch's series of this benchmark, cut at the change
-    points stored for it, so a change already found is not taken for wander."""
+    points stored for it, so a change already found is not taken for wander.
+    `segments`: history_segments() already read."""
+    if segments is None:
+        segments = history_segments(mclass_id, bench, clock, known)
     out: dict[str, DriftEstimate] = {}
-    for metric, segments in history_segments(mclass_id, bench, clock, known).items():
-        out[metric] = estimate_drift([series_summaries(seg)[0] for seg in segments])
+    for metric, metric_segments in segments.items():
+        out[metric] = estimate_drift([series_summaries(seg)[0] for seg in metric_segments])
     return out
 
 
-def learned_build_noise(mclass_id: int, bench: str, clock: str) -> dict[str, BuildNoise]:
+def learned_build_noise(
+    mclass_id: int, bench: str, clock: str, segments: Segments | None = None
+) -> dict[str, BuildNoise]:
     """Per metric, the between-build component on this machine class and
     clock: how far one build's level lies from its neighbours' where no
     change point separates them (kperf.stats.builds), from every tracked
-    branch's history. Commits that measured nothing are left out."""
+    branch's history. Commits that measured nothing are left out.
+    `segments`: history_segments() already read."""
+    if segments is None:
+        segments = history_segments(mclass_id, bench, clock)
     out: dict[str, BuildNoise] = {}
-    for metric, segments in history_segments(mclass_id, bench, clock).items():
-        groups = [[boots for boots in seg if boots] for seg in segments]
+    for metric, metric_segments in segments.items():
+        groups = [[boots for boots in seg if boots] for seg in metric_segments]
         out[metric] = between_build_noise([g for g in groups if g])
     return out
 

@@ -175,7 +175,7 @@ def noise(
     if not 2 <= boots <= 1000 or not 1 <= iterations <= 10000:
         raise ApiError(400, "invalid-noise", "boots must be 2..1000 and iterations 1..10000")
     try:
-        clock = analysis.noise_clock(machine_class, clock)
+        clock = analysis.requested_clock(machine_class, clock)
     except analysis.UnknownClock as e:
         raise ApiError(400, "invalid-noise", str(e)) from None
     return {
@@ -273,7 +273,7 @@ def branch_series(
     if mclass is None:
         raise ApiError(404, "no-machine-class", f"no machine class {machine_class!r}: GET /api/v1/runners lists them")
     try:
-        clock = analysis.noise_clock(machine_class, clock)
+        clock = analysis.requested_clock(machine_class, clock)
     except analysis.UnknownClock as e:
         raise ApiError(400, "invalid-series", str(e)) from None
     commits, metrics = tracking.series(branch, mclass.pk, benchmark, clock)
