@@ -36,6 +36,7 @@ import json
 import math
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -171,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     state = args.cache / "noise-floor"
     state.mkdir(parents=True, exist_ok=True)
     backend = QemuBackend("x86_64", state, accel="tcg")
+    # A kill (SIGTERM) must still stop the busy loop below: let it unwind through `finally`.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     load = None if args.no_load else subprocess.Popen([sys.executable, "-c", "while True: pass"])
     rows: list[dict[str, Any]] = []
     started = time.monotonic()
