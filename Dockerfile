@@ -18,4 +18,4 @@ RUN pip install --no-cache-dir -c requirements.lock -e runners -e kernel-builds 
 ENV KPERF_HOME=/var/lib/kperf
 VOLUME /var/lib/kperf
 EXPOSE 8000
-CMD ["gunicorn", "kperf.wsgi", "-b", "0.0.0.0:8000", "-w", "4"]
+CMD ["kperf-web", "--host", "0.0.0.0", "--port", "8000"]

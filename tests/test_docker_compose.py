@@ -26,7 +26,7 @@ def test_it_has_the_database_broker_web_beat_and_a_runner() -> None:
     svc = services()
     assert svc["postgres"]["image"].startswith("postgres:")
     assert svc["redis"]["image"].startswith("redis:")
-    assert "gunicorn kperf.wsgi" in command(svc["web"])
+    assert "kperf-web --host 0.0.0.0" in command(svc["web"])
     assert "beat" in command(svc["beat"])
     assert command(svc["runner-qemu"]).startswith("kperf-runner run")
     assert "--backend qemu" in command(svc["runner-qemu"])
@@ -35,9 +35,11 @@ def test_it_has_the_database_broker_web_beat_and_a_runner() -> None:
 def test_every_celery_queue_has_its_own_worker() -> None:
     consumed: set[str] = set()
     for svc in services().values():
-        m = re.search(r"celery -A kperf worker -Q (\S+)", command(svc))
+        m = re.search(r"celery -A kperf worker (.*)-Q (\S+)", command(svc))
         if m:
-            consumed.update(m.group(1).split(","))
+            consumed.update(m.group(2).split(","))
+            # Off, as in kperf-up: their shutdown on a lost Redis connection crashed workers.
+            assert "--without-gossip --without-mingle --without-heartbeat" in m.group(1)
     from kperf.celery import app
 
     declared = {q.name for q in app.conf.task_queues}
@@ -54,6 +56,8 @@ def test_service_processes_use_postgres_and_redis_and_wait_for_them() -> None:
             assert "postgres" in svc["depends_on"] and "redis" in svc["depends_on"], name
             # Shared services must not read the server's disk through local trees.
             assert env["KPERF_ALLOW_LOCAL_TREES"] == "0"
+            # No default secret key: compose refuses to start without one in .env.
+            assert env["KPERF_SECRET_KEY"].startswith("${KPERF_SECRET_KEY:?"), env["KPERF_SECRET_KEY"]
 
 
 def test_the_image_installs_the_three_packages() -> None:

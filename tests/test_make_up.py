@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -49,10 +50,21 @@ def test_kperf_up_names_missing_tools_with_the_apt_command(tmp_path: Path) -> No
 
 
 def test_kperf_up_runs_everything_on_embedded_defaults_and_stops_on_ctrl_c(tmp_path: Path) -> None:
-    # No DATABASE_URL, no broker: the embedded PostgreSQL and a broker inside it.
-    env = {"DATABASE_URL": "", "CELERY_BROKER_URL": ""}
+    # No DATABASE_URL, no broker: the embedded PostgreSQL and a broker inside it; no
+    # secret key and no word on local trees, as on a user's machine.
+    env = {"DATABASE_URL": "", "CELERY_BROKER_URL": "", "KPERF_SECRET_KEY": "", "KPERF_ALLOW_LOCAL_TREES": ""}
     with running_stack(tmp_path / "home", env) as stack:
         assert requests.get(f"{stack.url}/api/v1/health", timeout=10).json() == {"status": "ok"}
+        # kperf-up made a secret key, kept where only its user reads it.
+        assert (stack.home / "secret_key").stat().st_mode & 0o777 == 0o600
+        # Clients stalled half-way through a request do not keep others waiting.
+        port = int(stack.url.rsplit(":", 1)[1])
+        stalled = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(10)]
+        for s in stalled:
+            s.sendall(b"GET /api/v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        assert requests.get(f"{stack.url}/api/v1/health", timeout=5).status_code == 200
+        for s in stalled:
+            s.close()
         # The web pages need a login, and the printed admin login works.
         page = requests.get(f"{stack.url}/", timeout=10, allow_redirects=False)
         assert page.status_code == 302 and "/accounts/login/" in page.headers["Location"]
@@ -98,10 +110,31 @@ def test_kperf_up_runs_everything_on_embedded_defaults_and_stops_on_ctrl_c(tmp_p
         assert runners[0]["machine_class"] == "qemu-x86_64"
         children = psutil.Process(stack.proc.pid).children(recursive=True)
         names = " ".join(cmdlines(children))
-        for part in ("gunicorn", "-Q builds", "-Q default,analysis", "beat", "kperf-runner"):
+        for part in ("-m kperf.web", "-Q builds", "-Q default,analysis", "beat", "kperf-runner"):
             assert part in names, part
         pgdata = str(stack.home / "pgdata")
         assert any(pgdata in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
+        # A child that dies is started again, the rest keep serving, and the
+        # log says so (a broker restart used to take the whole stack down).
+        worker = next(
+            c for c in children if "-Q default,analysis" in " ".join(c.cmdline()) and c.ppid() == stack.proc.pid
+        )
+        worker.kill()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            again = [
+                c
+                for c in psutil.Process(stack.proc.pid).children()
+                if c.pid != worker.pid and alive(c) and any("-Q default,analysis" in line for line in cmdlines([c]))
+            ]
+            if again:
+                break
+            assert requests.get(f"{stack.url}/api/v1/health", timeout=10).status_code == 200
+            time.sleep(0.5)
+        assert again, stack.log("worker-main")
+        assert "worker-main exited with status" in stack.log("worker-main")
+        assert stack.proc.poll() is None
+        children = psutil.Process(stack.proc.pid).children(recursive=True)
     assert stack.proc.returncode == 0
     time.sleep(1)
     assert not [c for c in children if alive(c)]

@@ -14,6 +14,8 @@ What went wrong decides how the job is reported:
     anything else on this side           fail, kind "infra" (the job is retried)
     409 not-held                         dropped: the lease is someone else's now
     409 duplicate on results             done: the results are already stored
+    413 too-large                        sent again with the console or log cut to its end;
+                                         results still too large: fail, kind "infra"
     service unreachable at upload        abandoned: the lease expires, the job is requeued
     (progress calls that fail are logged and the boot carries on)
 """
@@ -43,6 +45,7 @@ from .client import (
     NotHeld,
     ProtocolError,
     ServerUnavailable,
+    TooLarge,
 )
 from .toolchain import COMMON_HEADER, CSRC, compile_all, normalize_arch
 
@@ -51,6 +54,10 @@ log = logging.getLogger("kperf_runner")
 HEARTBEAT_EVERY = 30.0
 CONSOLE_EVERY = 3.0
 DEFAULT_POLL = 5.0
+# When the service refuses a body as too large (413), the console or log in
+# it is sent again cut to its end (where a panic or a failing benchmark
+# shows), at most this many characters.
+RESEND_TAIL = 256 * 1024
 
 DONE, FAILED, DROPPED, ABANDONED = "done", "failed", "dropped", "abandoned"
 
@@ -109,7 +116,7 @@ class _Progress:
             "console": "".join(self.pending),
         }
         try:
-            self.client.progress(self.job_id, payload)
+            self._deliver(payload)
         except ServerUnavailable as error:
             # A service restart must not kill a long boot: keep the console
             # for the next call. If the outage outlasts the lease, the upload
@@ -118,6 +125,19 @@ class _Progress:
         else:
             self.pending = []
         self.last_call = self.clock()
+
+    def _deliver(self, payload: dict[str, Any]) -> None:
+        # A console too large for the service must not cost the lease: send
+        # its end, or else no console, so the call still extends it.
+        consoles = list(dict.fromkeys((payload["console"], _tail(payload["console"]), "")))
+        for n, console in enumerate(consoles, 1):
+            try:
+                self.client.progress(self.job_id, {**payload, "console": console})
+                return
+            except TooLarge as error:
+                if n == len(consoles):
+                    raise
+                log.warning("job %d: progress refused as too large, sending less console: %s", self.job_id, error)
 
 
 class Agent:
@@ -300,12 +320,19 @@ class Agent:
             "console_log": _join_consoles(consoles),
         }
         try:
-            self.client.results(job_id, payload)
+            try:
+                self.client.results(job_id, payload)
+            except TooLarge as error:
+                log.warning("%s: results refused as too large, sending them with the console cut: %s", label, error)
+                self.client.results(job_id, {**payload, "console_log": _tail(payload["console_log"])})
         except Duplicate:
             log.info("%s: results were already stored (duplicate upload); done", label)
             return DONE
         except Invalid as error:
             raise RuntimeError(f"the service rejected the results: {error.detail}") from error
+        except TooLarge as error:
+            # Reported as an infra failure (the samples or raw output alone are too large).
+            raise RuntimeError(f"the service refused the results as too large: {error.detail}") from error
         samples = sum(len(boot["samples"]) for boot in results)
         log.info("%s: done, %d samples from %d boot(s) uploaded", label, samples, boots)
         return DONE
@@ -428,16 +455,13 @@ class Agent:
         text: str,
     ) -> str:
         log.error("%s: failed (%s): %s", label, kind, message)
+        body = {"attempt": job["attempt"], "kind": kind, "message": message, "log": text}
         try:
-            self.client.fail(
-                int(job["id"]),
-                {
-                    "attempt": job["attempt"],
-                    "kind": kind,
-                    "message": message,
-                    "log": text,
-                },
-            )
+            try:
+                self.client.fail(int(job["id"]), body)
+            except TooLarge as error:
+                log.warning("%s: failure report refused as too large, sending the log's end: %s", label, error)
+                self.client.fail(int(job["id"]), {**body, "log": _tail(text)})
         except NotHeld as error:
             log.warning(
                 "%s: could not report the failure, no longer ours: %s",
@@ -460,6 +484,14 @@ def _label(job: dict[str, Any]) -> str:
         f"job {job.get('id')} attempt {job.get('attempt')} "
         f"({job.get('benchmark')}/{job.get('grid')}, build {kernel.get('build_id')} {sha})"
     )
+
+
+def _tail(text: str) -> str:
+    keep = RESEND_TAIL
+    if len(text) <= keep:
+        return text
+    cut = len(text) - keep
+    return f"[kperf-runner: {cut} characters cut here: the service refused them as too large]\n" + text[-keep:]
 
 
 def _join_consoles(consoles: list[str]) -> str:

@@ -56,6 +56,10 @@ class Invalid(ProtocolError):
     """422 invalid: the body was malformed."""
 
 
+class TooLarge(ProtocolError):
+    """413 too-large: the body is over the service's upload limit; send less."""
+
+
 class ServerUnavailable(Exception):
     """Connection errors or 5xx answers outlasted every retry."""
 
@@ -252,6 +256,8 @@ def _protocol_error(error: urllib.error.HTTPError, endpoint: str) -> ProtocolErr
     detail = detail or error.reason or "no detail"
     if error.code == 401:
         return BadToken(401, code or "bad-token", detail, endpoint)
+    if error.code == 413:
+        return TooLarge(413, code or "too-large", detail, endpoint)
     cls = _ERRORS.get(code, ProtocolError)
     return cls(error.code, code, detail, endpoint)
 

@@ -1,8 +1,9 @@
-"""kperf: continuous performance-regression testing for Linux kernel work."""
+"""kperf: continuous performance-regression testing for Linux kernel work.
 
-# Load the Celery app whenever Django starts, so that shared tasks bind to it
-# (and to the configured broker) rather than to Celery's default app.
-from kperf.celery import app as celery_app
+Nothing is imported here: `kperf.stats` must import without Django or
+Celery (the statistics are a library of their own). The Celery app is
+loaded when Django starts (kperf.core.apps), and `celery -A kperf` finds
+it in kperf.celery by itself.
+"""
 
-__all__ = ["celery_app"]
 __version__ = "0.1.0"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from kperf.conf import env_bool, env_float, env_int, env_list, env_path, env_str
 
@@ -15,8 +17,21 @@ REPO_ROOT = BASE_DIR.parent.parent
 # lives under KPERF_HOME unless a narrower variable says otherwise.
 KPERF_HOME = env_path("KPERF_HOME", REPO_ROOT / ".kperf")
 
-SECRET_KEY = env_str("KPERF_SECRET_KEY", "kperf-development-key-change-me-in-production")
 DEBUG = env_bool("KPERF_DEBUG", False)
+# Sessions, CSRF tokens and password-reset links are only as secret as this
+# key: a key anyone can read in this repository (this file's old default,
+# docker-compose's old fallback) is no key, so production refuses to start
+# with one. `kperf-up` makes a random key once and keeps it in KPERF_HOME.
+_DEVELOPMENT_SECRET_KEY = "kperf-development-key-change-me-in-production"
+SECRET_KEY = env_str("KPERF_SECRET_KEY", "")
+if SECRET_KEY.strip() in ("", _DEVELOPMENT_SECRET_KEY, "change-me"):
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "KPERF_SECRET_KEY is unset or a published default: set it to a long random value, e.g. "
+            "`python3 -c 'import secrets; print(secrets.token_urlsafe(50))'` (`make up` keeps one in "
+            "KPERF_HOME/secret_key; docker-compose reads it from .env); KPERF_DEBUG=1 allows a development key"
+        )
+    SECRET_KEY = _DEVELOPMENT_SECRET_KEY
 ALLOWED_HOSTS = env_list("KPERF_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("KPERF_CSRF_TRUSTED_ORIGINS", [])
 
@@ -28,11 +43,16 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_celery_beat",
+    # Failed logins throttled per user name and per client address (docs/operations.md).
+    "axes",
     "kperf.core",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # First: refuses NUL bytes in the path or query before anything reads them,
+    # and turns the API's non-JSON 4xx answers into JSON.
+    "kperf.core.api.middleware.ApiErrorsMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -40,6 +60,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes requires: it answers a locked-out login attempt.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "kperf.urls"
@@ -73,6 +95,19 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+# Every login (web form, admin, POST /api/v1/auth/token) goes through the
+# throttle before the password is checked.
+AUTHENTICATION_BACKENDS = [
+    "kperf.core.throttle.LoginThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("KPERF_LOGIN_FAILURE_LIMIT", 10, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("KPERF_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+# Either one locks: many passwords tried on one user name from anywhere, or
+# many user names tried from one address.
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "kperf.core.throttle.lockout_response"
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
@@ -96,7 +131,15 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"kperf": {"handlers": ["console"], "level": env_str("KPERF_LOG_LEVEL", "INFO")}},
+    "loggers": {
+        "kperf": {"handlers": ["console"], "level": env_str("KPERF_LOG_LEVEL", "INFO")},
+        # Unhandled exceptions in web pages, with their tracebacks (the API's
+        # are logged by kperf.api); Django's default sends them nowhere
+        # when DEBUG is off.
+        "django.request": {"handlers": ["console"], "level": "ERROR"},
+        # The web server's own warnings (queue depth, refused connections).
+        "waitress": {"handlers": ["console"], "level": "INFO"},
+    },
 }
 
 # --- Celery -----------------------------------------------------------------
@@ -116,6 +159,17 @@ CELERY_TASK_ROUTES = {
 }
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A broker that goes away is waited for, however long: workers come back by
+# themselves (docs/operations.md, "Recovery").
+CELERY_BROKER_CONNECTION_RETRY = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+# A running task (a kernel build) keeps running through a broker outage; if
+# its message is redelivered meanwhile, the build's lease turns the second
+# delivery away.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
+# Publishing waits at most this long for a dead broker (seconds); what could
+# not be sent is re-sent by the sweeper.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 3, "socket_timeout": 10, "max_retries": 1}
 CELERY_TASK_ALWAYS_EAGER = env_bool("KPERF_TASKS_EAGER", False)
 
 # --- kperf ------------------------------------------------------------------
@@ -124,9 +178,10 @@ KPERF_BUILD_ROOT = env_path("KPERF_BUILD_ROOT", KPERF_HOME / "builds")
 KPERF_ARTIFACT_ROOT = env_path("KPERF_ARTIFACT_ROOT", KPERF_HOME / "artifacts")
 KPERF_CCACHE_DIR = env_path("KPERF_CCACHE_DIR", Path.home() / ".cache" / "kperf" / "ccache")
 KPERF_BUILD_JOBS = env_int("KPERF_BUILD_JOBS", 0, minimum=0)
-# Local-path trees are handy on a developer's machine and in tests; a shared
-# service should turn them off so users cannot read the server's disk.
-KPERF_ALLOW_LOCAL_TREES = env_bool("KPERF_ALLOW_LOCAL_TREES", True)
+# Local-path trees are handy on a developer's machine and in tests, but let
+# anyone who may submit read the server's disk: off unless asked for
+# (`kperf-up` turns them on for the local user).
+KPERF_ALLOW_LOCAL_TREES = env_bool("KPERF_ALLOW_LOCAL_TREES", False)
 KPERF_GIT_TIMEOUT = env_int("KPERF_GIT_TIMEOUT", 1800, minimum=10)
 KPERF_LEASE_SECONDS = env_int("KPERF_LEASE_SECONDS", 900, minimum=30)
 KPERF_JOB_MAX_ATTEMPTS = env_int("KPERF_JOB_MAX_ATTEMPTS", 3, minimum=1)
@@ -155,6 +210,24 @@ KPERF_LEARNED_BUILD_NOISE = env_bool("KPERF_LEARNED_BUILD_NOISE", True)
 # Tracked branches: choose the change-point scan window (and its threshold)
 # from how fast each metric's level wanders on the machine class (docs/statistics.md).
 KPERF_LEARNED_DRIFT = env_bool("KPERF_LEARNED_DRIFT", True)
+# --- Recovery (docs/operations.md, "Recovery") -------------------------------
+# Every task's time limit in seconds (builds and analyses have their own);
+# temporary database errors are retried this many times with backoff.
+KPERF_TASK_TIME_LIMIT = env_int("KPERF_TASK_TIME_LIMIT", 600, minimum=10)
+KPERF_TASK_MAX_RETRIES = env_int("KPERF_TASK_MAX_RETRIES", 8, minimum=0)
+KPERF_BUILD_TIME_LIMIT = env_int("KPERF_BUILD_TIME_LIMIT", 3 * 3600, minimum=60)
+KPERF_ANALYSIS_TIME_LIMIT = env_int("KPERF_ANALYSIS_TIME_LIMIT", 1800, minimum=10)
+# A build's worker extends its lease every quarter of this; a build whose
+# lease ran out lost its worker and is tried again, at most
+# KPERF_BUILD_MAX_ATTEMPTS times, waiting RETRY_SECONDS x 2^(attempt-1).
+KPERF_BUILD_LEASE_SECONDS = env_int("KPERF_BUILD_LEASE_SECONDS", 120, minimum=4)
+KPERF_BUILD_MAX_ATTEMPTS = env_int("KPERF_BUILD_MAX_ATTEMPTS", 3, minimum=1)
+KPERF_BUILD_RETRY_SECONDS = env_float("KPERF_BUILD_RETRY_SECONDS", 30.0)
+KPERF_BUILD_RETRY_MAX_SECONDS = env_float("KPERF_BUILD_RETRY_MAX_SECONDS", 600.0)
+# The sweeper runs every REDRIVE_SECONDS and re-drives any submission,
+# tracked commit or build that has not moved for REDRIVE_AFTER_SECONDS.
+KPERF_REDRIVE_SECONDS = env_int("KPERF_REDRIVE_SECONDS", 60, minimum=1)
+KPERF_REDRIVE_AFTER_SECONDS = env_int("KPERF_REDRIVE_AFTER_SECONDS", 300, minimum=1)
 KPERF_CONSOLE_LOG_MAX_BYTES = env_int("KPERF_CONSOLE_LOG_MAX_BYTES", 2 * 1024 * 1024, minimum=1024)
 # --- Alerts by email (docs/alerts.md) ----------------------------------------
 # No SMTP host, no mail: alerts are still written to the outbox (and shown in
@@ -175,6 +248,8 @@ KPERF_ALERT_MAX_ATTEMPTS = env_int("KPERF_ALERT_MAX_ATTEMPTS", 10, minimum=1)
 # operators can change the intervals in the admin.
 CELERY_BEAT_SCHEDULE = {
     "expire-leases": {"task": "kperf.expire_leases", "schedule": float(env_int("KPERF_LEASE_CHECK_SECONDS", 30))},
+    # Work whose message was lost or whose worker died (kperf.core.sweeper).
+    "redrive": {"task": "kperf.redrive", "schedule": float(KPERF_REDRIVE_SECONDS)},
     # Alerts that could not be sent (SMTP down, no host yet) are retried.
     "send-alerts": {"task": "kperf.send_alerts", "schedule": float(env_int("KPERF_ALERT_RETRY_SECONDS", 120))},
     # How often tracked branches are fetched to see whether they moved.

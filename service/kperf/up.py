@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import platform
+import secrets
 import shutil
 import signal
 import subprocess
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kperf.embedded import EmbeddedPostgres, broker_url_for_database, start_postgres
+from kperf.web import command as web_command
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -61,8 +63,19 @@ def missing_tools(arch: str) -> list[tuple[str, str]]:
 @dataclass
 class Child:
     name: str
+    argv: list[str]
     proc: subprocess.Popen[bytes]
     log_path: Path
+    restarts: int = 0
+    started: float = 0.0
+    # When a dead child is started again (monotonic), or 0 while it runs.
+    restart_at: float = 0.0
+
+
+# A child that dies is started again after a pause that doubles with each
+# quick death, up to this; one that ran this long first starts from 1 s again.
+RESTART_MAX_SECONDS = 60.0
+HEALTHY_SECONDS = 120.0
 
 
 class Stack:
@@ -83,7 +96,10 @@ class Stack:
         return proc.stdout
 
     def start(self, name: str, argv: list[str]) -> None:
-        log_path = self.logs / f"{name}.log"
+        self.children.append(self._spawn(Child(name, argv, None, self.logs / f"{name}.log")))  # type: ignore[arg-type]
+
+    def _spawn(self, child: Child) -> Child:
+        name, argv, log_path = child.name, child.argv, child.log_path
         # Each child gets its own session so a Ctrl-C in the terminal reaches
         # only kperf-up, which then stops the children in a sensible order.
         proc = subprocess.Popen(
@@ -91,7 +107,8 @@ class Stack:
         )
         assert proc.stdout is not None
         threading.Thread(target=self._pump, args=(name, proc.stdout, log_path), daemon=True).start()
-        self.children.append(Child(name, proc, log_path))
+        child.proc, child.started, child.restart_at = proc, time.monotonic(), 0.0
+        return child
 
     def _pump(self, name: str, stream: IO[bytes], log_path: Path) -> None:
         with open(log_path, "ab") as log:
@@ -102,8 +119,29 @@ class Stack:
                     sys.stdout.write(f"[{name}] {line.decode(errors='replace')}")
                     sys.stdout.flush()
 
-    def dead_child(self) -> Child | None:
-        return next((c for c in self.children if c.proc.poll() is not None), None)
+    def supervise(self) -> None:
+        """Start again every child that died, with backoff, and say so (kperf-up's log and the child's)."""
+        now = time.monotonic()
+        for child in self.children:
+            if child.proc.poll() is None:
+                continue
+            if not child.restart_at:
+                ran = now - child.started
+                if ran >= HEALTHY_SECONDS:
+                    child.restarts = 0
+                pause = min(RESTART_MAX_SECONDS, 2.0**child.restarts)
+                child.restarts += 1
+                child.restart_at = now + pause
+                message = (
+                    f"kperf-up: {child.name} exited with status {child.proc.returncode} after {ran:.0f} s; "
+                    f"restarting it in {pause:.0f} s (restart {child.restarts}); see {child.log_path}"
+                )
+                print(message, file=sys.stderr, flush=True)
+                with open(child.log_path, "a") as fh:
+                    fh.write(message + "\n")
+            elif now >= child.restart_at:
+                self._spawn(child)
+                print(f"kperf-up: {child.name} restarted (pid {child.proc.pid})", file=sys.stderr, flush=True)
 
     def stop(self) -> None:
         for child in reversed(self.children):
@@ -117,6 +155,26 @@ class Stack:
             except subprocess.TimeoutExpired:
                 os.killpg(child.proc.pid, signal.SIGKILL)
                 child.proc.wait()
+
+
+def local_secret_key(home: Path) -> str:
+    """The secret key of this home's service: made once, random, kept in HOME/secret_key (mode 0600).
+
+    Kept rather than made anew at each start, so logins and sessions survive a restart.
+    """
+    path = home / "secret_key"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        key = path.read_text().strip()
+        if key:
+            return key
+        path.unlink()
+        return local_secret_key(home)
+    key = secrets.token_urlsafe(50)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(key + "\n")
+    return key
 
 
 def wait_for_web(url: str, timeout: float) -> bool:
@@ -157,6 +215,16 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ)
     env["KPERF_HOME"] = str(home)
     env.setdefault("DJANGO_SETTINGS_MODULE", "kperf.settings")
+    if not env.get("KPERF_SECRET_KEY"):
+        env["KPERF_SECRET_KEY"] = local_secret_key(home)
+    if not env.get("KPERF_ALLOW_LOCAL_TREES"):
+        # This service is the local user's own: let them submit the trees on their disk.
+        env["KPERF_ALLOW_LOCAL_TREES"] = "1"
+        print(
+            "kperf-up: local trees (paths, file:// URLs) are allowed, for you alone on this machine; "
+            "KPERF_ALLOW_LOCAL_TREES=0 turns them off",
+            flush=True,
+        )
     pg: EmbeddedPostgres | None = None
     if not env.get("DATABASE_URL"):
         print(f"kperf-up: no DATABASE_URL, starting embedded PostgreSQL in {home / 'pgdata'}", flush=True)
@@ -194,13 +262,19 @@ def main(argv: list[str] | None = None) -> int:
         url = f"http://{args.host}:{args.port}"
         bindir = Path(sys.executable).parent
         celery = [str(bindir / "celery"), "-A", "kperf"]
+        # Gossip, mingle and the worker heartbeat talk to other workers over
+        # the broker; kperf needs none of them, and their shutdown on a lost
+        # Redis connection crashed the worker (kombu's 'NoneType' object has
+        # no attribute 'hostname'), so they are off.
+        solo = ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+        # waitress: a client that stalls mid-request cannot tie up the server (kperf.web).
+        stack.start("web", web_command(args.host, args.port))
         stack.start(
-            "web",
-            [str(bindir / "gunicorn"), "kperf.wsgi", "-b", f"{args.host}:{args.port}", "-w", "2", "--timeout", "120"],
+            "worker-builds", [*celery, "worker", *solo, "-Q", "builds", "-c", "1", "-n", "builds@%h", "-l", "INFO"]
         )
-        stack.start("worker-builds", [*celery, "worker", "-Q", "builds", "-c", "1", "-n", "builds@%h", "-l", "INFO"])
         stack.start(
-            "worker-main", [*celery, "worker", "-Q", "default,analysis", "-c", "2", "-n", "main@%h", "-l", "INFO"]
+            "worker-main",
+            [*celery, "worker", *solo, "-Q", "default,analysis", "-c", "2", "-n", "main@%h", "-l", "INFO"],
         )
         stack.start("beat", [*celery, "beat", "-l", "INFO", "-s", str(home / "celerybeat-schedule")])
         if not wait_for_web(url, 60):
@@ -241,14 +315,9 @@ Ctrl-C stops everything.
             flush=True,
         )
         while not stopping.is_set():
-            dead = stack.dead_child()
-            if dead is not None:
-                print(
-                    f"kperf-up: {dead.name} exited with status {dead.proc.returncode}; see {dead.log_path}. "
-                    "Stopping everything.",
-                    file=sys.stderr,
-                )
-                return 1
+            # A child that died (a broker or database restart, a crash) is
+            # started again; the rest of the stack keeps serving meanwhile.
+            stack.supervise()
             stopping.wait(1.0)
         print("kperf-up: stopping", flush=True)
         return 0

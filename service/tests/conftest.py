@@ -50,6 +50,12 @@ def alice(django_user_model: Any) -> Any:
     return django_user_model.objects.create_user("alice", "alice@example.org", "alice-password-1")
 
 
+@pytest.fixture
+def staff(django_user_model: Any) -> Any:
+    """A lab admin: sees and changes everything, imports mmtests runs, tracks the reference series."""
+    return django_user_model.objects.create_user("lab-admin", "admin@example.org", is_staff=True)
+
+
 class Api:
     """Django's test client speaking JSON with a bearer token."""
 
@@ -68,10 +74,21 @@ class Api:
     def get(self, path: str, token: str | None = None) -> Any:
         return self.client.get(f"/api/v1{path}", **self._headers(token))
 
+    def patch(self, path: str, body: Any, token: str | None = None) -> Any:
+        return self.client.patch(
+            f"/api/v1{path}", data=json.dumps(body), content_type="application/json", **self._headers(token)
+        )
+
 
 @pytest.fixture
 def alice_api(alice: Any) -> Api:
     _, token = ApiToken.issue(alice)
+    return Api(token)
+
+
+@pytest.fixture
+def staff_api(staff: Any) -> Api:
+    _, token = ApiToken.issue(staff)
     return Api(token)
 
 

@@ -138,8 +138,9 @@ def test_boots_without_counters_on_one_side_show_no_table(sub: Submission, runne
         ({"vmstat": {"pgfault": 10**400}}, "boots[0].counters.vmstat.pgfault must be a finite number"),
         ({"vmstat": {"x" * 65: 1}}, "must be 1 to 64 characters long"),
         ({"vmstat": {"": 1}}, "counter '' must be 1 to 64 characters long"),
-        ({"vmstat": {"pg\x00fault": 1}}, "counter 'pg\\x00fault' contains a NUL character"),
-        ({"vm\x00stat": {"pgfault": 1}}, "source 'vm\\x00stat' contains a NUL character"),
+        # Refused for every field that is not machine text (kperf.core.api.parsing).
+        ({"vmstat": {"pg\x00fault": 1}}, "counters.vmstat has a key 'pg\\x00fault' that contains a NUL character"),
+        ({"vm\x00stat": {"pgfault": 1}}, "boots[0].counters has a key 'vm\\x00stat' that contains a NUL character"),
         ({"vmstat": {f"c{i}": 1 for i in range(4097)}}, "has more than 4096 counters"),
     ],
 )

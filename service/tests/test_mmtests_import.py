@@ -124,16 +124,19 @@ def test_it_says_what_is_wrong_with_a_directory(tmp_path: Path) -> None:
 
 
 @pytest.mark.django_db
-def test_imported_runs_compare_and_find_a_page_test_regression(alice_api: Api, qemu_class: Any, tmp_path: Path) -> None:
+def test_imported_runs_compare_and_find_a_page_test_regression(
+    alice_api: Api, staff_api: Api, qemu_class: Any, tmp_path: Path
+) -> None:
+    # An admin imports the lab's runs; every user compares with them.
     for i in range(3):
         assert (
-            alice_api.post(
+            staff_api.post(
                 "/imports/mmtests", payload(make_run(tmp_path / f"b{i}", f"base-{i}", seed=i), BASE)
             ).status_code
             == 201
         )
         slow = make_run(tmp_path / f"h{i}", f"head-{i}", seed=10 + i, page_test_scale=0.75)
-        resp = alice_api.post("/imports/mmtests", payload(slow, HEAD))
+        resp = staff_api.post("/imports/mmtests", payload(slow, HEAD))
         assert resp.status_code == 201, resp.content
     resp = alice_api.get(f"/compare?machine_class=qemu-x86_64&benchmark=aim9&base={BASE}&head={HEAD}")
     assert resp.status_code == 200, resp.content
@@ -162,24 +165,28 @@ def test_imported_runs_compare_and_find_a_page_test_regression(alice_api: Api, q
     ],
 )
 def test_a_bad_import_is_refused_and_stores_nothing(
-    alice_api: Api, qemu_class: Any, tmp_path: Path, change: dict[str, Any], says: str
+    staff_api: Api, qemu_class: Any, tmp_path: Path, change: dict[str, Any], says: str
 ) -> None:
     body = payload(make_run(tmp_path, "r", seed=3), BASE)
     body.update(change)
-    resp = alice_api.post("/imports/mmtests", body)
+    resp = staff_api.post("/imports/mmtests", body)
     assert resp.status_code == 400 and says in resp.json()["detail"]
     assert not Job.objects.exists() and not BootRecord.objects.exists() and not Sample.objects.exists()
 
 
 @pytest.mark.django_db(transaction=True)
 def test_the_cli_imports_a_run_and_compares_kernels(
-    live_server: Any, alice_api: Api, qemu_class: Any, tmp_path: Path
+    live_server: Any, alice_api: Api, staff_api: Api, qemu_class: Any, tmp_path: Path
 ) -> None:
     cli = kperf_cli(live_server.url, alice_api, tmp_path / "c.json")
+    admin_cli = kperf_cli(live_server.url, staff_api, tmp_path / "admin.json")
+    mine = make_run(tmp_path / "mine", "mine", seed=19)
+    refused = cli("import-mmtests", str(mine), "--kernel-sha", BASE, "--machine-class", "qemu-x86_64")
+    assert refused.returncode != 0 and "403" in refused.stderr and "an admin imports" in refused.stderr
     page_test: dict[str, list[list[float]]] = {BASE: [], HEAD: []}
     for i, (sha, scale) in enumerate([(BASE, 1.0), (BASE, 1.0), (HEAD, 0.7), (HEAD, 0.7)]):
         run = make_run(tmp_path / str(i), f"run-{i}", seed=20 + i, page_test_scale=scale)
-        out = cli("import-mmtests", str(run), "--kernel-sha", sha, "--machine-class", "qemu-x86_64")
+        out = admin_cli("import-mmtests", str(run), "--kernel-sha", sha, "--machine-class", "qemu-x86_64")
         assert out.returncode == 0, out.stderr
         assert "aim9 (48 samples)" in out.stdout
         page_test[sha].append([v for m, _, v in read_run(run).benchmarks["aim9"].samples if m == "page_test"])
@@ -209,15 +216,17 @@ def test_the_cli_imports_a_run_and_compares_kernels(
     row = next(line for line in noise.stdout.splitlines() if line.startswith("page_test "))
     assert row.split()[1:3] == ["2", "4"], row  # two kernels, four imported runs (one boot each)
     assert "detectable at 5x12" in noise.stdout
-    bad = cli("import-mmtests", str(tmp_path), "--kernel-sha", BASE, "--machine-class", "qemu-x86_64")
+    bad = admin_cli("import-mmtests", str(tmp_path), "--kernel-sha", BASE, "--machine-class", "qemu-x86_64")
     assert bad.returncode == 2 and "no iter-0" in bad.stderr
 
 
 @pytest.mark.django_db
-def test_noise_is_learned_per_machine_class_and_metric(alice_api: Api, qemu_class: Any, tmp_path: Path) -> None:
+def test_noise_is_learned_per_machine_class_and_metric(
+    alice_api: Api, staff_api: Api, qemu_class: Any, tmp_path: Path
+) -> None:
     for i in range(3):
-        alice_api.post("/imports/mmtests", payload(make_run(tmp_path / f"b{i}", f"b-{i}", seed=40 + i), BASE))
-        alice_api.post("/imports/mmtests", payload(make_run(tmp_path / f"h{i}", f"h-{i}", seed=50 + i), HEAD))
+        staff_api.post("/imports/mmtests", payload(make_run(tmp_path / f"b{i}", f"b-{i}", seed=40 + i), BASE))
+        staff_api.post("/imports/mmtests", payload(make_run(tmp_path / f"h{i}", f"h-{i}", seed=50 + i), HEAD))
     # The machine class's own clock (instructions) has no history: imports are wall-clock runs.
     assert alice_api.get("/noise?machine_class=qemu-x86_64&boots=5&iterations=12").json()["metrics"] == []
     report = alice_api.get("/noise?machine_class=qemu-x86_64&boots=5&iterations=12&clock=wall").json()

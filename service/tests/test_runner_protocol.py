@@ -249,11 +249,22 @@ def test_a_runner_that_shares_the_build_host_waits_for_builds(sub: Submission, r
     runner, api = runner_api
     runner.yields_to_builds = True
     runner.save()
+    from datetime import timedelta
+
+    from django.utils import timezone
+
     other = KernelBuild.objects.create(
-        tree=sub.tree, sha="c" * 40, arch="x86_64", config_digest="d" * 64, status="building"
+        tree=sub.tree,
+        sha="c" * 40,
+        arch="x86_64",
+        config_digest="d" * 64,
+        status="building",
+        lease_expires=timezone.now() + timedelta(minutes=2),
     )
     assert api.post("/runner/claim").json() == {"job": None}
-    other.status = KernelBuild.Status.DONE
+    # Its worker died: the lease runs out, and the runner no longer waits
+    # for a build nobody is running.
+    other.lease_expires = timezone.now() - timedelta(seconds=1)
     other.save()
     assert api.post("/runner/claim").json()["job"] is not None
 

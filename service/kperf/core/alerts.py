@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from functools import partial
 
 from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
 from django.db import transaction
 from django.utils import timezone
 
+from kperf.core import dispatch
 from kperf.core.models import Alert, ChangePoint, MetricComparison, Submission
 
 log = logging.getLogger("kperf.alerts")
@@ -27,8 +27,6 @@ TABLE_MAX_LINES = 200  # longer mmtests-style tables stay on the page
 
 
 def _queue(kind: str, key: str, recipients: list[str], subject: str, body: str) -> Alert:
-    from kperf.core import tasks
-
     alert, created = Alert.objects.get_or_create(
         key=key,
         defaults={
@@ -41,7 +39,7 @@ def _queue(kind: str, key: str, recipients: list[str], subject: str, body: str) 
         },
     )
     if created and recipients:
-        transaction.on_commit(partial(tasks.send_alerts.delay))
+        dispatch.after_commit("kperf.send_alerts")
     return alert
 
 

@@ -13,7 +13,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from kperf import stats
-from kperf.core import alerts, benchmarks, presenters
+from kperf.core import alerts, benchmarks, presenters, states
 from kperf.core.models import Clock, Comparison, Job, MachineClass, MetricComparison, MetricDef, Sample, Submission
 from kperf.stats import noise, sequential, summary
 from kperf.stats.builds import BuildNoise
@@ -119,13 +119,11 @@ def analyse_submission(sub_id: int) -> None:
                 more_boots = True
                 _rerun(sub, mclass_id, bench, clock, look)
         if more_boots:
-            sub.status = Submission.Status.TESTING
-            sub.save(update_fields=["status", "reruns", "updated"])
+            sub.save(update_fields=["reruns"])
+            states.move(sub, Submission.Status.TESTING)
             log.info("submission %s: inconclusive at this look, more boots queued", sub_id)
             return
-        sub.status = Submission.Status.DONE
-        sub.finished = timezone.now()
-        sub.save(update_fields=["status", "finished", "updated"])
+        states.move(sub, Submission.Status.DONE, finished=timezone.now())
         alerts.submission_finished(sub)
     log.info("submission %s analysed", sub_id)
 
@@ -215,13 +213,21 @@ class UnknownClock(ValueError):
 
 
 def compare_kernels(
-    machine_class: str, benchmark: str, base_sha: str, head_sha: str, clock: str | None = None
+    machine_class: str,
+    benchmark: str,
+    base_sha: str,
+    head_sha: str,
+    clock: str | None = None,
+    jobs: QuerySet[Job] | None = None,
 ) -> dict[str, Any]:
     """Compare every finished boot of two kernels on one machine class and
     clock, whatever produced them (kperf submissions, tracked branches,
     mmtests imports). Without a clock: the one both kernels were measured
-    with, the machine class's own if that is more than one."""
-    jobs = Job.objects.filter(status=Job.Status.DONE, machine_class__name=machine_class, benchmark=benchmark)
+    with, the machine class's own if that is more than one. `jobs` limits
+    the boots to those (the ones the asking user may see, kperf.core.access)."""
+    jobs = (Job.objects.all() if jobs is None else jobs).filter(
+        status=Job.Status.DONE, machine_class__name=machine_class, benchmark=benchmark
+    )
     clock = _choose_clock(jobs, machine_class, base_sha, head_sha, clock)
     jobs = jobs.filter(clock=clock)
     base = boots_per_metric(jobs.filter(build__sha=base_sha))

@@ -7,3 +7,9 @@ class CoreConfig(AppConfig):
     name = "kperf.core"
     label = "core"
     verbose_name = "kperf"
+
+    def ready(self) -> None:
+        # Load the Celery app whenever Django starts, so that shared tasks
+        # bind to it (and to the configured broker) rather than to Celery's
+        # default app.
+        import kperf.celery  # noqa: F401

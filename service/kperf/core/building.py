@@ -1,22 +1,39 @@
-"""Run one kernel build and store its artifacts where runners can fetch them."""
+"""Run one kernel build and store its artifacts where runners can fetch them.
+
+A build is leased like a job. The worker that claims it extends the lease
+from a heartbeat thread while the compiler runs; a worker that dies (killed,
+out of memory, its machine gone) stops extending it, and once the lease has
+run out the build is taken over by the next worker the sweeper or a
+redelivered task sends. Faults of the build machine (driver's
+BuildInfraError, a dead worker, the task's time limit) are tried again with
+backoff up to KPERF_BUILD_MAX_ATTEMPTS and, after the last, stored as an
+`infra` failure that the next submission needing the build queues again;
+only a kernel that does not build is a lasting result.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import logging
 import shutil
+import socket
+import threading
 import time
-from functools import partial
+from datetime import timedelta
 from pathlib import Path
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
-from django.db import transaction
+from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
-from kperf.core.models import KernelBuild
+from kperf.core import dispatch, states
+from kperf.core.models import KernelBuild, Tree
 from kperf_kbuild.driver import BuildInfraError, BuildRequest, build_kernel
 
 log = logging.getLogger("kperf.builds")
+
+_B = KernelBuild.Status
 
 
 def sha256_file(path: Path) -> str:
@@ -31,16 +48,157 @@ def artifact_dir(build: KernelBuild) -> Path:
     return Path(settings.KPERF_ARTIFACT_ROOT) / "builds" / str(build.pk)
 
 
-def run_build(build_id: int) -> None:
-    # Claim the build with a conditional update: if another worker already
-    # took it, exactly zero rows change and this one walks away.
-    claimed = KernelBuild.objects.filter(pk=build_id, status=KernelBuild.Status.QUEUED).update(
-        status=KernelBuild.Status.BUILDING, started=timezone.now(), phase="checkout", progress="starting"
+def need_build(tree: Tree, sha: str, arch: str, digest: str) -> KernelBuild:
+    """The build of (sha, arch, config) an owner needs, queued when it must run (caller is in a transaction).
+
+    A kernel that did not build is a fact about that sha and config and is
+    reused as is; a build that failed because of the build machine is queued
+    again, so a machine fault never stands for the kernel.
+    """
+    build, created = KernelBuild.objects.get_or_create(
+        sha=sha, arch=arch, config_digest=digest, defaults={"tree": tree}
     )
-    if claimed != 1:
-        log.info("build %s: not queued any more, another worker has it", build_id)
+    if created:
+        dispatch.after_commit("kperf.build_kernel", build.pk)
+    elif build.status == _B.FAILED and build.failure_kind == KernelBuild.FailureKind.INFRA:
+        if states.move_where(KernelBuild.objects.filter(pk=build.pk, failure_kind="infra"), _B.QUEUED, attempt=0):
+            log.info("build %s: failed on the build machine before, queued again", build.pk)
+            dispatch.after_commit("kperf.build_kernel", build.pk)
+        build.refresh_from_db()
+    return build
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{threading.get_native_id()}"
+
+
+def _lease() -> timedelta:
+    return timedelta(seconds=settings.KPERF_BUILD_LEASE_SECONDS)
+
+
+class _Heartbeat(threading.Thread):
+    """Extends a build's lease while the build runs; notices when it was taken over."""
+
+    def __init__(self, build_id: int, attempt: int) -> None:
+        super().__init__(name=f"build-{build_id}-heartbeat", daemon=True)
+        self.build_id, self.attempt = build_id, attempt
+        self.stopped = threading.Event()
+        self.lost = False
+
+    def run(self) -> None:
+        every = max(1.0, settings.KPERF_BUILD_LEASE_SECONDS / 4)
+        try:
+            while not self.stopped.wait(every):
+                try:
+                    kept = KernelBuild.objects.filter(
+                        pk=self.build_id, status=_B.BUILDING, attempt=self.attempt
+                    ).update(lease_expires=timezone.now() + _lease())
+                except Exception:  # the database may be restarting: try again next beat
+                    log.warning("build %s: could not extend the lease", self.build_id, exc_info=True)
+                    close_old_connections()
+                    continue
+                if not kept:
+                    self.lost = True
+                    log.warning("build %s: the lease was lost (taken over or expired)", self.build_id)
+                    return
+        finally:
+            connection.close()
+
+
+def expire_builds() -> int:
+    """Builds whose worker stopped extending the lease: tried again, or failed as infra after the last attempt."""
+    now = timezone.now()
+    changed = 0
+    stale = list(
+        KernelBuild.objects.filter(status=_B.BUILDING, lease_expires__lt=now).values_list("pk", "worker", "attempt")
+    )
+    for build_id, worker, attempt in stale:
+        reason = f"the worker {worker or '?'} stopped reporting on attempt {attempt} (killed, or its machine went away)"
+        if _retry_or_fail(build_id, attempt, reason, only_expired=True):
+            changed += 1
+    return changed
+
+
+def _retry_or_fail(build_id: int, attempt: int, reason: str, only_expired: bool = False) -> bool:
+    """After an infrastructure fault on `attempt`: queue the build again with
+    backoff, or after the last attempt fail it as `infra`. False if the build
+    moved on meanwhile (another worker has it)."""
+    with transaction.atomic():
+        build = KernelBuild.objects.select_for_update().filter(pk=build_id).first()
+        if build is None or build.status != _B.BUILDING or build.attempt != attempt:
+            return False
+        if only_expired and (build.lease_expires is None or build.lease_expires >= timezone.now()):
+            return False
+        if attempt < settings.KPERF_BUILD_MAX_ATTEMPTS:
+            delay = min(settings.KPERF_BUILD_RETRY_MAX_SECONDS, settings.KPERF_BUILD_RETRY_SECONDS * 2 ** (attempt - 1))
+            states.move(
+                build,
+                _B.QUEUED,
+                phase="queued",
+                progress=f"attempt {attempt} failed, retrying in {delay:.0f} s",
+                error=reason,
+                lease_expires=None,
+                worker="",
+            )
+            dispatch.after_commit("kperf.build_kernel", build_id, countdown=delay)
+            log.warning("build %s: attempt %s failed (%s); again in %.0f s", build_id, attempt, reason, delay)
+        else:
+            _store_failure(build, KernelBuild.FailureKind.INFRA, reason, log_tail=build.log_tail)
+            log.error("build %s: failed on its last attempt %s: %s", build_id, attempt, reason)
+    return True
+
+
+def _claim(build_id: int) -> KernelBuild | None:
+    """Take a queued build (conditional update: if another worker has it, nothing changes)."""
+    now = timezone.now()
+    with transaction.atomic():
+        build = KernelBuild.objects.select_for_update(skip_locked=True).filter(pk=build_id).first()
+        if build is None or build.status != _B.QUEUED:
+            return None
+        states.move(
+            build,
+            _B.BUILDING,
+            attempt=build.attempt + 1,
+            worker=worker_name(),
+            lease_expires=now + _lease(),
+            started=now,
+            finished=None,
+            phase="checkout",
+            progress="starting",
+            error="",
+            failure_kind="",
+        )
+    return build
+
+
+def run_build(build_id: int) -> None:
+    # A redelivered task for a build whose worker died finds it building
+    # with a lapsed lease: hand it back to the queue first, then claim it.
+    if KernelBuild.objects.filter(pk=build_id, status=_B.BUILDING, lease_expires__lt=timezone.now()).exists():
+        expire_builds()
+    claimed = _claim(build_id)
+    if claimed is None:
+        log.info("build %s: not queued (done, failed, or another worker has it)", build_id)
         return
     build = KernelBuild.objects.select_related("tree").get(pk=build_id)
+    attempt = build.attempt
+    heartbeat = _Heartbeat(build_id, attempt)
+    heartbeat.start()
+    try:
+        _run(build, attempt, heartbeat)
+    except (SoftTimeLimitExceeded, BuildInfraError) as e:
+        why = (
+            f"the build took longer than its time limit ({settings.KPERF_BUILD_TIME_LIMIT} s)"
+            if isinstance(e, SoftTimeLimitExceeded)
+            else f"the build could not run: {e}"
+        )
+        _retry_or_fail(build_id, attempt, why)
+    finally:
+        heartbeat.stopped.set()
+
+
+def _run(build: KernelBuild, attempt: int, heartbeat: _Heartbeat) -> None:
+    build_id = build.pk
     out_dir = artifact_dir(build)
     if out_dir.exists():
         shutil.rmtree(out_dir)
@@ -55,7 +213,7 @@ def run_build(build_id: int) -> None:
             return
         last_update = now
         build.phase = phase
-        KernelBuild.objects.filter(pk=build_id).update(phase=phase, progress=message[:200])
+        KernelBuild.objects.filter(pk=build_id, attempt=attempt).update(phase=phase, progress=message[:200])
 
     req = BuildRequest(
         repo=build.tree.mirror_path,
@@ -66,36 +224,66 @@ def run_build(build_id: int) -> None:
         ccache_dir=Path(settings.KPERF_CCACHE_DIR),
         jobs=settings.KPERF_BUILD_JOBS,
     )
-    log.info("build %s: %s for %s", build_id, build.sha[:12], build.arch)
-    try:
-        result = build_kernel(req, progress)
-    except BuildInfraError as e:
-        _finish(build_id, ok=False, error=f"the build could not run: {e}", log_tail="", artifacts={})
-        return
+    log.info("build %s: %s for %s (attempt %s)", build_id, build.sha[:12], build.arch, attempt)
+    result = build_kernel(req, progress)
     artifacts = {
         name: {"path": str(path), "sha256": sha256_file(path), "size": path.stat().st_size}
         for name, path in result.artifacts.items()
         if path.is_file()
     }
-    _finish(build_id, ok=result.ok, error=result.error, log_tail=result.log_tail, artifacts=artifacts)
+    _finish(build_id, attempt, ok=result.ok, error=result.error, log_tail=result.log_tail, artifacts=artifacts)
 
 
-def _finish(build_id: int, ok: bool, error: str, log_tail: str, artifacts: dict[str, dict[str, object]]) -> None:
-    from kperf.core import tasks
-
+def _finish(
+    build_id: int, attempt: int, ok: bool, error: str, log_tail: str, artifacts: dict[str, dict[str, object]]
+) -> None:
     with transaction.atomic():
         build = KernelBuild.objects.select_for_update().get(pk=build_id)
-        build.status = KernelBuild.Status.DONE if ok else KernelBuild.Status.FAILED
-        build.phase = "done" if ok else "failed"
-        build.progress = ""
-        build.error = "" if ok else (error or "the build failed: see the log")
-        build.log_tail = log_tail
-        build.artifacts = artifacts
-        build.finished = timezone.now()
-        build.save()
-        sub_ids = list(build.submission_builds.values_list("submission_id", flat=True).distinct())
-        for sub_id in sub_ids:
-            transaction.on_commit(partial(tasks.advance_submission.delay, sub_id))
-        for commit_id in build.branch_commits.values_list("pk", flat=True):
-            transaction.on_commit(partial(tasks.advance_branch_commit.delay, commit_id))
+        if build.status != _B.BUILDING or build.attempt != attempt:
+            # Taken over after this worker's lease lapsed: the newer attempt's result counts.
+            log.warning("build %s: attempt %s finished after losing its lease; result dropped", build_id, attempt)
+            return
+        if ok:
+            states.move(
+                build,
+                _B.DONE,
+                phase="done",
+                progress="",
+                error="",
+                log_tail=log_tail,
+                artifacts=artifacts,
+                finished=timezone.now(),
+                lease_expires=None,
+            )
+            _advance_owners(build)
+        else:
+            _store_failure(
+                build, KernelBuild.FailureKind.KERNEL, error or "the build failed: see the log", log_tail, artifacts
+            )
     log.info("build %s: %s", build_id, "done" if ok else f"FAILED: {error}")
+
+
+def _store_failure(
+    build: KernelBuild, kind: str, error: str, log_tail: str, artifacts: dict[str, dict[str, object]] | None = None
+) -> None:
+    states.move(
+        build,
+        _B.FAILED,
+        failure_kind=kind,
+        phase="failed",
+        progress="",
+        error=error,
+        log_tail=log_tail,
+        artifacts=artifacts if artifacts is not None else build.artifacts,
+        finished=timezone.now(),
+        lease_expires=None,
+    )
+    _advance_owners(build)
+
+
+def _advance_owners(build: KernelBuild) -> None:
+    """Let every submission and tracked commit waiting for this build move on, once the caller commits."""
+    for sub_id in build.submission_builds.values_list("submission_id", flat=True).distinct():
+        dispatch.after_commit("kperf.advance_submission", sub_id)
+    for commit_id in build.branch_commits.values_list("pk", flat=True):
+        dispatch.after_commit("kperf.advance_branch_commit", commit_id)

@@ -55,8 +55,9 @@ def validate_tree_url(url: str, allow_local: bool) -> str:
     if url.startswith("/") or url.startswith("file://"):
         if not allow_local:
             raise GitInputError(
-                f"local trees are turned off on this service (KPERF_ALLOW_LOCAL_TREES=0): {url!r}; "
-                "push the branch to a git server and give its https:// or git:// URL"
+                f"{url!r} is a local tree, and local trees are off on this service (it does not read its own "
+                "disk for users): push the branch to a git server and give its https:// or git:// URL "
+                "(an operator can turn them on with KPERF_ALLOW_LOCAL_TREES=1)"
             )
         path = url[len("file://") :] if url.startswith("file://") else url
         if not path.startswith("/"):

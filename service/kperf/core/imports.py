@@ -30,6 +30,23 @@ METRIC_RULES: dict[str, tuple[re.Pattern[str], str, bool]] = {
 }
 
 
+# The largest iteration the samples' integer column holds.
+ITERATION_MAX = 2**31 - 1
+
+
+def _iteration(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= ITERATION_MAX
+
+
+def _finite(value: Any) -> bool:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
+
+
 class KernelImportError(ValueError):
     """A bad import; the message says what and what to do."""
 
@@ -57,12 +74,17 @@ def import_mmtests(data: dict[str, Any]) -> ImportResult:
         if rule is None:
             raise KernelImportError(f"unknown benchmark {name!r}: kperf imports {', '.join(METRIC_RULES)}")
         rows = []
-        for s in content.get("samples", []):
+        samples = content.get("samples", [])
+        if not isinstance(samples, list) or not all(isinstance(s, dict) for s in samples):
+            raise KernelImportError(f"{name}: samples must be a list of {{metric, iteration, value}} objects")
+        for s in samples:
             metric, iteration, value = s.get("metric"), s.get("iteration"), s.get("value")
             if not isinstance(metric, str) or not rule[0].fullmatch(metric):
                 raise KernelImportError(f"{name}: {metric!r} is not one of its metric names")
-            if not isinstance(iteration, int) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise KernelImportError(f"{name}: sample {s!r} needs an integer iteration and a finite value")
+            if not _iteration(iteration) or not _finite(value):
+                raise KernelImportError(
+                    f"{name}: sample {s!r} needs an iteration in 0..{ITERATION_MAX} and a finite value"
+                )
             rows.append((metric, iteration, float(value)))
         if not rows:
             raise KernelImportError(f"{name}: no samples")

@@ -7,15 +7,14 @@ attempt it names. Every state change happens under a row lock.
 from __future__ import annotations
 
 import logging
-import math
 from datetime import timedelta
-from functools import partial
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from kperf.core import dispatch, states
 from kperf.core.models import BootRecord, Clock, Job, KernelBuild, MetricDef, Runner, Sample
 from kperf.core.models.accounts import hash_token
 from kperf_runner import benchmarks as registry
@@ -70,9 +69,14 @@ def claim(runner: Runner) -> Job | None:
     """Lease the next queued job of the runner's machine class, or None."""
     if runner.health != Runner.Health.GOOD:
         return None
-    if runner.yields_to_builds and KernelBuild.objects.filter(status=KernelBuild.Status.BUILDING).exists():
-        return None
     now = timezone.now()
+    # Only a build whose worker is alive (its lease is being extended) holds
+    # the runner back: a build left `building` by a dead worker never does.
+    if (
+        runner.yields_to_builds
+        and KernelBuild.objects.filter(status=KernelBuild.Status.BUILDING, lease_expires__gt=now).exists()
+    ):
+        return None
     with transaction.atomic():
         # SKIP LOCKED: two runners claiming at once each get a different job
         # instead of queueing behind each other's lock.
@@ -86,7 +90,7 @@ def claim(runner: Runner) -> Job | None:
         )
         if job is None:
             return None
-        job.status = Job.Status.LEASED
+        states.set_status(job, Job.Status.LEASED)
         job.runner = runner
         job.lease_expires = now + timedelta(seconds=settings.KPERF_LEASE_SECONDS)
         job.started = job.started or now
@@ -144,70 +148,23 @@ def progress(runner: Runner, job_id: int, data: dict[str, Any]) -> Job:
     return job
 
 
-# Kernel counters per boot (docs/runner-protocol.md, "counters"): a name is
-# at most this long, and a boot has at most this many, which a kernel's
-# /proc/vmstat (a few hundred fields) stays far below.
-COUNTER_NAME_MAX = 64
-COUNTERS_MAX = 4096
-
-
-def _validate_counters(counters: Any, where: str) -> dict[str, dict[str, int | float]]:
-    """A boot's counters, {source: {name: number}}, or ProtocolError saying what is wrong."""
-    if not isinstance(counters, dict):
-        raise ProtocolError(422, "invalid", f"{where} must be an object: counter source (vmstat) to its counters")
-    out: dict[str, dict[str, int | float]] = {}
-    for source, values in counters.items():
-        _check_counter_name(source, f"{where} source")
-        if not isinstance(values, dict):
-            raise ProtocolError(422, "invalid", f"{where}.{source} must be an object of counter names to numbers")
-        if sum(map(len, out.values())) + len(values) > COUNTERS_MAX:
-            raise ProtocolError(422, "invalid", f"{where} has more than {COUNTERS_MAX} counters")
-        for name, value in values.items():
-            _check_counter_name(name, f"{where}.{source} counter")
-            # Booleans are ints to Python; an int beyond a float's range is no count.
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
-                raise ProtocolError(422, "invalid", f"{where}.{source}.{name} must be a finite number, not {value!r}")
-        out[source] = dict(values)
-    return out
-
-
-def _check_counter_name(name: str, what: str) -> None:
-    if not 1 <= len(name) <= COUNTER_NAME_MAX:
-        raise ProtocolError(422, "invalid", f"{what} {name[:80]!r} must be 1 to {COUNTER_NAME_MAX} characters long")
-    # PostgreSQL refuses U+0000 in JSON text: say so rather than fail the insert.
-    if "\0" in name:
-        raise ProtocolError(422, "invalid", f"{what} {name!r} contains a NUL character")
-
-
-def _finite(value: float) -> bool:
-    try:
-        return math.isfinite(value)
-    except OverflowError:  # an int too large for a float
-        return False
-
-
 def _validate_results(
     job: Job, data: dict[str, Any]
 ) -> list[tuple[int, dict[str, Any], str, list[tuple[str, int, float]], dict[str, dict[str, int | float]]]]:
+    """The checks that need the job; the upload's shape was checked by its schema (kperf.core.api.runner)."""
     bench = registry.get_benchmark(job.benchmark)
     defined = {m.name: m for m in bench.metrics(job.params)}
-    boots = data.get("boots")
-    if not isinstance(boots, list) or not boots:
-        raise ProtocolError(422, "invalid", "boots must be a non-empty list, one entry per boot")
+    boots: list[dict[str, Any]] = data["boots"]
     if len(boots) != job.boots:
         raise ProtocolError(422, "invalid", f"job {job.pk} has {job.boots} boot(s) but the upload has {len(boots)}")
     out = []
     seen_boots: set[int] = set()
     for i, b in enumerate(boots):
-        if not isinstance(b, dict):
-            raise ProtocolError(422, "invalid", f"boots[{i}] must be an object")
-        idx = b.get("boot")
-        if not isinstance(idx, int) or not 0 <= idx < job.boots or idx in seen_boots:
+        idx = b["boot"]
+        if not 0 <= idx < job.boots or idx in seen_boots:
             raise ProtocolError(422, "invalid", f"boots[{i}].boot must be a distinct integer in 0..{job.boots - 1}")
         seen_boots.add(idx)
-        env = b.get("environment", {})
-        if not isinstance(env, dict):
-            raise ProtocolError(422, "invalid", f"boots[{i}].environment must be an object")
+        env = b["environment"]
         # Samples timed with another clock than the job's are another metric:
         # refused whole, so the runner reports an infrastructure fault and the
         # job is tried again, instead of mixing clocks in a comparison.
@@ -219,45 +176,26 @@ def _validate_results(
                 f"boots[{i}] was timed with the {clock!r} clock but job {job.pk} wants the {job.clock!r} clock: "
                 "upgrade the runner, or run it with an accelerator that gives that clock",
             )
-        samples = b.get("samples")
-        if not isinstance(samples, list) or not samples:
-            raise ProtocolError(422, "invalid", f"boots[{i}].samples must be a non-empty list")
         rows = []
-        for j, s in enumerate(samples):
-            where = f"boots[{i}].samples[{j}]"
-            if not isinstance(s, dict):
-                raise ProtocolError(422, "invalid", f"{where} must be an object")
-            metric, iteration, value = s.get("metric"), s.get("iteration"), s.get("value")
-            if metric not in defined:
+        for j, sample in enumerate(b["samples"]):
+            if sample["metric"] not in defined:
                 raise ProtocolError(
                     422,
                     "invalid",
-                    f"{where}.metric {metric!r} is not a metric of {job.benchmark} with these parameters "
-                    f"(expected one of {', '.join(sorted(defined))})",
+                    f"boots[{i}].samples[{j}].metric {sample['metric']!r} is not a metric of {job.benchmark} "
+                    f"with these parameters (expected one of {', '.join(sorted(defined))})",
                 )
-            if not isinstance(iteration, int) or isinstance(iteration, bool) or iteration < 0:
-                raise ProtocolError(422, "invalid", f"{where}.iteration must be a non-negative integer")
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-                raise ProtocolError(422, "invalid", f"{where}.value must be a finite number")
-            rows.append((str(metric), iteration, float(value)))
-        # Optional: runners older than counters send none.
-        counters = _validate_counters(b.get("counters", {}), f"boots[{i}].counters")
-        out.append((idx, env, str(b.get("raw_output", "")), rows, counters))
-    declared = data.get("metrics") or {}
-    if isinstance(declared, dict):
-        for name, meta in declared.items():
-            m = defined.get(name)
-            if (
-                m is not None
-                and isinstance(meta, dict)
-                and meta.get("higher_is_better") not in (None, m.higher_is_better)
-            ):
-                raise ProtocolError(
-                    422,
-                    "invalid",
-                    f"the runner says {name} is {'higher' if meta.get('higher_is_better') else 'lower'}-is-better, "
-                    "the service disagrees: runner and service versions differ, upgrade the runner",
-                )
+            rows.append((str(sample["metric"]), int(sample["iteration"]), float(sample["value"])))
+        out.append((idx, env, str(b["raw_output"]), rows, b["counters"]))
+    for name, meta in data["metrics"].items():
+        m = defined.get(name)
+        if m is not None and meta.get("higher_is_better") not in (None, m.higher_is_better):
+            raise ProtocolError(
+                422,
+                "invalid",
+                f"the runner says {name} is {'higher' if meta.get('higher_is_better') else 'lower'}-is-better, "
+                "the service disagrees: runner and service versions differ, upgrade the runner",
+            )
     return out
 
 
@@ -278,7 +216,7 @@ def record_results(runner: Runner, job_id: int, data: dict[str, Any]) -> Job:
             Sample.objects.bulk_create(
                 [Sample(boot_record=record, metric=m, iteration=it, value=v) for m, it, v in rows]
             )
-        job.status = Job.Status.DONE
+        states.set_status(job, Job.Status.DONE)
         job.finished = timezone.now()
         job.phase = "done"
         job.progress = ""
@@ -307,7 +245,7 @@ def record_failure(runner: Runner, job_id: int, data: dict[str, Any]) -> Job:
         if kind == Job.FailureKind.INFRA and job.attempt < job.max_attempts:
             _requeue(job, f"attempt {job.attempt} failed on {runner.name}: {message}")
         else:
-            job.status = Job.Status.FAILED
+            states.set_status(job, Job.Status.FAILED)
             job.finished = timezone.now()
             job.lease_expires = None
             job.phase = "failed"
@@ -320,16 +258,14 @@ def record_failure(runner: Runner, job_id: int, data: dict[str, Any]) -> Job:
 
 def _advance_owner(job: Job) -> None:
     """After the transaction commits, let the submission or branch commit that owns a finished job move on."""
-    from kperf.core import tasks
-
     if job.submission_id is not None:
-        transaction.on_commit(partial(tasks.advance_submission.delay, job.submission_id))
+        dispatch.after_commit("kperf.advance_submission", job.submission_id)
     if job.branch_commit_id is not None:
-        transaction.on_commit(partial(tasks.advance_branch_commit.delay, job.branch_commit_id))
+        dispatch.after_commit("kperf.advance_branch_commit", job.branch_commit_id)
 
 
 def _requeue(job: Job, why: str) -> None:
-    job.status = Job.Status.QUEUED
+    states.set_status(job, Job.Status.QUEUED)
     job.attempt += 1
     job.runner = None
     job.lease_expires = None
@@ -350,7 +286,7 @@ def expire_leases() -> int:
             if job.attempt < job.max_attempts:
                 _requeue(job, f"lease expired: {holder} stopped reporting on attempt {job.attempt}")
             else:
-                job.status = Job.Status.FAILED
+                states.set_status(job, Job.Status.FAILED)
                 job.failure_kind = Job.FailureKind.INFRA
                 job.failure_message = (
                     f"lease expired on the last attempt ({job.attempt} of {job.max_attempts}); "

@@ -1,62 +1,96 @@
-"""Celery tasks: short, named, taking ids, each calling one domain function."""
+"""Celery tasks: short, named, taking ids, each calling one domain function.
+
+Every task has a time limit and retries temporary database errors with
+backoff, a bounded number of times; what still fails is re-driven by the
+sweeper (kperf.core.sweeper), because the database, not the broker, holds
+the work (kperf.core.dispatch).
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import shared_task
+from django.conf import settings
+from django.db import InterfaceError, OperationalError
 
-from kperf.core import alerts, analysis, building, leases, tracking, workflow
+from kperf.core import alerts, building, leases, owners, sweeper, tracking, workflow
+
+# Options shared by every task. soft_time_limit raises inside the task
+# (builds stop their compiler, analyses fail their owner with a message);
+# time_limit kills the process if that did not end it.
+_RETRY: dict[str, Any] = {
+    "autoretry_for": (OperationalError, InterfaceError),
+    "retry_backoff": 5,
+    "retry_backoff_max": 300,
+    "retry_jitter": True,
+    "max_retries": settings.KPERF_TASK_MAX_RETRIES,
+}
 
 
-@shared_task(name="kperf.prepare_submission")
+def _limits(seconds: int) -> dict[str, Any]:
+    return {"soft_time_limit": seconds, "time_limit": seconds + 60, **_RETRY}
+
+
+_DEFAULT = _limits(settings.KPERF_TASK_TIME_LIMIT)
+_GIT = _limits(settings.KPERF_GIT_TIMEOUT + 120)
+
+
+@shared_task(name="kperf.prepare_submission", **_GIT)
 def prepare_submission(sub_id: int) -> None:
     workflow.prepare_submission(sub_id)
 
 
-@shared_task(name="kperf.build_kernel")
+@shared_task(name="kperf.build_kernel", **_limits(settings.KPERF_BUILD_TIME_LIMIT))
 def build_kernel(build_id: int) -> None:
     building.run_build(build_id)
 
 
-@shared_task(name="kperf.advance_submission")
+@shared_task(name="kperf.advance_submission", **_DEFAULT)
 def advance_submission(sub_id: int) -> None:
-    workflow.advance_submission(sub_id)
+    owners.advance(owners.SUBMISSION, sub_id)
 
 
-@shared_task(name="kperf.analyse_submission")
+@shared_task(name="kperf.analyse_submission", **_limits(settings.KPERF_ANALYSIS_TIME_LIMIT))
 def analyse_submission(sub_id: int) -> None:
-    analysis.analyse_submission(sub_id)
+    owners.analyse(owners.SUBMISSION, sub_id)
 
 
-@shared_task(name="kperf.expire_leases")
+@shared_task(name="kperf.expire_leases", **_DEFAULT)
 def expire_leases() -> int:
     return leases.expire_leases()
 
 
-@shared_task(name="kperf.poll_tracked_branches")
+@shared_task(name="kperf.redrive", **_DEFAULT)
+def redrive() -> dict[str, int]:
+    return sweeper.redrive()
+
+
+@shared_task(name="kperf.poll_tracked_branches", **_DEFAULT)
 def poll_tracked_branches() -> int:
     return tracking.poll_all()
 
 
-@shared_task(name="kperf.poll_branch")
+@shared_task(name="kperf.poll_branch", **_GIT)
 def poll_branch(branch_id: int, backfill: int = 0) -> None:
     tracking.poll_branch(branch_id, backfill)
 
 
-@shared_task(name="kperf.advance_branch_commit")
+@shared_task(name="kperf.advance_branch_commit", **_DEFAULT)
 def advance_branch_commit(commit_id: int) -> None:
-    tracking.advance_branch_commit(commit_id)
+    owners.advance(owners.COMMIT, commit_id)
 
 
-@shared_task(name="kperf.analyse_branch_commit")
+@shared_task(name="kperf.analyse_branch_commit", **_limits(settings.KPERF_ANALYSIS_TIME_LIMIT))
 def analyse_branch_commit(commit_id: int) -> None:
-    tracking.analyse_branch_commit(commit_id)
+    owners.analyse(owners.COMMIT, commit_id)
 
 
-@shared_task(name="kperf.reanalyse_branch")
+@shared_task(name="kperf.reanalyse_branch", **_limits(settings.KPERF_ANALYSIS_TIME_LIMIT))
 def reanalyse_branch(branch_id: int) -> None:
     tracking.reanalyse_branch(branch_id)
 
 
-@shared_task(name="kperf.send_alerts")
+@shared_task(name="kperf.send_alerts", **_DEFAULT)
 def send_alerts() -> int:
     return alerts.send_pending()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
-from functools import partial
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -24,7 +23,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from kperf.core import alerts, benchmarks, gitops
+from kperf.core import access, alerts, benchmarks, building, dispatch, gitops, states
 from kperf.core.models import (
     BranchCommit,
     ChangePoint,
@@ -66,8 +65,35 @@ class TrackRequest:
     min_effect_pct: float | None = None
 
 
-def track(owner: User, req: TrackRequest) -> TrackedBranch:
-    """Start tracking a branch (or update the settings of one already tracked) and poll it now."""
+class AlreadyTracked(Exception):
+    """The branch is tracked by someone else and the acting user may not change it; the message says what to do."""
+
+    def __init__(self, message: str, branch_id: int) -> None:
+        super().__init__(message)
+        self.branch_id = branch_id
+
+
+def _taken(branch: TrackedBranch) -> AlreadyTracked:
+    what = f"the branch {branch.branch!r} of {branch.tree.url}"
+    if branch.owner.is_staff:
+        return AlreadyTracked(
+            f"{what} is already tracked by an admin, as one of the lab's reference series: read it at "
+            f"/branches/{branch.pk} (GET /api/v1/branches/{branch.pk}); ask an admin to change its settings",
+            branch.pk,
+        )
+    return AlreadyTracked(
+        f"{what} is already tracked by another user, and only they or an admin may change it: ask its owner "
+        "(an admin can tell you who) or an admin, e.g. to add your address to its notify list",
+        branch.pk,
+    )
+
+
+def track(user: User, req: TrackRequest) -> TrackedBranch:
+    """Start tracking a branch (or update the settings of one already tracked) and poll it now.
+
+    `user` is who asks: a new branch becomes theirs; one already tracked is
+    changed only by its owner or staff (AlreadyTracked otherwise), and keeps
+    its owner when staff change it."""
     # The same checks as a submission: URL, ref syntax, benchmarks, grid, arches.
     clean = validate(
         SubmissionRequest(req.tree_url, req.branch, req.branch, list(req.benchmarks), req.grid, list(req.arches))
@@ -85,7 +111,6 @@ def track(owner: User, req: TrackRequest) -> TrackedBranch:
             validate_email(address)
         except ValidationError:
             raise SubmissionError(f"{address!r} is not an e-mail address", "notify") from None
-    from kperf.core import tasks
 
     with transaction.atomic():
         tree, _ = Tree.objects.get_or_create(url=clean.tree_url)
@@ -104,7 +129,7 @@ def track(owner: User, req: TrackRequest) -> TrackedBranch:
                 "enabled": True,
             },
             create_defaults={
-                "owner": owner,
+                "owner": user,
                 "benchmarks": clean.benchmarks,
                 "grid": clean.grid,
                 "arches": clean.arches,
@@ -115,19 +140,22 @@ def track(owner: User, req: TrackRequest) -> TrackedBranch:
                 "min_effect_pct": min_effect,
             },
         )
+        # Checked after update_or_create, which holds the row's lock, so no one
+        # can take the branch between the check and the write; raising here
+        # rolls the update back.
+        if not created and not access.may_change_branch(user, branch):
+            raise _taken(branch)
         branch_id, backfill = branch.pk, req.backfill if created else 0
-        transaction.on_commit(partial(tasks.poll_branch.delay, branch_id, backfill))
+        dispatch.after_commit("kperf.poll_branch", branch_id, backfill)
     log.info("tracking %s %s (%s)", clean.tree_url, clean.head_ref, "new" if created else "updated")
     return branch
 
 
 def poll_all() -> int:
     """Queue a poll of every enabled tracked branch (the beat task); returns how many."""
-    from kperf.core import tasks
-
     ids = list(TrackedBranch.objects.filter(enabled=True).values_list("pk", flat=True))
     for branch_id in ids:
-        tasks.poll_branch.delay(branch_id)
+        dispatch.send("kperf.poll_branch", branch_id)
     return len(ids)
 
 
@@ -204,8 +232,6 @@ def poll_branch(branch_id: int, backfill: int = 0) -> list[BranchCommit]:
 def _add_commits(branch: TrackedBranch, wanted: list[tuple[str, str, int]]) -> list[BranchCommit]:
     """Create (sha, subject, position) commits of a locked branch, attach their
     (possibly shared) builds, and queue what they need once the caller commits."""
-    from kperf.core import tasks
-
     created: list[BranchCommit] = []
     for sha, subject, position in wanted:
         commit, new = BranchCommit.objects.get_or_create(
@@ -214,13 +240,8 @@ def _add_commits(branch: TrackedBranch, wanted: list[tuple[str, str, int]]) -> l
         if not new:
             continue
         for arch in branch.arches:
-            build, made = KernelBuild.objects.get_or_create(
-                sha=sha, arch=arch, config_digest=config_digest(arch), defaults={"tree": branch.tree}
-            )
-            commit.builds.add(build)
-            if made:
-                transaction.on_commit(partial(tasks.build_kernel.delay, build.pk))
-        transaction.on_commit(partial(tasks.advance_branch_commit.delay, commit.pk))
+            commit.builds.add(building.need_build(branch.tree, sha, arch, config_digest(arch)))
+        dispatch.after_commit("kperf.advance_branch_commit", commit.pk)
         created.append(commit)
     return created
 
@@ -259,19 +280,15 @@ def boots_for(branch: TrackedBranch, bench: str) -> int:
     return branch.boots or grid_boots
 
 
-def _fail(commit: BranchCommit, message: str) -> None:
-    commit.status = BranchCommit.Status.FAILED
-    commit.error = message
-    commit.finished = timezone.now()
-    commit.save(update_fields=["status", "error", "finished"])
-    Job.objects.filter(branch_commit=commit, status=Job.Status.QUEUED).update(status=Job.Status.CANCELLED)
+def fail_commit(commit: BranchCommit, message: str) -> None:
+    """Mark a commit failed and cancel its queued jobs (caller holds the row lock)."""
+    states.move(commit, BranchCommit.Status.FAILED, error=message, finished=timezone.now())
+    states.move_where(Job.objects.filter(branch_commit=commit, status=Job.Status.QUEUED), Job.Status.CANCELLED)
     log.warning("branch commit %s failed: %s", commit, message)
     # A bisection may have been waiting for this commit: look again, so it
     # picks another commit of the range or mails what it has.
     if commit.branch.change_points.exists():
-        from kperf.core import tasks
-
-        transaction.on_commit(partial(tasks.reanalyse_branch.delay, commit.branch_id))
+        dispatch.after_commit("kperf.reanalyse_branch", commit.branch_id)
 
 
 def reanalyse_branch(branch_id: int) -> None:
@@ -284,46 +301,23 @@ def reanalyse_branch(branch_id: int) -> None:
 
 
 def advance_branch_commit(commit_id: int) -> None:
-    """Move a commit on when its builds or jobs have finished."""
-    from kperf.core import tasks
+    """Move a commit on when its builds or jobs have finished (kperf.core.owners)."""
+    from kperf.core import owners
 
-    with transaction.atomic():
-        commit = BranchCommit.objects.select_for_update().select_related("branch").get(pk=commit_id)
-        branch = commit.branch
-        if commit.status == BranchCommit.Status.BUILDING:
-            builds = list(commit.builds.all())
-            failed = [b for b in builds if b.status == KernelBuild.Status.FAILED]
-            if failed:
-                b = failed[0]
-                _fail(commit, f"the kernel ({b.sha[:12]}, {b.arch}) failed to build: {b.error or 'see the build log'}")
-                return
-            if builds and all(b.status == KernelBuild.Status.DONE for b in builds):
-                seq = (Job.objects.filter(branch_commit=commit).aggregate(m=Max("seq"))["m"] or 0) + 1
-                for build in builds:
-                    for mclass in MachineClass.objects.filter(arch=build.arch).order_by("name"):
-                        for bench in branch.benchmarks:
-                            _, params = benchmarks.grid_for(bench, branch.grid)
-                            for _ in range(boots_for(branch, bench)):
-                                Job.queue_one_boot(build, mclass, bench, branch.grid, params, seq, branch_commit=commit)
-                                seq += 1
-                commit.status = BranchCommit.Status.TESTING
-                commit.save(update_fields=["status"])
-            return
-        if commit.status == BranchCommit.Status.TESTING:
-            jobs = list(commit.jobs.select_related("machine_class"))
-            hard = [j for j in jobs if j.status == Job.Status.FAILED]
-            if hard:
-                j = hard[0]
-                _fail(
-                    commit,
-                    f"the kernel did not run {j.benchmark} on {j.machine_class.name} "
-                    f"(job {j.pk}, {j.failure_kind} failure): {j.failure_message}",
-                )
-                return
-            if jobs and all(j.status == Job.Status.DONE for j in jobs):
-                commit.status = BranchCommit.Status.ANALYSING
-                commit.save(update_fields=["status"])
-                transaction.on_commit(partial(tasks.analyse_branch_commit.delay, commit_id))
+    owners.advance(owners.COMMIT, commit_id)
+
+
+def queue_commit_jobs(commit: BranchCommit, builds: list[KernelBuild]) -> None:
+    """One-boot jobs for every build of a commit, on every machine class of its arch, per benchmark."""
+    branch = commit.branch
+    seq = (Job.objects.filter(branch_commit=commit).aggregate(m=Max("seq"))["m"] or 0) + 1
+    for build in builds:
+        for mclass in MachineClass.objects.filter(arch=build.arch).order_by("name"):
+            for bench in branch.benchmarks:
+                _, params = benchmarks.grid_for(bench, branch.grid)
+                for _ in range(boots_for(branch, bench)):
+                    Job.queue_one_boot(build, mclass, bench, branch.grid, params, seq, branch_commit=commit)
+                    seq += 1
 
 
 def analyse_branch_commit(commit_id: int) -> None:
@@ -338,9 +332,7 @@ def analyse_branch_commit(commit_id: int) -> None:
         groups = set(Job.objects.filter(branch_commit=commit).values_list("machine_class_id", "benchmark", "clock"))
         for mclass_id, bench, clock in sorted(groups):
             analyse_series(commit.branch, mclass_id, bench, clock)
-        commit.status = BranchCommit.Status.DONE
-        commit.finished = timezone.now()
-        commit.save(update_fields=["status", "finished"])
+        states.move(commit, BranchCommit.Status.DONE, finished=timezone.now())
 
 
 Series = dict[str, list[list[list[float]]]]  # metric -> per commit -> per boot -> iterations

@@ -1,4 +1,7 @@
-"""Web pages: thin views over the same domain functions the API uses."""
+"""Web pages: thin views over the same domain functions the API uses.
+
+What a user may see is decided by kperf.core.access, as for the API; what
+they may not see is a 404, as if it did not exist."""
 
 from __future__ import annotations
 
@@ -9,8 +12,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
-from kperf.core import benchmarks, presenters, workflow
-from kperf.core.models import Job, KernelBuild, Submission, TrackedBranch
+from kperf.core import access, benchmarks, presenters, workflow
 from kperf_kbuild.driver import SUPPORTED_ARCHES
 
 
@@ -37,8 +39,11 @@ class SubmissionForm(forms.Form):
 
 @login_required
 def submission_list(request: HttpRequest) -> HttpResponse:
-    subs = Submission.objects.select_related("tree", "owner")[:100]
-    return render(request, "kperf/submission_list.html", {"submissions": subs})
+    # The user's own submissions; staff see everyone's (?owner=NAME for one user's).
+    subs = access.visible_submissions(request.user).select_related("tree", "owner")
+    if owner := request.GET.get("owner"):
+        subs = subs.filter(owner__username=owner)
+    return render(request, "kperf/submission_list.html", {"submissions": subs[:100]})
 
 
 @login_required
@@ -70,7 +75,7 @@ def submission_new(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def submission_detail(request: HttpRequest, sub_id: int) -> HttpResponse:
-    sub = get_object_or_404(Submission.objects.select_related("tree", "owner"), pk=sub_id)
+    sub = get_object_or_404(access.visible_submissions(request.user).select_related("tree", "owner"), pk=sub_id)
     return render(request, "kperf/submission_detail.html", {"sub": sub, "d": presenters.submission_detail(sub)})
 
 
@@ -80,7 +85,7 @@ def _text(body: str) -> HttpResponse:
 
 @login_required
 def build_log(request: HttpRequest, build_id: int) -> HttpResponse:
-    build = get_object_or_404(KernelBuild, pk=build_id)
+    build = get_object_or_404(access.visible_builds(request.user), pk=build_id)
     meta = build.artifacts.get("build-log")
     if meta and Path(meta["path"]).is_file():
         return _text(Path(meta["path"]).read_text(errors="replace"))
@@ -89,17 +94,17 @@ def build_log(request: HttpRequest, build_id: int) -> HttpResponse:
 
 @login_required
 def job_console(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = get_object_or_404(Job, pk=job_id)
+    job = get_object_or_404(access.visible_jobs(request.user), pk=job_id)
     return _text(job.console_log or f"job {job_id} has no console output yet (status: {job.status})")
 
 
 @login_required
 def branch_list(request: HttpRequest) -> HttpResponse:
-    branches = TrackedBranch.objects.select_related("tree", "owner")
+    branches = access.visible_branches(request.user).select_related("tree", "owner")
     return render(request, "kperf/branch_list.html", {"branches": branches})
 
 
 @login_required
 def branch_detail(request: HttpRequest, branch_id: int) -> HttpResponse:
-    branch = get_object_or_404(TrackedBranch.objects.select_related("tree", "owner"), pk=branch_id)
+    branch = get_object_or_404(access.visible_branches(request.user).select_related("tree", "owner"), pk=branch_id)
     return render(request, "kperf/branch_detail.html", {"b": branch, "d": presenters.branch_detail(branch)})

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -18,7 +17,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from kperf.core import alerts, benchmarks, gitops
+from kperf.core import alerts, benchmarks, building, dispatch, gitops, states
 from kperf.core.models import Job, KernelBuild, MachineClass, Submission, SubmissionBuild, Tree
 from kperf_kbuild.driver import SUPPORTED_ARCHES, config_digest
 
@@ -97,8 +96,6 @@ def validate(req: SubmissionRequest) -> SubmissionRequest:
 
 def create_submission(owner: User, req: SubmissionRequest) -> Submission:
     clean = validate(req)
-    from kperf.core import tasks
-
     with transaction.atomic():
         tree, _ = Tree.objects.get_or_create(url=clean.tree_url)
         sub = Submission.objects.create(
@@ -111,29 +108,23 @@ def create_submission(owner: User, req: SubmissionRequest) -> Submission:
             arches=clean.arches,
             min_effect_pct=clean.min_effect_pct,
         )
-        sub_id = sub.pk
-        transaction.on_commit(partial(tasks.prepare_submission.delay, sub_id))
+        dispatch.after_commit("kperf.prepare_submission", sub.pk)
     log.info("submission %s: %s %s vs %s queued", sub.pk, clean.tree_url, clean.head_ref, clean.base_ref)
     return sub
 
 
 def fail_submission(sub: Submission, message: str) -> None:
     """Mark a submission failed and cancel the work it no longer needs (caller holds the row lock)."""
-    sub.status = Submission.Status.FAILED
-    sub.error = message
-    sub.finished = timezone.now()
-    sub.save(update_fields=["status", "error", "finished", "updated"])
-    Job.objects.filter(submission=sub, status=Job.Status.QUEUED).update(status=Job.Status.CANCELLED)
+    states.move(sub, Submission.Status.FAILED, error=message, finished=timezone.now())
+    states.move_where(Job.objects.filter(submission=sub, status=Job.Status.QUEUED), Job.Status.CANCELLED)
     alerts.submission_finished(sub)
     log.warning("submission %s failed: %s", sub.pk, message)
 
 
 def prepare_submission(sub_id: int) -> None:
     """Fetch the tree, resolve both refs and attach (possibly shared) builds."""
-    from kperf.core import tasks
-
-    sub = Submission.objects.select_related("tree").get(pk=sub_id)
-    if sub.status != Submission.Status.QUEUED:
+    sub = Submission.objects.select_related("tree").filter(pk=sub_id).first()
+    if sub is None or sub.status != Submission.Status.QUEUED:
         return
     tree = sub.tree
     try:
@@ -147,7 +138,6 @@ def prepare_submission(sub_id: int) -> None:
         return
     Tree.objects.filter(pk=tree.pk).update(last_fetched=timezone.now())
 
-    new_builds: list[int] = []
     with transaction.atomic():
         locked = Submission.objects.select_for_update().get(pk=sub_id)
         if locked.status != Submission.Status.QUEUED:
@@ -156,19 +146,10 @@ def prepare_submission(sub_id: int) -> None:
         for arch in locked.arches:
             digest = config_digest(arch)
             for side, sha in ((SubmissionBuild.Side.BASE, base_sha), (SubmissionBuild.Side.HEAD, head_sha)):
-                build, created = KernelBuild.objects.get_or_create(
-                    sha=sha, arch=arch, config_digest=digest, defaults={"tree": tree}
-                )
-                if created:
-                    new_builds.append(build.pk)
+                build = building.need_build(tree, sha, arch, digest)
                 SubmissionBuild.objects.get_or_create(submission=locked, build=build, side=side)
-        locked.status = Submission.Status.BUILDING
-        locked.save(update_fields=["base_sha", "head_sha", "status", "updated"])
-        # A failed build is a fact about that sha and config, so it is reused
-        # as-is; only builds nobody has started are queued here.
-        for build_id in new_builds:
-            transaction.on_commit(partial(tasks.build_kernel.delay, build_id))
-        transaction.on_commit(partial(tasks.advance_submission.delay, sub_id))
+        states.move(locked, Submission.Status.BUILDING, base_sha=base_sha, head_sha=head_sha)
+        dispatch.after_commit("kperf.advance_submission", sub_id)
 
 
 def _resolve(tree: Tree, ref: str, what: str) -> str:
@@ -179,47 +160,10 @@ def _resolve(tree: Tree, ref: str, what: str) -> str:
 
 
 def advance_submission(sub_id: int) -> None:
-    """Move a submission forward when its builds or jobs have finished."""
-    from kperf.core import tasks
+    """Move a submission forward when its builds or jobs have finished (kperf.core.owners)."""
+    from kperf.core import owners
 
-    with transaction.atomic():
-        sub = Submission.objects.select_for_update().get(pk=sub_id)
-        if sub.status == Submission.Status.BUILDING:
-            links = list(sub.submission_builds.select_related("build"))
-            failed = [sb for sb in links if sb.build.status == KernelBuild.Status.FAILED]
-            if failed:
-                sb = failed[0]
-                fail_submission(
-                    sub,
-                    f"the {sb.side} kernel ({sb.build.sha[:12]}, {sb.build.arch}) failed to build: "
-                    f"{sb.build.error or 'see the build log'}",
-                )
-                return
-            if links and all(sb.build.status == KernelBuild.Status.DONE for sb in links):
-                schedule_jobs(sub, links)
-                sub.status = Submission.Status.TESTING
-                sub.save(update_fields=["status", "updated"])
-            return
-        if sub.status == Submission.Status.TESTING:
-            jobs = list(sub.jobs.all())
-            hard = [j for j in jobs if j.status == Job.Status.FAILED]
-            if hard:
-                j = hard[0]
-                what = {
-                    "boot": "did not boot",
-                    "benchmark": "ran but the benchmark failed",
-                    "infra": "could not be run",
-                }
-                fail_submission(
-                    sub,
-                    f"the {j.side} kernel ({j.build.sha[:12]}) {what.get(j.failure_kind, 'failed')} "
-                    f"on {j.machine_class.name} (job {j.pk}, {j.failure_kind} failure): {j.failure_message}",
-                )
-                return
-            if jobs and all(j.status == Job.Status.DONE for j in jobs):
-                sub.status = Submission.Status.ANALYSING
-                sub.save(update_fields=["status", "updated"])
-                transaction.on_commit(partial(tasks.analyse_submission.delay, sub_id))
+    owners.advance(owners.SUBMISSION, sub_id)
 
 
 def schedule_jobs(sub: Submission, links: list[SubmissionBuild]) -> None:

@@ -16,10 +16,18 @@ and broker the tests use:
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import dj_database_url
+
+# Settings refuse to start without a secret key (docs/operations.md); the
+# tests, and the servers and workers they start, share this one.
+os.environ.setdefault("KPERF_SECRET_KEY", "kperf-tests-" + secrets.token_urlsafe(32))
+# Many tests submit small local git trees; a shared service keeps these off,
+# and test_local_trees_are_refused_by_default checks that default.
+os.environ.setdefault("KPERF_ALLOW_LOCAL_TREES", "1")
 
 _embedded = None
 

@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.http import HttpRequest
 from django.utils import timezone
-from ninja.security import HttpBearer, django_auth
+from ninja.security import HttpBearer, SessionAuth
 
 from kperf.core import leases
 from kperf.core.models import ApiToken, Runner
@@ -31,7 +31,19 @@ class RunnerToken(HttpBearer):
         return leases.runner_for_token(token)
 
 
-# The web pages' session also works on the user API (with CSRF), so the
-# browser can read the same JSON the CLI does.
-USER_AUTH: list[Any] = [UserToken(), django_auth]
+class BrowserSession(SessionAuth):
+    """The web pages' session (with CSRF), so the browser can read the same JSON the CLI does.
+
+    Only for requests that carry no Authorization header and do carry a
+    session cookie: a client that sent a token meant the token, and a bad
+    one must get 401 bad-token, not a CSRF failure from a session it never had.
+    """
+
+    def __call__(self, request: HttpRequest) -> Any | None:
+        if "Authorization" in request.headers or self.param_name not in request.COOKIES:
+            return None
+        return super().__call__(request)
+
+
+USER_AUTH: list[Any] = [UserToken(), BrowserSession()]
 RUNNER_AUTH = RunnerToken()

@@ -2,18 +2,88 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from django.http import FileResponse, HttpRequest
-from ninja import Router, Schema
+from ninja import Field, Router, Schema
+from pydantic import AfterValidator, BeforeValidator
+from pydantic_core import PydanticCustomError
 
 from kperf.core import leases
 from kperf.core.api.auth import RUNNER_AUTH
-from kperf.core.api.errors import ApiError
+from kperf.core.api.errors import ApiError, ErrorOut
 from kperf.core.models import KernelBuild, Runner
 
 router = Router(auth=RUNNER_AUTH, tags=["runner protocol"])
+
+
+# The largest value of the integer columns these land in (PostgreSQL's integer).
+INT_MAX = 2**31 - 1
+# Kernel counters per boot (docs/runner-protocol.md, "counters"): a name is
+# at most this long, and a boot has at most this many, which a kernel's
+# /proc/vmstat (a few hundred fields) stays far below.
+COUNTER_NAME_MAX = 64
+COUNTERS_MAX = 4096
+
+
+def _invalid(detail: str) -> PydanticCustomError:
+    # The API's error handler puts the field's path in front of the message
+    # (kperf.core.api._describe); the detail goes in through the context so
+    # braces in a quoted value are not taken for placeholders.
+    return PydanticCustomError("kperf_invalid", "{detail}", {"detail": detail})
+
+
+def _finite_number(value: Any) -> Any:
+    # Booleans are ints to Python, strings are not numbers here, and an int
+    # beyond a float's range is no measurement.
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    try:
+        ok = ok and math.isfinite(value)
+    except OverflowError:
+        ok = False
+    if not ok:
+        raise _invalid(f"must be a finite number, not {repr(value)[:80]}")
+    return value
+
+
+def _name_check(what: str) -> Callable[[str], str]:
+    def check(name: str) -> str:
+        if not 1 <= len(name) <= COUNTER_NAME_MAX:
+            raise _invalid(f"{what} {name[:80]!r} must be 1 to {COUNTER_NAME_MAX} characters long")
+        return name
+
+    return check
+
+
+def _object(what: str) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise _invalid(f"must be an object{what}")
+        return value
+
+    return check
+
+
+def _at_most_counters(counters: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    if sum(map(len, counters.values())) > COUNTERS_MAX:
+        raise _invalid(f"has more than {COUNTERS_MAX} counters")
+    return counters
+
+
+FiniteNumber = Annotated[float, BeforeValidator(_finite_number)]
+CounterValue = Annotated[int | float, BeforeValidator(_finite_number)]
+CounterName = Annotated[str, AfterValidator(_name_check("counter"))]
+SourceName = Annotated[str, AfterValidator(_name_check("source"))]
+CounterSource = Annotated[dict[CounterName, CounterValue], BeforeValidator(_object(" of counter names to numbers"))]
+Counters = Annotated[
+    dict[SourceName, CounterSource],
+    BeforeValidator(_object(": counter source (vmstat) to its counters")),
+    AfterValidator(_at_most_counters),
+]
+Attempt = Annotated[int, Field(strict=True, ge=1, le=INT_MAX, description="the attempt the claim named")]
 
 
 class HeartbeatIn(Schema):
@@ -25,8 +95,17 @@ class HeartbeatIn(Schema):
     capabilities: dict[str, Any] = {}
 
 
+class HeartbeatOut(Schema):
+    runner: str
+    poll_seconds: int
+
+
+class ClaimOut(Schema):
+    job: dict[str, Any] | None = Field(description="the leased job (docs/runner-protocol.md), or null")
+
+
 class ProgressIn(Schema):
-    attempt: int
+    attempt: Attempt
     phase: str = ""
     boot: int | None = None
     boots: int | None = None
@@ -34,18 +113,65 @@ class ProgressIn(Schema):
     console: str = ""
 
 
+class ProgressOut(Schema):
+    lease_expires: str | None
+
+
+class SampleIn(Schema):
+    metric: str = Field(max_length=128)
+    iteration: int = Field(strict=True, ge=0, le=INT_MAX)
+    value: FiniteNumber
+
+
+class BootIn(Schema):
+    # 0-based; must be distinct and below the job's boots (checked against the job).
+    boot: int = Field(strict=True, ge=0, le=INT_MAX)
+    environment: Annotated[dict[str, Any], BeforeValidator(_object(""))] = {}
+    raw_output: str = ""
+    samples: list[SampleIn] = Field(min_length=1)
+    # Optional: runners older than counters send none.
+    counters: Counters = {}
+
+
+class MetricIn(Schema):
+    unit: str = ""
+    higher_is_better: bool | None = None
+
+
 class ResultsIn(Schema):
-    attempt: int
-    boots: list[dict[str, Any]]
-    metrics: dict[str, Any] = {}
+    attempt: Attempt
+    boots: list[BootIn] = Field(min_length=1, description="one entry per boot")
+    metrics: dict[str, MetricIn] = {}
     console_log: str = ""
 
 
+class StatusOut(Schema):
+    status: str
+
+
 class FailIn(Schema):
-    attempt: int
+    attempt: Attempt
     kind: str
     message: str = ""
     log: str = ""
+
+
+class FailOut(Schema):
+    status: str
+    attempt: int
+
+
+# What a call with a body can be refused with (docs/runner-protocol.md): bad
+# token, no such job, not held, duplicate or mismatch, body too large, not
+# JSON, malformed.
+_BODY_CALL_ERRORS: dict[int, Any] = {
+    401: ErrorOut,
+    404: ErrorOut,
+    409: ErrorOut,
+    413: ErrorOut,
+    415: ErrorOut,
+    422: ErrorOut,
+}
 
 
 def _runner(request: HttpRequest) -> Runner:
@@ -54,7 +180,7 @@ def _runner(request: HttpRequest) -> Runner:
     return runner
 
 
-@router.post("/heartbeat")
+@router.post("/heartbeat", response={200: HeartbeatOut, **_BODY_CALL_ERRORS})
 def heartbeat(request: HttpRequest, payload: HeartbeatIn) -> dict[str, Any]:
     from django.conf import settings
 
@@ -63,31 +189,35 @@ def heartbeat(request: HttpRequest, payload: HeartbeatIn) -> dict[str, Any]:
     return {"runner": runner.name, "poll_seconds": settings.KPERF_RUNNER_POLL_SECONDS}
 
 
-@router.post("/claim")
+@router.post("/claim", response={200: ClaimOut, 401: ErrorOut})
 def claim(request: HttpRequest) -> dict[str, Any]:
     job = leases.claim(_runner(request))
     return {"job": leases.job_payload(job) if job else None}
 
 
-@router.post("/jobs/{job_id}/progress")
+@router.post("/jobs/{job_id}/progress", response={200: ProgressOut, **_BODY_CALL_ERRORS})
 def progress(request: HttpRequest, job_id: int, payload: ProgressIn) -> dict[str, Any]:
     job = leases.progress(_runner(request), job_id, payload.model_dump())
     return {"lease_expires": job.lease_expires.isoformat() if job.lease_expires else None}
 
 
-@router.post("/jobs/{job_id}/results")
+@router.post("/jobs/{job_id}/results", response={200: StatusOut, **_BODY_CALL_ERRORS})
 def results(request: HttpRequest, job_id: int, payload: ResultsIn) -> dict[str, Any]:
     job = leases.record_results(_runner(request), job_id, payload.model_dump())
     return {"status": job.status}
 
 
-@router.post("/jobs/{job_id}/fail")
+@router.post("/jobs/{job_id}/fail", response={200: FailOut, **_BODY_CALL_ERRORS})
 def fail(request: HttpRequest, job_id: int, payload: FailIn) -> dict[str, Any]:
     job = leases.record_failure(_runner(request), job_id, payload.model_dump())
     return {"status": job.status, "attempt": job.attempt}
 
 
-@router.get("/builds/{build_id}/artifacts/{name}")
+# 200 is the file itself; 400 a NUL byte in the name.
+@router.get(
+    "/builds/{build_id}/artifacts/{name}",
+    response={200: None, 400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 422: ErrorOut},
+)
 def artifact(request: HttpRequest, build_id: int, name: str) -> FileResponse:
     runner = _runner(request)
     if not leases.may_download(runner, build_id):

@@ -6,12 +6,11 @@ from typing import Any
 
 from django.contrib.auth import authenticate
 from django.http import HttpRequest
-from django.shortcuts import get_object_or_404
 from ninja import Router, Schema, Status
 
-from kperf.core import analysis, benchmarks, imports, presenters, tracking, workflow
+from kperf.core import access, analysis, benchmarks, imports, presenters, throttle, tracking, workflow
 from kperf.core.api.auth import USER_AUTH
-from kperf.core.api.errors import ApiError
+from kperf.core.api.errors import ApiError, responses
 from kperf.core.models import ApiToken, MachineClass, Runner, Submission, TrackedBranch
 
 router = Router()
@@ -21,6 +20,11 @@ class TokenIn(Schema):
     username: str
     password: str
     name: str = "cli"
+
+
+class TokenOut(Schema):
+    token: str
+    username: str
 
 
 class SubmissionIn(Schema):
@@ -40,21 +44,29 @@ def health(request: HttpRequest) -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.post("/auth/token", auth=None, tags=["accounts"], response={201: dict[str, str]})
+@router.post("/auth/token", auth=None, tags=["accounts"], response=responses(201, TokenOut, 401, 413, 415, 422, 429))
 def issue_token(request: HttpRequest, payload: TokenIn) -> Status[dict[str, Any]]:
     user = authenticate(request, username=payload.username, password=payload.password)
+    if user is None and getattr(request, "axes_locked_out", False):
+        # Too many failures for this user name or from this address (kperf.core.throttle).
+        raise ApiError(429, "throttled", throttle.lockout_message(), retry_after=throttle.cooloff_minutes() * 60)
     if user is None:
         raise ApiError(401, "bad-credentials", "wrong user name or password")
     _, plain = ApiToken.issue(user, payload.name[:100] or "cli")
     return Status(201, {"token": plain, "username": user.get_username()})
 
 
-@router.get("/benchmarks", auth=USER_AUTH, tags=["benchmarks"])
+@router.get("/benchmarks", auth=USER_AUTH, tags=["benchmarks"], response=responses(200, list[dict[str, Any]], 401))
 def list_benchmarks(request: HttpRequest) -> list[dict[str, Any]]:
     return benchmarks.describe()
 
 
-@router.post("/submissions", auth=USER_AUTH, tags=["submissions"], response={201: dict[str, Any]})
+@router.post(
+    "/submissions",
+    auth=USER_AUTH,
+    tags=["submissions"],
+    response=responses(201, dict[str, Any], 400, 401, 413, 415, 422),
+)
 def create_submission(request: HttpRequest, payload: SubmissionIn) -> Status[dict[str, Any]]:
     req = workflow.SubmissionRequest(
         tree_url=payload.tree,
@@ -72,26 +84,51 @@ def create_submission(request: HttpRequest, payload: SubmissionIn) -> Status[dic
     return Status(201, presenters.submission_detail(sub))
 
 
-@router.get("/submissions", auth=USER_AUTH, tags=["submissions"])
-def list_submissions(request: HttpRequest, limit: int = 50) -> list[dict[str, Any]]:
-    subs = Submission.objects.select_related("tree", "owner")[: max(1, min(limit, 500))]
-    return [presenters.submission_summary(s) for s in subs]
+@router.get(
+    "/submissions", auth=USER_AUTH, tags=["submissions"], response=responses(200, list[dict[str, Any]], 400, 401, 422)
+)
+def list_submissions(request: HttpRequest, limit: int = 50, owner: str | None = None) -> list[dict[str, Any]]:
+    """The caller's submissions, newest first (staff: everyone's; `owner` picks one user's)."""
+    subs = access.visible_submissions(request.auth).select_related("tree", "owner")  # type: ignore[attr-defined]
+    if owner:
+        subs = subs.filter(owner__username=owner)
+    return [presenters.submission_summary(s) for s in subs[: max(1, min(limit, 500))]]
 
 
-@router.get("/submissions/{sub_id}", auth=USER_AUTH, tags=["submissions"])
+def _submission(request: HttpRequest, sub_id: int) -> Submission:
+    # Someone else's submission is answered exactly like a missing one, so ids reveal nothing.
+    visible = access.visible_submissions(request.auth)  # type: ignore[attr-defined]
+    sub = visible.select_related("tree", "owner").filter(pk=sub_id).first()
+    if sub is None:
+        raise ApiError(
+            404, "not-found", f"no submission {sub_id} that you may read: GET /api/v1/submissions lists yours"
+        )
+    return sub
+
+
+@router.get(
+    "/submissions/{sub_id}",
+    auth=USER_AUTH,
+    tags=["submissions"],
+    response=responses(200, dict[str, Any], 401, 404, 422),
+)
 def get_submission(request: HttpRequest, sub_id: int) -> dict[str, Any]:
-    sub = get_object_or_404(Submission.objects.select_related("tree", "owner"), pk=sub_id)
-    return presenters.submission_detail(sub)
+    return presenters.submission_detail(_submission(request, sub_id))
 
 
-@router.get("/submissions/{sub_id}/mmtests", auth=USER_AUTH, tags=["submissions"])
+@router.get(
+    "/submissions/{sub_id}/mmtests",
+    auth=USER_AUTH,
+    tags=["submissions"],
+    response=responses(200, dict[str, Any], 400, 401, 404, 422),
+)
 def submission_mmtests(
     request: HttpRequest, sub_id: int, side: str, benchmark: str, clock: str | None = None
 ) -> dict[str, Any]:
     """One side's raw output as mmtests result directories ({path: text}), for mmtests' own extractors."""
     from kperf.core import exports
 
-    sub = get_object_or_404(Submission, pk=sub_id)
+    sub = _submission(request, sub_id)
     try:
         tree = exports.mmtests_tree(sub, side, benchmark, clock)
     except exports.ExportError as e:
@@ -107,7 +144,7 @@ def submission_mmtests(
     }
 
 
-@router.get("/runners", auth=USER_AUTH, tags=["lab"])
+@router.get("/runners", auth=USER_AUTH, tags=["lab"], response=responses(200, list[dict[str, Any]], 401))
 def list_runners(request: HttpRequest) -> list[dict[str, Any]]:
     return [
         {
@@ -133,8 +170,21 @@ class MmtestsImportIn(Schema):
     benchmarks: dict[str, dict[str, Any]]
 
 
-@router.post("/imports/mmtests", auth=USER_AUTH, tags=["imports"], response={201: dict[str, Any]})
+@router.post(
+    "/imports/mmtests",
+    auth=USER_AUTH,
+    tags=["imports"],
+    response=responses(201, dict[str, Any], 400, 401, 403, 413, 415, 422),
+)
 def import_mmtests(request: HttpRequest, payload: MmtestsImportIn) -> Status[dict[str, Any]]:
+    """Staff only: imported runs are lab-wide reference data that every user's comparisons read."""
+    if not access.may_import(request.auth):  # type: ignore[attr-defined]
+        raise ApiError(
+            403,
+            "forbidden",
+            "an admin imports the lab's mmtests runs: they are reference data every user's comparisons read; "
+            "ask an admin to import yours, or submit the kernels to have kperf measure them",
+        )
     try:
         result = imports.import_mmtests(payload.model_dump())
     except imports.KernelImportError as e:
@@ -142,7 +192,7 @@ def import_mmtests(request: HttpRequest, payload: MmtestsImportIn) -> Status[dic
     return Status(201, {"jobs": result.jobs, "samples": result.samples})
 
 
-@router.get("/compare", auth=USER_AUTH, tags=["results"])
+@router.get("/compare", auth=USER_AUTH, tags=["results"], response=responses(200, dict[str, Any], 400, 401, 404, 422))
 def compare_kernels(
     request: HttpRequest, machine_class: str, benchmark: str, base: str, head: str, clock: str | None = None
 ) -> dict[str, Any]:
@@ -152,7 +202,9 @@ def compare_kernels(
             400, "invalid-compare", f"unknown benchmark {benchmark!r}: choose from {', '.join(benchmarks.known())}"
         )
     try:
-        result = analysis.compare_kernels(machine_class, benchmark, base, head, clock)
+        # Only boots the caller may see: their submissions, readable tracked branches, imported runs.
+        visible = access.visible_jobs(request.auth)  # type: ignore[attr-defined]
+        result = analysis.compare_kernels(machine_class, benchmark, base, head, clock, jobs=visible)
     except analysis.UnknownClock as e:
         raise ApiError(400, "invalid-compare", str(e)) from None
     if not result["metrics"]:
@@ -165,7 +217,7 @@ def compare_kernels(
     return result
 
 
-@router.get("/noise", auth=USER_AUTH, tags=["results"])
+@router.get("/noise", auth=USER_AUTH, tags=["results"], response=responses(200, dict[str, Any], 400, 401, 422))
 def noise(
     request: HttpRequest, machine_class: str, boots: int = 4, iterations: int = 3, clock: str | None = None
 ) -> dict[str, Any]:
@@ -203,11 +255,17 @@ class TrackUpdateIn(Schema):
     enabled: bool
 
 
-@router.post("/branches", auth=USER_AUTH, tags=["branches"], response={201: dict[str, Any]})
+@router.post(
+    "/branches",
+    auth=USER_AUTH,
+    tags=["branches"],
+    response=responses(201, dict[str, Any], 400, 401, 409, 413, 415, 422),
+)
 def track_branch(request: HttpRequest, payload: TrackIn) -> Status[dict[str, Any]]:
     """Track a branch: every commit it moves to is built, measured and searched for change points.
 
-    Posting a branch that is already tracked updates its settings."""
+    Posting a branch that is already tracked updates its settings, if the
+    caller owns it or is staff (the owner stays); otherwise 409 already-tracked."""
     req = tracking.TrackRequest(
         tree_url=payload.tree,
         branch=payload.branch,
@@ -225,50 +283,85 @@ def track_branch(request: HttpRequest, payload: TrackIn) -> Status[dict[str, Any
         branch = tracking.track(request.auth, req)  # type: ignore[attr-defined]
     except workflow.SubmissionError as e:
         raise ApiError(400, "invalid-branch", str(e), field=e.field) from None
+    except tracking.AlreadyTracked as e:
+        raise ApiError(409, "already-tracked", str(e)) from None
     return Status(201, presenters.branch_summary(branch))
 
 
-@router.get("/branches", auth=USER_AUTH, tags=["branches"])
+@router.get("/branches", auth=USER_AUTH, tags=["branches"], response=responses(200, list[dict[str, Any]], 401))
 def list_branches(request: HttpRequest) -> list[dict[str, Any]]:
-    return [presenters.branch_summary(b) for b in TrackedBranch.objects.select_related("tree", "owner")]
+    """The caller's tracked branches and the lab's reference series (those staff track); staff: all."""
+    branches = access.visible_branches(request.auth).select_related("tree", "owner")  # type: ignore[attr-defined]
+    return [presenters.branch_summary(b) for b in branches]
 
 
-def _branch(branch_id: int) -> TrackedBranch:
-    return get_object_or_404(TrackedBranch.objects.select_related("tree", "owner"), pk=branch_id)
+def _branch(request: HttpRequest, branch_id: int, change: bool = False) -> TrackedBranch:
+    user = request.auth  # type: ignore[attr-defined]
+    branch = access.visible_branches(user).select_related("tree", "owner").filter(pk=branch_id).first()
+    if branch is None:
+        raise ApiError(
+            404, "not-found", f"no tracked branch {branch_id} that you may read: GET /api/v1/branches lists them"
+        )
+    if change and not access.may_change_branch(user, branch):
+        raise ApiError(
+            403,
+            "forbidden",
+            f"tracked branch {branch_id} is one of the lab's reference series: only its owner or an admin may "
+            "pause, resume or poll it; ask an admin",
+        )
+    return branch
 
 
-@router.get("/branches/{branch_id}", auth=USER_AUTH, tags=["branches"])
+@router.get(
+    "/branches/{branch_id}", auth=USER_AUTH, tags=["branches"], response=responses(200, dict[str, Any], 401, 404, 422)
+)
 def get_branch(request: HttpRequest, branch_id: int) -> dict[str, Any]:
-    return presenters.branch_detail(_branch(branch_id))
+    return presenters.branch_detail(_branch(request, branch_id))
 
 
-@router.patch("/branches/{branch_id}", auth=USER_AUTH, tags=["branches"])
+@router.patch(
+    "/branches/{branch_id}",
+    auth=USER_AUTH,
+    tags=["branches"],
+    response=responses(200, dict[str, Any], 401, 403, 404, 413, 415, 422),
+)
 def update_branch(request: HttpRequest, branch_id: int, payload: TrackUpdateIn) -> dict[str, Any]:
     """Pause (`enabled: false`) or resume polling; measurements are kept either way."""
-    branch = _branch(branch_id)
+    branch = _branch(request, branch_id, change=True)
     branch.enabled = payload.enabled
     branch.save(update_fields=["enabled"])
     return presenters.branch_summary(branch)
 
 
-@router.post("/branches/{branch_id}/poll", auth=USER_AUTH, tags=["branches"], response={202: dict[str, Any]})
+@router.post(
+    "/branches/{branch_id}/poll",
+    auth=USER_AUTH,
+    tags=["branches"],
+    response=responses(202, dict[str, Any], 401, 403, 404, 422),
+)
 def poll_branch(request: HttpRequest, branch_id: int) -> Status[dict[str, Any]]:
     """Fetch the tree now instead of waiting for the next periodic poll."""
-    from kperf.core import tasks
+    from kperf.core import dispatch
 
-    branch = _branch(branch_id)
-    tasks.poll_branch.delay(branch.pk)
-    return Status(202, {"queued": True, "branch": branch.pk})
+    branch = _branch(request, branch_id, change=True)
+    # A poll lost with the broker is no loss: the periodic poll comes anyway.
+    queued = dispatch.send("kperf.poll_branch", branch.pk)
+    return Status(202, {"queued": queued, "branch": branch.pk})
 
 
-@router.get("/branches/{branch_id}/series", auth=USER_AUTH, tags=["branches"])
+@router.get(
+    "/branches/{branch_id}/series",
+    auth=USER_AUTH,
+    tags=["branches"],
+    response=responses(200, dict[str, Any], 400, 401, 404, 422),
+)
 def branch_series(
     request: HttpRequest, branch_id: int, machine_class: str, benchmark: str, clock: str | None = None
 ) -> dict[str, Any]:
     """Per measured commit, in branch order: every boot's iterations of every
     metric of one benchmark on one machine class and clock (default: the
     class's), and the change points."""
-    branch = _branch(branch_id)
+    branch = _branch(request, branch_id)
     mclass = MachineClass.objects.filter(name=machine_class).first()
     if mclass is None:
         raise ApiError(404, "no-machine-class", f"no machine class {machine_class!r}: GET /api/v1/runners lists them")

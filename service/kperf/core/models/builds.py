@@ -18,7 +18,23 @@ class KernelBuild(models.Model):
     sha = models.CharField(max_length=40)
     arch = models.CharField(max_length=16)
     config_digest = models.CharField(max_length=64)
+
+    class FailureKind(models.TextChoices):
+        # The kernel does not build: a fact about this sha and config, reused.
+        KERNEL = "kernel"
+        # The build machine failed (disk full, compiler killed, tool missing,
+        # worker dead or over its time limit): never a kernel's result. A
+        # later submission or tracked commit that needs the build queues it again.
+        INFRA = "infra"
+
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    failure_kind = models.CharField(max_length=16, choices=FailureKind.choices, blank=True, default="")
+    # Builds are leased like jobs: the worker running one extends the lease
+    # from a heartbeat thread; a build whose lease ran out lost its worker and
+    # is taken over (docs/operations.md, "Recovery").
+    attempt = models.PositiveIntegerField(default=0)
+    worker = models.CharField(max_length=255, blank=True, default="")
+    lease_expires = models.DateTimeField(null=True, blank=True)
     phase = models.CharField(max_length=32, blank=True, default="")
     progress = models.CharField(max_length=200, blank=True, default="")
     error = models.TextField(blank=True, default="")
@@ -26,6 +42,9 @@ class KernelBuild(models.Model):
     # {"kernel": {"path": "...", "sha256": "...", "size": 123}, ...}
     artifacts = models.JSONField(default=dict, blank=True)
     created = models.DateTimeField(auto_now_add=True)
+    # When the status last changed: the sweeper re-sends a queued build whose
+    # task was lost (broker down) once this is older than its deadline.
+    updated = models.DateTimeField(auto_now=True)
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)
 

@@ -68,6 +68,9 @@ class BranchCommit(models.Model):
     error = models.TextField(blank=True, default="")
     builds = models.ManyToManyField(KernelBuild, related_name="branch_commits")
     created = models.DateTimeField(auto_now_add=True)
+    # When the status last changed: the sweeper re-drives a commit that has
+    # not moved within its deadline (a task lost while the broker was down).
+    updated = models.DateTimeField(auto_now=True)
     finished = models.DateTimeField(null=True, blank=True)
 
     class Meta:

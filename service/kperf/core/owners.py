@@ -1,0 +1,187 @@
+"""The one life of everything that owns jobs: building -> testing -> analysing -> done.
+
+A submission (base and head of a developer's branch) and a tracked branch's
+commit (one kernel of a series) own builds and jobs the same way; only what
+they build, how they queue jobs and how they are analysed differ. Those
+differences are an `OwnerKind`; the steps, and every status change, are here
+and in `kperf.core.states`.
+
+Every step is idempotent: it locks the owner's row, looks at its status and
+at its builds and jobs, and does nothing when there is nothing to do. So a
+step delivered twice (a redelivered task, the sweeper re-driving a row)
+changes nothing the first one did not.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import InterfaceError, OperationalError, transaction
+from django.db.models import Model
+
+from kperf.core import dispatch, states
+from kperf.core.models import BranchCommit, Job, KernelBuild, Submission, SubmissionBuild
+
+log = logging.getLogger("kperf.owners")
+
+BUILDING, TESTING, ANALYSING = "building", "testing", "analysing"
+
+# Errors of the database connection: temporary, so the task is retried (and
+# the sweeper re-drives the row later) instead of the owner being failed.
+TEMPORARY = (OperationalError, InterfaceError)
+
+
+@dataclass(frozen=True)
+class OwnerKind:
+    name: str
+    model: type[Model]
+    advance_task: str
+    analyse_task: str
+    # (what to call it in a message, build) for every build the owner needs.
+    builds: Callable[[Any], list[tuple[str, KernelBuild]]]
+    queue_jobs: Callable[[Any, list[tuple[str, KernelBuild]]], None]
+    fail: Callable[[Any, str], None]
+    job_failed: Callable[[Any, Job], str]
+    analyse: Callable[[int], None]
+
+
+def _submission_builds(sub: Submission) -> list[tuple[str, KernelBuild]]:
+    links = sub.submission_builds.select_related("build").order_by("side", "build__arch")
+    return [(f"{sb.side} kernel", sb.build) for sb in links]
+
+
+def _submission_queue(sub: Submission, builds: list[tuple[str, KernelBuild]]) -> None:
+    from kperf.core import workflow
+
+    workflow.schedule_jobs(sub, list(SubmissionBuild.objects.filter(submission=sub).select_related("build")))
+
+
+def _submission_fail(sub: Submission, message: str) -> None:
+    from kperf.core import workflow
+
+    workflow.fail_submission(sub, message)
+
+
+_JOB_WHAT = {"boot": "did not boot", "benchmark": "ran but the benchmark failed", "infra": "could not be run"}
+
+
+def _submission_job_failed(sub: Submission, job: Job) -> str:
+    return (
+        f"the {job.side} kernel ({job.build.sha[:12]}) {_JOB_WHAT.get(job.failure_kind, 'failed')} "
+        f"on {job.machine_class.name} (job {job.pk}, {job.failure_kind} failure): {job.failure_message}"
+    )
+
+
+def _submission_analyse(sub_id: int) -> None:
+    from kperf.core import analysis
+
+    analysis.analyse_submission(sub_id)
+
+
+def _commit_builds(commit: BranchCommit) -> list[tuple[str, KernelBuild]]:
+    return [("kernel", b) for b in commit.builds.order_by("arch")]
+
+
+def _commit_queue(commit: BranchCommit, builds: list[tuple[str, KernelBuild]]) -> None:
+    from kperf.core import tracking
+
+    tracking.queue_commit_jobs(commit, [b for _, b in builds])
+
+
+def _commit_fail(commit: BranchCommit, message: str) -> None:
+    from kperf.core import tracking
+
+    tracking.fail_commit(commit, message)
+
+
+def _commit_job_failed(commit: BranchCommit, job: Job) -> str:
+    return (
+        f"the kernel did not run {job.benchmark} on {job.machine_class.name} "
+        f"(job {job.pk}, {job.failure_kind} failure): {job.failure_message}"
+    )
+
+
+def _commit_analyse(commit_id: int) -> None:
+    from kperf.core import tracking
+
+    tracking.analyse_branch_commit(commit_id)
+
+
+SUBMISSION = OwnerKind(
+    name="submission",
+    model=Submission,
+    advance_task="kperf.advance_submission",
+    analyse_task="kperf.analyse_submission",
+    builds=_submission_builds,
+    queue_jobs=_submission_queue,
+    fail=_submission_fail,
+    job_failed=_submission_job_failed,
+    analyse=_submission_analyse,
+)
+COMMIT = OwnerKind(
+    name="branch commit",
+    model=BranchCommit,
+    advance_task="kperf.advance_branch_commit",
+    analyse_task="kperf.analyse_branch_commit",
+    builds=_commit_builds,
+    queue_jobs=_commit_queue,
+    fail=_commit_fail,
+    job_failed=_commit_job_failed,
+    analyse=_commit_analyse,
+)
+
+
+def build_failed_message(what: str, build: KernelBuild) -> str:
+    head = f"the {what} ({build.sha[:12]}, {build.arch})"
+    if build.failure_kind == KernelBuild.FailureKind.INFRA:
+        return (
+            f"{head} could not be built: the build machine failed on every attempt ({build.attempt}): "
+            f"{build.error or 'see the build log'}. This is not the kernel's fault: once an operator "
+            "has fixed the build machine, submit again and the kernel is built again"
+        )
+    return f"{head} failed to build: {build.error or 'see the build log'}"
+
+
+def advance(kind: OwnerKind, pk: int) -> None:
+    """Move an owner on when its builds or jobs have finished."""
+    with transaction.atomic():
+        obj: Any = kind.model.objects.select_for_update().filter(pk=pk).first()  # type: ignore[attr-defined]
+        if obj is None:
+            return
+        if obj.status == BUILDING:
+            builds = kind.builds(obj)
+            failed = [(what, b) for what, b in builds if b.status == KernelBuild.Status.FAILED]
+            if failed:
+                kind.fail(obj, build_failed_message(*failed[0]))
+            elif builds and all(b.status == KernelBuild.Status.DONE for _, b in builds):
+                kind.queue_jobs(obj, builds)
+                states.move(obj, TESTING)
+        elif obj.status == TESTING:
+            jobs = list(obj.jobs.select_related("build", "machine_class"))
+            hard = [j for j in jobs if j.status == Job.Status.FAILED]
+            if hard:
+                kind.fail(obj, kind.job_failed(obj, hard[0]))
+            elif jobs and all(j.status == Job.Status.DONE for j in jobs):
+                states.move(obj, ANALYSING)
+                dispatch.after_commit(kind.analyse_task, pk)
+
+
+def analyse(kind: OwnerKind, pk: int) -> None:
+    """Analyse an owner; an analysis that raises fails the owner, saying so, instead of leaving it analysing."""
+    try:
+        kind.analyse(pk)
+    except TEMPORARY:
+        raise  # the database went away: the task is retried, then the sweeper re-drives it
+    except Exception as exc:
+        log.exception("%s %s: the analysis failed", kind.name, pk)
+        with transaction.atomic():
+            obj: Any = kind.model.objects.select_for_update().filter(pk=pk).first()  # type: ignore[attr-defined]
+            if obj is not None and obj.status == ANALYSING:
+                kind.fail(
+                    obj,
+                    f"the analysis failed ({type(exc).__name__}: {str(exc)[:500]}). The samples are stored; "
+                    "this is a kperf fault, with its traceback in the analysis worker's log: tell an admin",
+                )

@@ -1,0 +1,80 @@
+"""Re-drive work whose message was lost, whose worker died, or that stopped moving.
+
+A beat task runs `redrive()` every KPERF_REDRIVE_SECONDS. The database is the
+source of truth (kperf.core.dispatch): for every row that is not final and
+has not moved within its deadline, the step that moves it is done again.
+Every step is idempotent (kperf.core.owners), so re-driving a row that was
+fine costs a few queries and changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from kperf.core import building, dispatch, leases, owners
+from kperf.core.models import BranchCommit, KernelBuild, Submission
+
+log = logging.getLogger("kperf.sweeper")
+
+
+def _deadline(seconds: float) -> timedelta:
+    return timedelta(seconds=max(settings.KPERF_REDRIVE_AFTER_SECONDS, seconds))
+
+
+def redrive() -> dict[str, int]:
+    """One sweep; returns what it did, by kind, for the log and the tests."""
+    now = timezone.now()
+    done: Counter[str] = Counter()
+    done["job leases expired"] = leases.expire_leases()
+    done["builds taken back from dead workers"] = building.expire_builds()
+
+    # A queued build nobody took: its message was lost (broker down) or is
+    # still waiting behind other builds. Re-sending is harmless either way
+    # (the claim is conditional); `updated` is touched so each is re-sent at
+    # most once per deadline.
+    stale_builds = KernelBuild.objects.filter(
+        status=KernelBuild.Status.QUEUED, updated__lt=now - _deadline(0)
+    ).values_list("pk", flat=True)
+    for build_id in list(stale_builds):
+        if dispatch.send("kperf.build_kernel", build_id):
+            KernelBuild.objects.filter(pk=build_id, status=KernelBuild.Status.QUEUED).update(updated=now)
+            done["queued builds re-sent"] += 1
+
+    # Fetching the tree: duplicates are safe (one fetch at a time per mirror,
+    # then the conditional status check), so the deadline is the plain one.
+    for sub_id in list(
+        Submission.objects.filter(status=Submission.Status.QUEUED, updated__lt=now - _deadline(0)).values_list(
+            "pk", flat=True
+        )
+    ):
+        if dispatch.send("kperf.prepare_submission", sub_id):
+            Submission.objects.filter(pk=sub_id, status=Submission.Status.QUEUED).update(updated=now)
+            done["submissions re-prepared"] += 1
+
+    # Waiting for builds or jobs: the step is cheap, so it runs right here.
+    for kind, model in ((owners.SUBMISSION, Submission), (owners.COMMIT, BranchCommit)):
+        waiting = model.objects.filter(
+            status__in=[owners.BUILDING, owners.TESTING], updated__lt=now - _deadline(0)
+        ).values_list("pk", "status")
+        for pk, status in list(waiting):
+            owners.advance(kind, pk)
+            if model.objects.filter(pk=pk).exclude(status=status).exists():
+                done[f"{kind.name}s moved on"] += 1
+
+        # An analysis runs at most its time limit: one older than that was lost.
+        analysing = model.objects.filter(
+            status=owners.ANALYSING, updated__lt=now - _deadline(settings.KPERF_ANALYSIS_TIME_LIMIT + 60)
+        ).values_list("pk", flat=True)
+        for pk in list(analysing):
+            if dispatch.send(kind.analyse_task, pk):
+                model.objects.filter(pk=pk, status=owners.ANALYSING).update(updated=now)
+                done[f"{kind.name} analyses re-sent"] += 1
+    changed = {k: v for k, v in done.items() if v}
+    if changed:
+        log.info("sweep: %s", ", ".join(f"{k}: {v}" for k, v in sorted(changed.items())))
+    return changed

@@ -1,0 +1,60 @@
+"""Layering rules that review alone would let slip."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+CORE = Path(__file__).resolve().parent.parent / "kperf" / "core"
+
+
+def test_the_statistics_import_without_django_or_celery() -> None:
+    probe = (
+        "import sys, kperf.stats, kperf.stats.abtest, kperf.stats.changepoints, kperf.stats.builds;"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'celery', 'kombu'));"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_domain_never_imports_the_task_module() -> None:
+    """Tasks import the domain, never the reverse: the domain names tasks (kperf.core.dispatch)."""
+    offenders = []
+    for path in CORE.rglob("*.py"):
+        if path.name == "tasks.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module == "kperf.core"
+                and any(a.name == "tasks" for a in node.names)
+            ):
+                offenders.append(str(path.relative_to(CORE)))
+            if isinstance(node, ast.ImportFrom) and node.module == "kperf.core.tasks":
+                offenders.append(str(path.relative_to(CORE)))
+    assert offenders == []
+
+
+def test_every_status_change_goes_through_the_state_table() -> None:
+    """No module assigns a status of a submission, commit, build or job by hand."""
+    # Alerts have their own small outbox status (sent again from the admin).
+    allowed = {"states.py", "alerts.py", "admin.py"}
+    offenders = []
+    for path in CORE.rglob("*.py"):
+        if path.name in allowed or "migrations" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    # An exception's own HTTP status (self.status) is not a row's.
+                    owner = getattr(target, "value", None)
+                    is_self = isinstance(owner, ast.Name) and owner.id == "self"
+                    if isinstance(target, ast.Attribute) and target.attr == "status" and not is_self:
+                        offenders.append(f"{path.relative_to(CORE)}:{node.lineno}")
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "update":
+                if any(k.arg == "status" for k in node.keywords):
+                    offenders.append(f"{path.relative_to(CORE)}:{node.lineno}")
+    assert offenders == []
