@@ -100,8 +100,21 @@ def start_worker(broker: str, tmp: Path, log: Path) -> subprocess.Popen[bytes]:
     with open(log, "ab") as fh:
         return subprocess.Popen(
             # The flags kperf-up and docker-compose give their workers.
-            [celery, "-A", "kperf", "worker", "--without-gossip", "--without-mingle", "--without-heartbeat"]
-            + ["-Q", "default,builds,analysis", "-c", "1", "-l", "INFO"],
+            [
+                celery,
+                "-A",
+                "kperf",
+                "worker",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "-Q",
+                "default,builds,analysis",
+                "-c",
+                "1",
+                "-l",
+                "INFO",
+            ],
             env=env,
             stdout=fh,
             stderr=subprocess.STDOUT,

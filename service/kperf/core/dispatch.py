@@ -31,7 +31,7 @@ def send(task: str, *args: Any, countdown: float | None = None) -> bool:
     try:
         app.send_task(task, args=args, countdown=countdown, retry=True, retry_policy=_PUBLISH_RETRY)
     except Exception as exc:  # any failure to publish is the sweeper's to repair
-        log.warning("could not queue %s%r (%s: %s); the sweeper will re-send it", task, args, type(exc).__name__, exc, exc_info=True)
+        log.warning("could not queue %s%r (%s: %s); the sweeper will re-send it", task, args, type(exc).__name__, exc)
         return False
     return True
 
