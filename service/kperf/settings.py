@@ -130,7 +130,14 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+        "null": {"class": "logging.NullHandler"},
+    },
+    # The root logger gets a handler that drops records, so a library that
+    # calls logging.basicConfig() (the web server does) adds no second
+    # handler printing every kperf line again; kperf's own loggers print.
+    "root": {"handlers": ["null"]},
     "loggers": {
         "kperf": {"handlers": ["console"], "level": env_str("KPERF_LOG_LEVEL", "INFO")},
         # Unhandled exceptions in web pages, with their tracebacks (the API's
@@ -169,7 +176,10 @@ CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 # Publishing waits at most this long for a dead broker (seconds); what could
 # not be sent is re-sent by the sweeper.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 3, "socket_timeout": 10, "max_retries": 1}
+# (Redis only: the SQLAlchemy transport `make up` uses takes no such options.)
+CELERY_BROKER_TRANSPORT_OPTIONS = (
+    {"socket_connect_timeout": 3, "socket_timeout": 10} if CELERY_BROKER_URL.startswith("redis") else {}
+)
 CELERY_TASK_ALWAYS_EAGER = env_bool("KPERF_TASKS_EAGER", False)
 
 # --- kperf ------------------------------------------------------------------

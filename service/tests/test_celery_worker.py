@@ -42,6 +42,12 @@ def worker(tmp_path: Path, settings: Any) -> Iterator[Path]:
             stderr=subprocess.STDOUT,
         )
     try:
+        # The broker inside PostgreSQL creates its tables when the first
+        # process connects; sending while the worker creates them races, so
+        # the test starts sending once the worker is ready.
+        deadline = time.monotonic() + 60
+        while b"ready." not in log.read_bytes() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
         yield log
     finally:
         proc.terminate()

@@ -63,6 +63,14 @@ class OwnRedis:
             self.proc = None
 
 
+def point_app_at(url: str) -> None:
+    """Send this process's tasks to `url`, dropping the pools made for the old broker."""
+    celery_app.conf.broker_url = url
+    celery_app.close()
+    # close() keeps the producer pool when no connection pool was made yet.
+    celery_app.amqp._producer_pool = None
+
+
 @pytest.fixture(scope="module")
 def _module_redis(tmp_path_factory: Any) -> Iterator[OwnRedis]:
     # One server (one URL) for the module: Celery's connection pools keep
@@ -73,15 +81,13 @@ def _module_redis(tmp_path_factory: Any) -> Iterator[OwnRedis]:
     previous = celery_app.conf.broker_url
     # Celery reads CELERY_BROKER_URL from the environment before its settings.
     patch.setenv("CELERY_BROKER_URL", server.url)
-    celery_app.conf.broker_url = server.url
-    celery_app.close()  # drop pooled connections to the old broker
+    point_app_at(server.url)
     try:
         yield server
     finally:
         server.stop()
         patch.undo()
-        celery_app.conf.broker_url = previous
-        celery_app.close()
+        point_app_at(previous)
 
 
 @pytest.fixture
@@ -146,6 +152,7 @@ def test_work_sent_while_the_broker_is_down_is_stored_answered_and_redriven(
     log = tmp_path / "worker.log"
     worker = start_worker(own_redis.url, tmp_path, log)
     try:
+        wait_for(lambda: b"ready." in log.read_bytes(), "the worker did not start", log, timeout=60)
         settings.KPERF_REDRIVE_AFTER_SECONDS = 0
         time.sleep(0.01)
         done = sweeper.redrive()
@@ -192,7 +199,7 @@ def test_a_worker_survives_a_broker_restart_and_takes_work_after_it(
     log = tmp_path / "worker.log"
     worker = start_worker(own_redis.url, tmp_path, log)
     try:
-        wait_for(lambda: b"ready" in log.read_bytes(), "the worker did not start", log, timeout=60)
+        wait_for(lambda: b"ready." in log.read_bytes(), "the worker did not start", log, timeout=60)
         own_redis.stop()
         time.sleep(8)
         own_redis.start()
@@ -320,3 +327,23 @@ def test_a_lost_analysis_is_sent_again_after_its_time_limit(
     assert sweeper.redrive().get("submission analyses re-sent") == 1
     r = redis.Redis.from_url(own_redis.url)
     assert r.llen("analysis") == 1, r.keys()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_request_while_the_database_is_away_gets_503_with_retry_after(runner_api: Any) -> None:
+    """Not a 500 'internal error' incident: the client is told to try again."""
+    from django.db import connection
+
+    _, api = runner_api
+    saved = dict(connection.settings_dict)
+    connection.close()
+    connection.settings_dict.update(HOST="127.0.0.1", PORT=str(free_port()))  # nothing listens there
+    try:
+        resp = api.post("/runner/claim")
+    finally:
+        connection.close()
+        connection.settings_dict.clear()
+        connection.settings_dict.update(saved)
+    assert resp.status_code == 503, resp.content
+    assert resp.json()["code"] == "unavailable" and "nothing was stored" in resp.json()["detail"]
+    assert int(resp["Retry-After"]) > 0

@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -114,6 +115,29 @@ def on_too_large(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
 @api.exception_handler(SuspiciousOperation)
 def on_suspicious(request: HttpRequest, exc: SuspiciousOperation) -> HttpResponse:
     return _error(request, 400, "bad-request", f"the request was refused: {exc}")
+
+
+# How long a client should wait before trying again while the database is away.
+DATABASE_RETRY_AFTER_SECONDS = 15
+
+
+@api.exception_handler(DatabaseError)
+def on_database_error(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
+    if not isinstance(exc, (OperationalError, InterfaceError)):
+        return on_internal_error(request, exc)
+    # The database is restarting or unreachable: not a bug, and nothing was
+    # stored (the request's transaction did not commit), so the client is
+    # told to try again rather than given an incident to report.
+    log.warning("database unavailable on %s %s: %s", request.method, request.path, str(exc).splitlines()[0][:200])
+    response = _error(
+        request,
+        503,
+        "unavailable",
+        f"the database is unavailable ({type(exc).__name__}); nothing was stored: "
+        f"retry in {DATABASE_RETRY_AFTER_SECONDS} s",
+    )
+    response["Retry-After"] = str(DATABASE_RETRY_AFTER_SECONDS)
+    return response
 
 
 @api.exception_handler(Exception)
