@@ -45,3 +45,20 @@ def test_a_change_the_table_does_not_list_is_refused(alice: Any, qemu_class: Any
     assert job is not None
     assert states.move_where(Job.objects.filter(pk=job.pk), Job.Status.DONE) == 0
     assert states.move_where(Job.objects.filter(pk=job.pk), Job.Status.LEASED) == 1
+
+
+def test_every_task_has_a_time_limit_and_bounded_retries() -> None:
+    from django.conf import settings
+
+    from kperf.celery import app
+    from kperf.core import tasks  # noqa: F401  (registers the tasks)
+
+    ours = {name: task for name, task in app.tasks.items() if name.startswith("kperf.")}
+    assert "kperf.redrive" in ours and len(ours) >= 12
+    for name, task in ours.items():
+        assert task.soft_time_limit and task.time_limit and task.time_limit > task.soft_time_limit, name
+        assert task.max_retries == settings.KPERF_TASK_MAX_RETRIES, name
+    assert ours["kperf.build_kernel"].soft_time_limit == settings.KPERF_BUILD_TIME_LIMIT
+    assert ours["kperf.analyse_submission"].soft_time_limit == settings.KPERF_ANALYSIS_TIME_LIMIT
+    # The sweeper runs on beat's schedule.
+    assert settings.CELERY_BEAT_SCHEDULE["redrive"]["task"] == "kperf.redrive"
