@@ -71,11 +71,12 @@ def point_app_at(url: str) -> None:
     celery_app.amqp._producer_pool = None
 
 
-@pytest.fixture(scope="module")
-def _module_redis(tmp_path_factory: Any) -> Iterator[OwnRedis]:
-    # One server (one URL) for the module: Celery's connection pools keep
-    # the URL they were made with, so the app is pointed at it once.
-    server = OwnRedis(tmp_path_factory.mktemp("redis"))
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[OwnRedis]:
+    # Function scope: pytest-django runs transactional tests after the
+    # others, so a module-wide broker would outlive this module and catch
+    # other modules' tasks.
+    server = OwnRedis(tmp_path)
     server.start()
     patch = pytest.MonkeyPatch()
     previous = celery_app.conf.broker_url
@@ -88,14 +89,6 @@ def _module_redis(tmp_path_factory: Any) -> Iterator[OwnRedis]:
         server.stop()
         patch.undo()
         point_app_at(previous)
-
-
-@pytest.fixture
-def own_redis(_module_redis: OwnRedis) -> OwnRedis:
-    if _module_redis.proc is None:
-        _module_redis.start()
-    redis.Redis.from_url(_module_redis.url).flushall()
-    return _module_redis
 
 
 def start_worker(broker: str, tmp: Path, log: Path) -> subprocess.Popen[bytes]:
