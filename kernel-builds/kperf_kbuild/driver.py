@@ -7,23 +7,27 @@ image names, how to merge fragments onto tinyconfig and how to package
 modules, and its reproducer line and metadata.json make a failed build easy
 to replay by hand.
 
-Layout under ``work_root`` (one directory per build, removed afterwards so
-disk use does not grow with the number of builds)::
+Builds run in warm trees under ``work_root/trees`` (kperf_kbuild.trees): a
+checkout and its object tree kept from one build to the next, so a build of
+a nearby commit recompiles only what the commits changed. Two guards keep an
+incremental build honest:
 
-    work_root/<key>.lock   held while <key> builds (two workers, one key)
-    work_root/<key>/src    a detached git worktree of the commit
-    work_root/<key>/obj    tuxmake's build directory (make O=...)
+- it makes the same image as a clean build of the commit: the build is
+  reproducible (fixed KBUILD_BUILD_* values, .config made afresh every time),
+  which kernel-builds/tests checks byte for byte;
+- a kernel that fails to build incrementally is built again in a new, empty
+  tree before it is reported as broken, so a stale object tree can never
+  pass for a kernel that does not build.
 
 ``CCACHE_BASEDIR=work_root`` makes ccache hash ``../src/mm/foo.c`` instead of
-``/work_root/<key>/src/mm/foo.c``; since every build's obj and src sit at the
-same depth, every build of every commit hashes alike and unchanged files hit.
+``/work_root/trees/<tree>/src/mm/foo.c``; since every tree's obj and src sit
+at the same depth, every build of every commit hashes alike and unchanged
+files hit even in a new tree.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import fcntl
 import hashlib
 import os
 import re
@@ -31,11 +35,20 @@ import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from kperf_kbuild import modules as benchmark_modules
+from kperf_kbuild import trees
+from kperf_kbuild.host import CROSS_COMPILE, MIN_FREE_BYTES, check_commit, check_free_space, check_tools
+from kperf_kbuild.host import BuildInfraError as BuildInfraError
+from kperf_kbuild.host import default_ccache_dir as _default_ccache_dir
+from kperf_kbuild.host import file_lock as file_lock
+from kperf_kbuild.logscan import COMPILER_KILLED, NO_SPACE, LogScanner, ProgressFn, read_stats_log
+from kperf_kbuild.modules import build_benchmark_modules, has_modules, module_names, module_sources
+from kperf_kbuild.trees import DEFAULT_BUDGET_BYTES, WarmTree
 
 SUPPORTED_ARCHES = ("x86_64", "arm64")
 
@@ -45,41 +58,10 @@ BASE_CONFIG = "tinyconfig"
 
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 
-# Out-of-tree modules built against every kernel (kernel-builds/modules/<name>/,
-# each with a Kbuild file): the benchmarks that run inside the kernel. Their
-# sources are part of the config digest, so editing one rebuilds the kernels.
-MODULES_DIR = Path(__file__).resolve().parent.parent / "modules"
-
 # Image names as QEMU's -kernel and kexec want them. tuxmake's arm64 default
 # is Image.gz; the uncompressed Image boots everywhere without a decompressor
 # stub and kexec_file_load takes it directly.
 KERNEL_IMAGES = {"x86_64": "bzImage", "arm64": "Image"}
-
-# tuxmake picks x86_64-linux-gnu- for x86_64 (Debian's native gcc answers to
-# that name too); arm64 is cross-built with Debian's gcc-aarch64-linux-gnu.
-CROSS_COMPILE = {"x86_64": "x86_64-linux-gnu-", "arm64": "aarch64-linux-gnu-"}
-
-LOG_TAIL_LINES = 40
-
-# Free space a build needs under work_root: a 6.1 checkout is 1.5 GB and a
-# tinyconfig-sized obj dir a few hundred MB; larger configs need more.
-MIN_FREE_BYTES = 3 * 1024**3
-
-# Commands the build needs and the Debian package that provides each, so the
-# error tells an operator exactly what to install.
-_HOST_TOOLS = {
-    "git": "git",
-    "make": "make",
-    "gcc": "gcc",
-    "ccache": "ccache",
-    "flex": "flex",
-    "bison": "bison",
-    "bc": "bc",
-    "perl": "perl",
-    "tar": "tar",
-    "xz": "xz-utils",
-}
-_CROSS_PACKAGES = {"x86_64": "gcc-x86-64-linux-gnu", "arm64": "gcc-aarch64-linux-gnu"}
 
 # Variables a caller's environment may carry that would silently change the
 # kernel build: make's jobserver plumbing when the caller itself runs under
@@ -98,28 +80,14 @@ _SCRUBBED_ENV = (
     "KCPPFLAGS",
     "KAFLAGS",
     "LOCALVERSION",
+    "KBUILD_BUILD_TIMESTAMP",
+    "KBUILD_BUILD_USER",
+    "KBUILD_BUILD_HOST",
+    "KBUILD_BUILD_VERSION",
     "CCACHE_BASEDIR",
     "CCACHE_DIR",
     "CCACHE_STATSLOG",
 )
-
-# kbuild's quiet-mode lines ("  CC      mm/slub.o"): one per produced file.
-_KBUILD_STEP = re.compile(r"^\s{2}([A-Z][A-Z0-9_]*(?: \[M\])?)\s+(\S+)")
-_COMPILE_STEPS = frozenset({"CC", "AS", "HOSTCC", "HOSTCXX", "CPP", "CC [M]"})
-# tuxmake echoes each command it runs before running it.
-_MAKE_ECHO = re.compile(r"^make\s.*\sO=\S+")
-_TUXMAKE_STATUS = re.compile(r"^I: (\S+): (PASS|FAIL|SKIP|WARNING) in ")
-_FIRST_ERROR = re.compile(r"(: (fatal )?error: |^make(\[\d+\])?: \*\*\* |Error \d+$|: undefined reference to |^E: )")
-_NO_SPACE = "No space left on device"
-# What gcc's driver prints when the kernel's OOM killer takes cc1: the
-# machine is short of memory, the commit is not at fault.
-_COMPILER_KILLED = "Killed signal terminated program"
-
-
-class BuildInfraError(Exception):
-    """The build could not run for a reason that is not the kernel's fault
-    (missing tool, unknown commit, no disk space...). The message says what
-    went wrong and what to do about it."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +100,10 @@ class BuildRequest:
     fragments: tuple[Path, ...] = ()
     ccache_dir: Path | None = None
     jobs: int = 0
+    # What the warm trees under work_root may take on disk; past it the
+    # least recently used unlocked trees are deleted after the build. 0 keeps
+    # no tree (every build starts from an empty object tree).
+    trees_budget_bytes: int = DEFAULT_BUDGET_BYTES
 
 
 @dataclass
@@ -149,9 +121,15 @@ class BuildResult:
     # Things that did not stop the kernel from building but leave an
     # artifact out, e.g. "pagealloc.ko not built: CONFIG_MODULES is not set".
     warnings: list[str] = field(default_factory=list)
-
-
-ProgressFn = Callable[[str, str], None]
+    # The commit whose object tree this build started from ("" = an empty
+    # object tree: a clean build), and the warm tree it ran in.
+    reused_sha: str = ""
+    tree: str = ""
+    # Files kbuild compiled (CC, AS, HOSTCC... lines): what the build redid.
+    compiled: int = 0
+    # When the incremental build failed and the clean build that replaced
+    # it is the result: the incremental attempt's first error.
+    incremental_error: str = ""
 
 
 def arch_fragment(arch: str) -> Path:
@@ -181,26 +159,9 @@ def config_digest(arch: str, fragments: Sequence[Path] = ()) -> str:
     # The benchmark modules are built with the kernel: a new module source
     # is a new build, as a new fragment is.
     for path in module_sources():
-        part(b"module:" + path.relative_to(MODULES_DIR).as_posix().encode())
+        part(b"module:" + path.relative_to(benchmark_modules.MODULES_DIR).as_posix().encode())
         part(path.read_bytes())
     return h.hexdigest()
-
-
-def module_names() -> list[str]:
-    """The out-of-tree modules built with every kernel, e.g. ["pagealloc"]."""
-    if not MODULES_DIR.is_dir():
-        return []
-    return sorted(d.name for d in MODULES_DIR.iterdir() if (d / "Kbuild").is_file())
-
-
-def module_sources() -> list[Path]:
-    """Every file of every module in module_names(), in a fixed order."""
-    return [
-        path
-        for name in module_names()
-        for path in sorted((MODULES_DIR / name).rglob("*"))
-        if path.is_file() and "__pycache__" not in path.parts
-    ]
 
 
 def parse_fragment(text: str) -> dict[str, str]:
@@ -250,70 +211,125 @@ def build_kernel(req: BuildRequest, progress: ProgressFn | None = None) -> Build
         if not frag.is_file():
             raise BuildInfraError(f"config fragment {frag} does not exist")
     digest = config_digest(req.arch, req.fragments)
-    _check_tools(req.arch)
+    check_tools(req.arch)
     repo = Path(req.repo).resolve()
-    _check_commit(repo, req.sha)
+    check_commit(repo, req.sha)
 
     work_root = Path(req.work_root).resolve()
     work_root.mkdir(parents=True, exist_ok=True)
-    _check_free_space(work_root)
     output_dir = Path(req.output_dir).resolve()
     output_dir.mkdir(parents=True, exist_ok=True)
     ccache_dir = Path(req.ccache_dir).resolve() if req.ccache_dir else _default_ccache_dir()
     ccache_dir.mkdir(parents=True, exist_ok=True)
 
-    key = f"{req.arch}-{req.sha[:12]}-{digest[:12]}"
-    build_root = work_root / key
-    with file_lock(work_root / f"{key}.lock"):
-        _remove_build_root(repo, build_root)
-        build_root.mkdir()
-        try:
-            report("checkout", f"checking out {req.sha[:12]}")
-            src = build_root / "src"
-            _git(
-                repo,
-                "-c",
-                "checkout.workers=0",  # parallel checkout: one worker per core
-                "worktree",
-                "add",
-                "--detach",
-                str(src),
-                req.sha,
-                what=f"check out {req.sha} from {repo}",
-            )
-            _clear_outputs(output_dir)
-            result = _run_tuxmake(
-                req,
-                src=src,
-                obj=build_root / "obj",
-                output_dir=output_dir,
-                fragments=fragments,
-                ccache_dir=ccache_dir,
-                work_root=work_root,
-                stats_log=build_root / "ccache-stats.log",
-                digest=digest,
-                report=report,
-            )
-        finally:
-            _remove_build_root(repo, build_root)
+    def build_in(tree: WarmTree, distance: int | None) -> BuildResult:
+        reused = _prepare_tree(tree, repo, req.sha, distance, report)
+        _clear_outputs(output_dir)
+        result = _run_tuxmake(
+            req,
+            tree=tree,
+            output_dir=output_dir,
+            fragments=fragments,
+            ccache_dir=ccache_dir,
+            work_root=work_root,
+            digest=digest,
+            report=report,
+        )
+        result.reused_sha, result.tree = reused, tree.name
+        assert tree.state is not None
+        tree.state.bytes, tree.state.last_used = tree.measure(), time.time()
+        tree.save()
+        return result
+
+    tree, distance = trees.claim(work_root, repo, req.sha, req.arch, digest)
+    try:
+        result = build_in(tree, distance)
+        if not result.ok and result.reused_sha:
+            # The guard: a stale object tree must never pass for a kernel
+            # that does not build. Redo it in a new, empty tree, keeping the
+            # first one (still locked), whose objects serve the next nearby
+            # build, unless the clean build shows it was the tree's fault.
+            report("build", f"failed from {result.reused_sha[:12]}'s objects; building again from scratch")
+            first = result
+            fresh, _ = trees.claim(work_root, repo, req.sha, req.arch, digest, fresh=True)
+            try:
+                result = build_in(fresh, None)
+                result.incremental_error = first.error
+                # Confirmed broken: the half-built fresh tree is worth
+                # nothing. Built after all: the old tree's objects lied.
+                trees.remove(fresh if not result.ok else tree)
+            finally:
+                fresh.unlock()
+    finally:
+        tree.unlock()
+    trees.evict(work_root, budget_bytes=req.trees_budget_bytes, log=lambda m: report("collect", m))
     result.duration_s = time.monotonic() - started
     report("done", "ok" if result.ok else f"failed: {result.error}"[:200])
     return result
 
 
+def _prepare_tree(tree: WarmTree, repo: Path, sha: str, distance: int | None, report: ProgressFn) -> str:
+    """Check `sha` out in the (locked) tree and return the sha whose objects
+    its obj holds ("" = obj is empty: a clean build)."""
+    state = tree.state
+    assert state is not None
+    # Room for this build: unused trees go first, least recently used first.
+    trees.evict(
+        tree.path.parent.parent,
+        budget_bytes=2**63,
+        need_free=MIN_FREE_BYTES,
+        keep=frozenset({tree.name}),
+        log=lambda m: report("checkout", m),
+    )
+    check_free_space(tree.path.parent)
+    reused = state.sha if state.clean and (tree.obj / ".config").is_file() else ""
+    had_src = bool(state.sha) and tree.src.is_dir()
+    state.clean, state.last_used = False, time.time()
+    tree.save()
+    if had_src:
+        how = "distance unknown" if distance is None else f"{distance} file{'' if distance == 1 else 's'} changed"
+        report("checkout", f"checking out {sha[:12]} in {tree.name} (last built {state.sha[:12]}; {how})")
+        try:
+            tree.checkout(sha)
+        except BuildInfraError as exc:
+            # A worktree whose repository moved or was re-cloned: start it anew.
+            report("checkout", f"{tree.name} unusable ({str(exc)[:120]}); checking out afresh")
+            had_src, reused = False, ""
+    if not had_src:
+        report("checkout", f"checking out {sha[:12]} into a new tree {tree.name}")
+        trees.create_worktree(tree, repo, sha)
+    if not reused:
+        tree.wipe_obj()
+    else:
+        # The configuration is made afresh (tinyconfig + fragments +
+        # olddefconfig), exactly as in a clean build: the new commit's
+        # Kconfig may differ. Artifacts a failed build might not overwrite
+        # go too, so nothing stale can be collected.
+        (tree.obj / ".config").unlink(missing_ok=True)
+        # init/build-version counts links in obj/.version: #2 after #1 would
+        # put a different UTS_VERSION into the image than a clean build's #1.
+        (tree.obj / ".version").unlink(missing_ok=True)
+        for stale in [*tree.obj.glob("modules.tar*"), *tree.obj.glob("arch/*/boot/*Image")]:
+            stale.unlink(missing_ok=True)
+    state.sha = sha
+    tree.save()
+    return reused
+
+
 def _run_tuxmake(
     req: BuildRequest,
     *,
-    src: Path,
-    obj: Path,
+    tree: WarmTree,
     output_dir: Path,
     fragments: Sequence[Path],
     ccache_dir: Path,
     work_root: Path,
-    stats_log: Path,
     digest: str,
     report: ProgressFn,
 ) -> BuildResult:
+    src, obj = tree.src, tree.obj
+    stats_log = tree.path / "ccache-stats.log"
+    stats_log.unlink(missing_ok=True)
     jobs = req.jobs or os.cpu_count() or 1
     argv = [
         sys.executable,
@@ -353,6 +369,11 @@ def _run_tuxmake(
         # (-fmacro-prefix-map) and these configs carry no debug info.
         "--environment",
         "KCFLAGS=",
+        *(
+            arg
+            for name, value in _reproducible_env(src, req.sha).items()
+            for arg in ("--environment", f"{name}={value}")
+        ),
         "--directory",
         str(src),
         f"CROSS_COMPILE={CROSS_COMPILE[req.arch]}",
@@ -371,7 +392,7 @@ def _run_tuxmake(
     )
 
     report("config", f"{BASE_CONFIG} + {', '.join(f.name for f in fragments)}")
-    scanner = _LogScanner(report, obj, src)
+    scanner = LogScanner(report, obj, src)
     try:
         proc = subprocess.Popen(
             argv,
@@ -399,13 +420,13 @@ def _run_tuxmake(
         proc.wait()
         raise
 
-    ccache_stats = _read_stats_log(stats_log)
-    if any(_NO_SPACE in line for line in scanner.tail):
+    ccache_stats = read_stats_log(stats_log)
+    if any(NO_SPACE in line for line in scanner.tail):
         raise BuildInfraError(
             f"the build ran out of disk space under {work_root} or {output_dir}: "
             f"free space there and rebuild\n{scanner.log_tail()}"
         )
-    if any(_COMPILER_KILLED in line for line in scanner.tail):
+    if any(COMPILER_KILLED in line for line in scanner.tail):
         raise BuildInfraError(
             f"a compiler process was killed during the build (out of memory?): lower "
             f"jobs or add memory, then rebuild\n{scanner.log_tail()}"
@@ -416,6 +437,12 @@ def _run_tuxmake(
         raise BuildInfraError(
             f"tuxmake failed before building (exit {returncode}); see its output:\n{scanner.log_tail()}"
         )
+    # make ended by itself, so obj is consistent even if the kernel failed
+    # (kbuild deletes the target of a failed recipe): the next build may
+    # start from it.
+    assert tree.state is not None
+    tree.state.clean = True
+    tree.save()
 
     report("collect", f"copying artifacts to {output_dir}")
     build_log = output_dir / "build.log"
@@ -435,7 +462,7 @@ def _run_tuxmake(
             artifacts["system-map"] = Path(shutil.copy2(system_map, output_dir / "System.map"))
     modules = next(iter(sorted(output_dir.glob("modules.tar*"))), None)
     if modules is not None:
-        if _has_modules(modules):
+        if has_modules(modules):
             artifacts["modules"] = modules
         else:
             # Only modules.order & co.: shipping it would suggest modules exist.
@@ -445,7 +472,7 @@ def _run_tuxmake(
     warnings: list[str] = []
     if ok:
         report("modules", f"building {', '.join(module_names()) or 'no'} benchmark module(s)")
-        built, warnings = _build_benchmark_modules(req, src, obj, output_dir, env, obj.parent / "ext")
+        built, warnings = build_benchmark_modules(req.arch, src, obj, output_dir, env, obj.parent / "ext")
         artifacts.update(built)
         for warning in warnings:
             report("modules", warning[:200])
@@ -461,125 +488,32 @@ def _run_tuxmake(
         error=error,
         ccache_stats=ccache_stats,
         warnings=warnings,
+        compiled=scanner.compiled,
     )
 
 
-def _build_benchmark_modules(
-    req: BuildRequest, src: Path, obj: Path, output_dir: Path, env: dict[str, str], scratch: Path
-) -> tuple[dict[str, Path], list[str]]:
-    """Build each module of MODULES_DIR against the finished kernel in obj
-    (kbuild's external-module build, M=), while its object tree and .config
-    still exist; the artifact is ``<name>.ko`` in output_dir.
-
-    A module that cannot be built is a warning, not a failed build: the
-    kernel is fine and every other benchmark can run on it. The job of the
-    benchmark that needs the module fails with the warning instead.
-    """
-    names = module_names()
-    artifacts: dict[str, Path] = {}
-    warnings: list[str] = []
-    if not names:
-        return artifacts, warnings
-    config = obj / ".config"
-    options = parse_fragment(config.read_text()) if config.is_file() else {}
-    if options.get("CONFIG_MODULES") != "y":
-        reason = "the kernel's .config has no CONFIG_MODULES=y (a fragment turned it off?)"
-        return artifacts, [f"{name}.ko not built: {reason}" for name in names]
-    for name in names:
-        moddir = scratch / name
-        shutil.rmtree(moddir, ignore_errors=True)
-        # kbuild writes objects next to the sources of an external module:
-        # build a copy, never the package's own directory.
-        shutil.copytree(MODULES_DIR / name, moddir)
-        argv = [
-            "make",
-            "-C",
-            str(obj),
-            f"ARCH={req.arch}",
-            f"CROSS_COMPILE={CROSS_COMPILE[req.arch]}",
-            f"M={moddir}",
-            "KCFLAGS=",
-            "modules",
-        ]
-        proc = subprocess.run(
-            argv, cwd=src, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False
-        )
-        log_path = output_dir / f"{name}-module.log"
-        log_path.write_text(f"$ {' '.join(argv)}\n{proc.stdout}{proc.stderr}")
-        built = moddir / f"{name}.ko"
-        if proc.returncode != 0 or not built.is_file():
-            lines = (proc.stdout + proc.stderr).splitlines()
-            first = next((line for line in lines if _FIRST_ERROR.search(line)), lines[-1] if lines else "")
-            first = first.replace(f"{moddir}/", "").strip()
-            warnings.append(f"{name}.ko not built: {first[:300] or f'make exited with {proc.returncode}'}")
-            continue
-        artifacts[f"{name}.ko"] = Path(shutil.copy2(built, output_dir / f"{name}.ko"))
-    return artifacts, warnings
-
-
-class _LogScanner:
-    """Follows tuxmake's output: phases, a count of compiled files (for
-    progress), the first error line and the log's tail."""
-
-    # Progress callbacks usually write to a database; one per second is plenty.
-    MIN_INTERVAL_S = 1.0
-
-    def __init__(self, report: ProgressFn, obj: Path | None = None, src: Path | None = None) -> None:
-        self.report = report
-        # Host tools (objtool) are built with absolute paths into the obj
-        # dir; shown relative, like every other kbuild line.
-        self._obj_prefix = f"{obj}/" if obj else ""
-        # Compiler messages name files by absolute path in this build's
-        # checkout, which means nothing to the user reading the error.
-        self._src_prefix = f"{src}/" if src else ""
-        self.phase = "config"
-        self.compiled = 0
-        self.first_error = ""
-        self.status: dict[str, str] = {}
-        # Plenty for the tail, and for a build.log if tuxmake never wrote one.
-        self.tail: collections.deque[str] = collections.deque(maxlen=2000)
-        self._last_report = 0.0
-
-    def feed(self, line: str) -> bool:
-        """Take one output line; True when the configuration just became
-        final (the first make command after the config target)."""
-        self.tail.append(line)
-        status = _TUXMAKE_STATUS.match(line)
-        if status:
-            self.status[status.group(1)] = status.group(2)
-            return False
-        if not self.first_error and _FIRST_ERROR.search(line):
-            error = line.strip()
-            if self._src_prefix:
-                error = error.replace(self._src_prefix, "")
-            self.first_error = error[:300]
-        if _MAKE_ECHO.match(line):
-            last = line.split()[-1]
-            if self.phase == "config" and not last.endswith("config"):
-                self.phase = "build"
-                self.report("build", "compiling")
-                return True
-            return False
-        step = _KBUILD_STEP.match(line)
-        if step and self.phase == "build":
-            if step.group(1) in _COMPILE_STEPS:
-                self.compiled += 1
-            now = time.monotonic()
-            if now - self._last_report >= self.MIN_INTERVAL_S:
-                self._last_report = now
-                target = step.group(2)
-                if self._obj_prefix and target.startswith(self._obj_prefix):
-                    target = target[len(self._obj_prefix) :]
-                self.report("build", f"{self.compiled} files compiled; {step.group(1)} {target}")
-        return False
-
-    def log_tail(self) -> str:
-        lines = list(self.tail)[-LOG_TAIL_LINES:]
-        # With -j, the compiler's message can scroll above the last lines
-        # under make's "Error 1" cascade; the user needs that line most.
-        if self.first_error and not any(self.first_error in line.replace(self._src_prefix, "") for line in lines):
-            lines = [f"first error: {self.first_error}", "...", *lines]
-        return "\n".join(lines)
+def _reproducible_env(src: Path, sha: str) -> dict[str, str]:
+    """What kbuild would otherwise take from the build's time, user and
+    host, fixed so a build's image depends on its source and config alone.
+    These are the values tuxmake itself sets (the commit's date, "tuxmake"),
+    so images stay byte-identical to those built before they were fixed
+    here. The fourth, the link count in UTS_VERSION, comes from obj/.version,
+    which _prepare_tree deletes (KBUILD_BUILD_VERSION would also change the
+    temporary banner of init/version.o, "#" in every clean build)."""
+    committed = subprocess.run(
+        ["git", "-C", str(src), "show", "-s", "--format=%ct", sha],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    if not committed.isdigit():
+        raise BuildInfraError(f"cannot read the commit date of {sha} in {src}")
+    return {
+        "KBUILD_BUILD_TIMESTAMP": f"@{committed}",
+        "KBUILD_BUILD_USER": "tuxmake",
+        "KBUILD_BUILD_HOST": "tuxmake",
+    }
 
 
 def _check_config(config: Path, fragments: Sequence[Path], report: ProgressFn) -> None:
@@ -598,28 +532,6 @@ def _check_config(config: Path, fragments: Sequence[Path], report: ProgressFn) -
             f.write(listing + "\n")
 
 
-def _read_stats_log(stats_log: Path) -> dict[str, int]:
-    """Count the counters in a ccache stats log: one ``# <file>`` line per
-    compilation followed by the ids of the counters it bumped."""
-    counts: collections.Counter[str] = collections.Counter()
-    with contextlib.suppress(FileNotFoundError):
-        for line in stats_log.read_text(errors="replace").splitlines():
-            line = line.strip()
-            if line and not line.startswith("#"):
-                counts[line] += 1
-    return dict(counts)
-
-
-def _has_modules(tarball: Path) -> bool:
-    # modules_install with zero modules still writes modules.order & co.;
-    # only a tarball holding at least one .ko is worth shipping.
-    try:
-        with tarfile.open(tarball) as tf:
-            return any(".ko" in Path(name).suffixes for name in tf.getnames())
-    except (tarfile.TarError, OSError):
-        return False
-
-
 def _clear_outputs(output_dir: Path) -> None:
     # A failed build must not leave the previous build's image looking fresh.
     names = [*KERNEL_IMAGES.values(), "config", "build.log", "build-debug.log", "System.map"]
@@ -633,107 +545,6 @@ def _clear_outputs(output_dir: Path) -> None:
         (output_dir / f"{name}-module.log").unlink(missing_ok=True)
 
 
-def _remove_build_root(repo: Path, build_root: Path) -> None:
-    if not build_root.exists():
-        return
-    # Deleting the files and then pruning is `git worktree remove --force`
-    # without its per-file checks: 2-3 s instead of ~9 s for 78k files here.
-    shutil.rmtree(build_root, ignore_errors=True)
-    # Forget worktrees whose directory is gone (this one, or one left by a
-    # killed build), or git would refuse to check out at the same path again.
-    subprocess.run(
-        ["git", "-C", str(repo), "worktree", "prune"],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        check=False,
-    )
-
-
-@contextlib.contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive flock on `path` (created if missing): one process at a time."""
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _git(repo: Path, *args: str, what: str) -> str:
-    proc = subprocess.run(
-        ["git", "-C", str(repo), *args],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise BuildInfraError(f"could not {what}: git says: {proc.stderr.strip()}")
-    return proc.stdout
-
-
 def _check_arch(arch: str) -> None:
     if arch not in SUPPORTED_ARCHES:
         raise ValueError(f"unsupported arch {arch!r}; kperf builds {', '.join(SUPPORTED_ARCHES)}")
-
-
-def _check_tools(arch: str) -> None:
-    missing = {pkg for tool, pkg in _HOST_TOOLS.items() if shutil.which(tool) is None}
-    if shutil.which(f"{CROSS_COMPILE[arch]}gcc") is None:
-        missing.add(_CROSS_PACKAGES[arch])
-    if missing:
-        raise BuildInfraError(
-            f"build tools missing for {arch}: install them with `apt-get install {' '.join(sorted(missing))}`"
-        )
-
-
-def _check_commit(repo: Path, sha: str) -> None:
-    if not repo.exists():
-        raise BuildInfraError(f"repository {repo} does not exist: mirror the tree first")
-    probe = subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", "--git-dir"],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if probe.returncode != 0:
-        raise BuildInfraError(f"{repo} is not a usable git repository: {probe.stderr.strip()}")
-    found = subprocess.run(
-        ["git", "-C", str(repo), "cat-file", "-e", f"{sha}^{{commit}}"],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        check=False,
-    )
-    if found.returncode != 0:
-        raise BuildInfraError(
-            f"commit {sha} is not in {repo}: fetch the branch that contains it "
-            f"into the mirror (git -C {repo} fetch <remote> <ref>) and retry"
-        )
-
-
-def _check_free_space(path: Path) -> None:
-    free = shutil.disk_usage(path).free
-    if free < MIN_FREE_BYTES:
-        raise BuildInfraError(
-            f"only {free / 1024**3:.1f} GiB free under {path}; a build needs at least "
-            f"{MIN_FREE_BYTES / 1024**3:.0f} GiB: free space (old build outputs, ccache -C) "
-            f"or point work_root elsewhere"
-        )
-
-
-def _default_ccache_dir() -> Path:
-    # tuxmake's ccache wrapper would default to ~/.ccache; ask ccache for its
-    # own default (~/.cache/ccache on ccache 4) so "None" means what ccache means.
-    proc = subprocess.run(
-        ["ccache", "--get-config", "cache_dir"],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    value = proc.stdout.strip()
-    if proc.returncode != 0 or not value:
-        raise BuildInfraError(f"ccache does not report its cache_dir: {proc.stderr.strip()}")
-    return Path(value)

@@ -11,7 +11,8 @@ Everything lives in a cache directory (KPERF_CACHE, ~/.cache/kperf)::
     linux-test.git/       the bare repository (+ kperf-test-tree.json state)
     fixture-builds/<key>/ artifacts and kperf-build.json of a fixture kernel
     ccache/               the compiler cache every fixture build shares
-    work/                 builds in progress (removed after each build)
+    work/trees/           warm build trees (kperf_kbuild.trees): each fixture
+                          branch builds incrementally from the nearest one
 """
 
 from __future__ import annotations
@@ -366,6 +367,10 @@ def _load_manifest(path: Path) -> BuildResult | None:
             error=str(data["error"]),
             ccache_stats={str(k): int(v) for k, v in data.get("ccache_stats", {}).items()},
             warnings=[str(w) for w in data.get("warnings", [])],
+            reused_sha=str(data.get("reused_sha", "")),
+            tree=str(data.get("tree", "")),
+            compiled=int(data.get("compiled", 0)),
+            incremental_error=str(data.get("incremental_error", "")),
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kperf_kbuild import driver
+from kperf_kbuild import logscan, modules
 from kperf_kbuild.driver import (
     SUPPORTED_ARCHES,
     arch_fragment,
@@ -169,28 +169,28 @@ def test_fixture_patterns_name_metrics_that_exist() -> None:
 
 
 def test_module_sources_are_part_of_the_config_digest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert "pagealloc" in driver.module_names()
-    assert [p.name for p in driver.module_sources()] == ["Kbuild", "pagealloc.c"]
-    modules = tmp_path / "modules"
-    shutil.copytree(driver.MODULES_DIR, modules)
-    monkeypatch.setattr(driver, "MODULES_DIR", modules)
+    assert "pagealloc" in modules.module_names()
+    assert [p.name for p in modules.module_sources()] == ["Kbuild", "pagealloc.c"]
+    copy = tmp_path / "modules"
+    shutil.copytree(modules.MODULES_DIR, copy)
+    monkeypatch.setattr(modules, "MODULES_DIR", copy)
     same = config_digest("x86_64")
-    (modules / "pagealloc" / "pagealloc.c").write_text("// changed\n")
+    (copy / "pagealloc" / "pagealloc.c").write_text("// changed\n")
     changed = config_digest("x86_64")
     assert changed != same
     # A directory without a Kbuild file is not a module.
-    (modules / "notes").mkdir()
-    (modules / "notes" / "README").write_text("x")
+    (copy / "notes").mkdir()
+    (copy / "notes" / "README").write_text("x")
     assert config_digest("x86_64") == changed
-    shutil.rmtree(modules / "pagealloc")
-    assert driver.module_names() == []
+    shutil.rmtree(copy / "pagealloc")
+    assert modules.module_names() == []
     assert config_digest("x86_64") not in (same, changed)
 
 
 def test_pagealloc_module_source_is_gpl_and_reports_its_clock() -> None:
-    source = (driver.MODULES_DIR / "pagealloc" / "pagealloc.c").read_text()
+    source = (modules.MODULES_DIR / "pagealloc" / "pagealloc.c").read_text()
     assert source.startswith("// SPDX-License-Identifier: GPL-2.0\n")
-    assert (driver.MODULES_DIR / "pagealloc" / "Kbuild").read_text().startswith("# SPDX-License-Identifier: GPL-2.0")
+    assert (modules.MODULES_DIR / "pagealloc" / "Kbuild").read_text().startswith("# SPDX-License-Identifier: GPL-2.0")
     assert 'MODULE_LICENSE("GPL")' in source
     assert '"tsc"' in source and '"cntvct"' in source
     assert "alloc_pages(GFP_KERNEL | __GFP_NOWARN, order)" in source and "__free_pages(" in source
@@ -201,11 +201,8 @@ def test_a_kernel_without_modules_gets_no_module_and_a_reason(tmp_path: Path) ->
     obj = tmp_path / "obj"
     obj.mkdir()
     (obj / ".config").write_text("CONFIG_64BIT=y\n# CONFIG_MODULES is not set\n")
-    request = driver.BuildRequest(
-        repo=tmp_path, sha="0" * 40, arch="x86_64", work_root=tmp_path, output_dir=tmp_path / "out"
-    )
-    artifacts, warnings = driver._build_benchmark_modules(
-        request, tmp_path, obj, tmp_path / "out", {}, tmp_path / "ext"
+    artifacts, warnings = modules.build_benchmark_modules(
+        "x86_64", tmp_path, obj, tmp_path / "out", {}, tmp_path / "ext"
     )
     assert artifacts == {}
     assert warnings == [
@@ -241,9 +238,9 @@ def test_fixtures_digest_follows_patch_content(tmp_path: Path) -> None:
     assert fixtures_digest(tmp_path) != fixtures_digest(FIXTURES_DIR)
 
 
-def _scan(lines: list[str]) -> tuple[driver._LogScanner, list[tuple[str, str]]]:
+def _scan(lines: list[str]) -> tuple[logscan.LogScanner, list[tuple[str, str]]]:
     events: list[tuple[str, str]] = []
-    scanner = driver._LogScanner(
+    scanner = logscan.LogScanner(
         lambda phase, message: events.append((phase, message)), obj=Path("/w/obj"), src=Path("/w/src")
     )
     scanner.MIN_INTERVAL_S = 0.0
@@ -284,7 +281,7 @@ def test_log_scanner_keeps_the_first_error_in_the_tail() -> None:
     assert scanner.first_error == error.replace("/w/src/", "")
     tail = scanner.log_tail()
     assert scanner.first_error in tail
-    assert len(tail.splitlines()) <= driver.LOG_TAIL_LINES + 2
+    assert len(tail.splitlines()) <= logscan.LOG_TAIL_LINES + 2
 
 
 def test_read_stats_log(tmp_path: Path) -> None:
@@ -292,5 +289,17 @@ def test_read_stats_log(tmp_path: Path) -> None:
     log.write_text(
         "# /w/src/mm/mmap.c\ncache_miss\n# /w/src/mm/slub.c\ndirect_cache_hit\n# /w/src/mm/util.c\ndirect_cache_hit\n"
     )
-    assert driver._read_stats_log(log) == {"cache_miss": 1, "direct_cache_hit": 2}
-    assert driver._read_stats_log(tmp_path / "missing.log") == {}
+    assert logscan.read_stats_log(log) == {"cache_miss": 1, "direct_cache_hit": 2}
+    assert logscan.read_stats_log(tmp_path / "missing.log") == {}
+
+
+def test_log_scanner_names_the_object_the_linker_could_not_read() -> None:
+    scanner, _ = _scan(
+        [
+            "make --jobs=2 O=/w/obj all",
+            "x86_64-linux-gnu-ld: warning: arch/x86/boot/setup.elf has a LOAD segment with RWX permissions",
+            "x86_64-linux-gnu-ld: vmlinux.a: member kernel/fork.o in archive is not an object",
+            "make[2]: *** [scripts/Makefile.vmlinux_o:61: vmlinux.o] Error 1",
+        ]
+    )
+    assert scanner.first_error == "x86_64-linux-gnu-ld: vmlinux.a: member kernel/fork.o in archive is not an object"

@@ -1,18 +1,23 @@
-"""Real kernels: the fixture builds, a QEMU boot, a broken build, ccache reuse.
+"""Real kernels: the fixture builds, a QEMU boot, a broken build, ccache
+reuse, incremental builds against clean ones.
 
 The base kernel comes from the session fixture `x86_64_kernel` (built once,
-cached in KPERF_CACHE); the other builds here reuse its ccache.
+cached in KPERF_CACHE); the other builds here reuse its ccache, and the
+fixture branches build incrementally in the cache's warm trees.
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from kperf_kbuild import trees
 from kperf_kbuild.driver import (
     BuildRequest,
     BuildResult,
@@ -192,49 +197,80 @@ def test_broken_build_is_reported_not_raised(x86_64_kernel: BuildResult, kernel_
     assert result.artifacts["build-log"].exists()
 
 
-def test_another_branch_hits_ccache(
-    x86_64_kernel: BuildResult, kernel_tree: Path, kperf_cache: Path, tmp_path: Path
-) -> None:
-    # The neutral branch (another sha) built under another work_root: only
-    # CCACHE_BASEDIR makes its paths hash like the base build's. Built here,
-    # not through the fixture cache, so the counters are this build's.
-    sha = subprocess.run(
-        ["git", "-C", str(kernel_tree), "rev-parse", "refs/heads/neutral"],
-        check=True,
-        capture_output=True,
-        text=True,
+def rev(tree: Path, branch: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(tree), "rev-parse", f"refs/heads/{branch}"], check=True, capture_output=True, text=True
     ).stdout.strip()
-    assert (
-        sha
-        != subprocess.run(
-            ["git", "-C", str(kernel_tree), "rev-parse", "refs/heads/base"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    )
+
+
+def image_sha256(result: BuildResult) -> str:
+    return hashlib.sha256(result.artifacts["kernel"].read_bytes()).hexdigest()
+
+
+@dataclass
+class Workspace:
+    """A work_root of its own, where `neutral` was built clean first: later
+    tests build other commits in its warm tree."""
+
+    work_root: Path
+    ccache: Path
+    tree: Path
+    neutral: BuildResult
+    phases: list[str]
+
+    def build(self, sha: str, out: str) -> BuildResult:
+        return build_kernel(
+            BuildRequest(
+                repo=self.tree,
+                sha=sha,
+                arch="x86_64",
+                work_root=self.work_root,
+                output_dir=self.work_root.parent / out,
+                ccache_dir=self.ccache,
+            )
+        )
+
+
+@pytest.fixture(scope="module")
+def workspace(
+    x86_64_kernel: BuildResult, kernel_tree: Path, kperf_cache: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Workspace:
+    # The neutral branch (another sha than base) built under a new work_root:
+    # an empty object tree, so a clean build, and only CCACHE_BASEDIR makes
+    # its paths hash like the base build's. Built here, not through the
+    # fixture cache, so the counters are this build's.
+    root = tmp_path_factory.mktemp("workspace")
     phases: list[str] = []
-    result = build_kernel(
+    neutral = build_kernel(
         BuildRequest(
             repo=kernel_tree,
-            sha=sha,
+            sha=rev(kernel_tree, "neutral"),
             arch="x86_64",
-            work_root=tmp_path / "work",
-            output_dir=tmp_path / "out",
+            work_root=root / "work",
+            output_dir=root / "out-neutral",
             ccache_dir=kperf_cache / "ccache",
         ),
         progress=lambda phase, message: phases.append(phase),
     )
+    return Workspace(root / "work", kperf_cache / "ccache", kernel_tree, neutral, phases)
+
+
+def test_another_branch_hits_ccache(workspace: Workspace, kernel_tree: Path) -> None:
+    result = workspace.neutral
+    assert rev(kernel_tree, "neutral") != rev(kernel_tree, "base")
     assert result.ok, result.log_tail
+    assert result.reused_sha == ""
     assert "modules" not in result.artifacts
-    assert not list((tmp_path / "out").glob("modules.tar*"))
+    assert not list((workspace.work_root.parent / "out-neutral").glob("modules.tar*"))
     stats = result.ccache_stats
     hits = stats.get("direct_cache_hit", 0) + stats.get("preprocessed_cache_hit", 0)
     misses = stats.get("cache_miss", 0)
     assert hits > 500, stats
     # Only mm/mmap.c changed (plus a handful of files that embed the version).
     assert misses < hits / 20, stats
-    assert [p for i, p in enumerate(phases) if p not in phases[:i]] == [
+    # An empty object tree: kbuild compiled everything (mostly from ccache).
+    assert result.compiled > 500, result.compiled
+    assert [p for i, p in enumerate(workspace.phases) if p not in workspace.phases[:i]] == [
         "checkout",
         "config",
         "build",
@@ -242,8 +278,57 @@ def test_another_branch_hits_ccache(
         "modules",
         "done",
     ]
-    # The checkout and the object tree are gone; only the lock file stays.
-    assert [p.name for p in (tmp_path / "work").iterdir() if p.is_dir()] == []
+    # The checkout and its object tree stay, warm for the next build.
+    [tree] = trees.list_trees(workspace.work_root)
+    assert tree.name == result.tree
+    assert tree.state is not None
+    assert (tree.state.sha, tree.state.clean) == (rev(kernel_tree, "neutral"), True)
+    assert (tree.obj / "vmlinux").is_file() and tree.state.bytes > 0
+
+
+def test_an_incremental_build_makes_the_clean_build_s_image(
+    workspace: Workspace, kernel_tree: Path, kperf_cache: Path
+) -> None:
+    neutral, slow = rev(kernel_tree, "neutral"), rev(kernel_tree, "pagealloc-slow")
+    # neutral -> pagealloc-slow -> neutral, as a bisection goes back and
+    # forth: git rewrites mm/page_alloc.c each time and make recompiles what
+    # depends on it, nothing else.
+    there = workspace.build(slow, "out-slow-incremental")
+    assert there.ok, there.log_tail
+    assert (there.reused_sha, there.tree) == (neutral, workspace.neutral.tree)
+    assert 0 < there.compiled < 40, there.compiled
+    # The change is in: a different image, the same as the fixture cache's
+    # build of that commit (made in another tree, at another time).
+    assert image_sha256(there) != image_sha256(workspace.neutral)
+    cached = build_fixture_kernel(kernel_tree, "pagealloc-slow", "x86_64", kperf_cache)
+    assert image_sha256(there) == image_sha256(cached)
+    back = workspace.build(neutral, "out-neutral-incremental")
+    assert back.ok, back.log_tail
+    assert (back.reused_sha, back.tree) == (slow, workspace.neutral.tree)
+    assert 0 < back.compiled < 40, back.compiled
+    # Byte for byte the clean build of the same commit: the reverted file
+    # was recompiled and nothing of the incremental past shows.
+    assert image_sha256(back) == image_sha256(workspace.neutral)
+    for name in ("system-map", "pagealloc.ko"):
+        assert back.artifacts[name].read_bytes() == workspace.neutral.artifacts[name].read_bytes(), name
+
+
+def test_a_stale_object_tree_is_rebuilt_clean_not_reported_as_broken(
+    workspace: Workspace, x86_64_kernel: BuildResult, kernel_tree: Path
+) -> None:
+    # An object newer than its source but not an object any more (a disk
+    # fault, a killed tool that left garbage): make keeps it, the link fails.
+    [stale] = trees.list_trees(workspace.work_root)
+    fork_o = stale.obj / "kernel" / "fork.o"
+    assert fork_o.is_file()
+    fork_o.write_bytes(b"not an object file\n")
+    result = workspace.build(rev(kernel_tree, "base"), "out-base-after-stale")
+    assert result.ok, result.log_tail
+    assert "fork.o" in result.incremental_error, result.incremental_error
+    assert result.reused_sha == "" and result.tree != stale.name
+    assert image_sha256(result) == image_sha256(x86_64_kernel)
+    # The tree that failed a kernel that builds is gone; the clean one stays.
+    assert [t.name for t in trees.list_trees(workspace.work_root)] == [result.tree]
 
 
 def test_arm64_base_builds_and_boots(kernel_tree: Path, kperf_cache: Path, tmp_path: Path) -> None:

@@ -47,6 +47,13 @@ class KernelBuild(models.Model):
     updated = models.DateTimeField(auto_now=True)
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)
+    # How the build was made (kperf_kbuild.trees): the commit whose object
+    # tree it started from (blank: an empty object tree, a clean build), how
+    # many files kbuild compiled, and, when the incremental build failed and
+    # a clean one replaced it, the incremental attempt's first error.
+    reused_sha = models.CharField(max_length=40, blank=True, default="")
+    compiled_files = models.PositiveIntegerField(default=0)
+    incremental_error = models.TextField(blank=True, default="")
 
     class Meta:
         constraints = [

@@ -1,0 +1,111 @@
+"""Reading a build's output as it streams: phases, progress, the first
+error, the log's tail; and the build's own ccache counters."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+LOG_TAIL_LINES = 40
+
+# kbuild's quiet-mode lines ("  CC      mm/slub.o"): one per produced file.
+_KBUILD_STEP = re.compile(r"^\s{2}([A-Z][A-Z0-9_]*(?: \[M\])?)\s+(\S+)")
+_COMPILE_STEPS = frozenset({"CC", "AS", "HOSTCC", "HOSTCXX", "CPP", "CC [M]"})
+# tuxmake echoes each command it runs before running it.
+_MAKE_ECHO = re.compile(r"^make\s.*\sO=\S+")
+_TUXMAKE_STATUS = re.compile(r"^I: (\S+): (PASS|FAIL|SKIP|WARNING) in ")
+# The linker's own errors ("ld: vmlinux.a: member kernel/fork.o in archive
+# is not an object") name the object at fault; make's "*** ... Error 1"
+# after them does not. Its warnings are not errors, and its "in function"
+# line only leads up to the undefined reference below it.
+FIRST_ERROR = re.compile(
+    r"(: (fatal )?error: |^make(\[\d+\])?: \*\*\* |Error \d+$|: undefined reference to |^E: "
+    r"|^\S*\bld: (?!warning|.*: in function))"
+)
+NO_SPACE = "No space left on device"
+# What gcc's driver prints when the kernel's OOM killer takes cc1: the
+# machine is short of memory, the commit is not at fault.
+COMPILER_KILLED = "Killed signal terminated program"
+
+ProgressFn = Callable[[str, str], None]
+
+
+class LogScanner:
+    """Follows tuxmake's output: phases, a count of compiled files (for
+    progress), the first error line and the log's tail."""
+
+    # Progress callbacks usually write to a database; one per second is plenty.
+    MIN_INTERVAL_S = 1.0
+
+    def __init__(self, report: ProgressFn, obj: Path | None = None, src: Path | None = None) -> None:
+        self.report = report
+        # Host tools (objtool) are built with absolute paths into the obj
+        # dir; shown relative, like every other kbuild line.
+        self._obj_prefix = f"{obj}/" if obj else ""
+        # Compiler messages name files by absolute path in this build's
+        # checkout, which means nothing to the user reading the error.
+        self._src_prefix = f"{src}/" if src else ""
+        self.phase = "config"
+        self.compiled = 0
+        self.first_error = ""
+        self.status: dict[str, str] = {}
+        # Plenty for the tail, and for a build.log if tuxmake never wrote one.
+        self.tail: collections.deque[str] = collections.deque(maxlen=2000)
+        self._last_report = 0.0
+
+    def feed(self, line: str) -> bool:
+        """Take one output line; True when the configuration just became
+        final (the first make command after the config target)."""
+        self.tail.append(line)
+        status = _TUXMAKE_STATUS.match(line)
+        if status:
+            self.status[status.group(1)] = status.group(2)
+            return False
+        if not self.first_error and FIRST_ERROR.search(line):
+            error = line.strip()
+            if self._src_prefix:
+                error = error.replace(self._src_prefix, "")
+            self.first_error = error[:300]
+        if _MAKE_ECHO.match(line):
+            last = line.split()[-1]
+            if self.phase == "config" and not last.endswith("config"):
+                self.phase = "build"
+                self.report("build", "compiling")
+                return True
+            return False
+        step = _KBUILD_STEP.match(line)
+        if step and self.phase == "build":
+            if step.group(1) in _COMPILE_STEPS:
+                self.compiled += 1
+            now = time.monotonic()
+            if now - self._last_report >= self.MIN_INTERVAL_S:
+                self._last_report = now
+                target = step.group(2)
+                if self._obj_prefix and target.startswith(self._obj_prefix):
+                    target = target[len(self._obj_prefix) :]
+                self.report("build", f"{self.compiled} files compiled; {step.group(1)} {target}")
+        return False
+
+    def log_tail(self) -> str:
+        lines = list(self.tail)[-LOG_TAIL_LINES:]
+        # With -j, the compiler's message can scroll above the last lines
+        # under make's "Error 1" cascade; the user needs that line most.
+        if self.first_error and not any(self.first_error in line.replace(self._src_prefix, "") for line in lines):
+            lines = [f"first error: {self.first_error}", "...", *lines]
+        return "\n".join(lines)
+
+
+def read_stats_log(stats_log: Path) -> dict[str, int]:
+    """Count the counters in a ccache stats log: one ``# <file>`` line per
+    compilation followed by the ids of the counters it bumped."""
+    counts: collections.Counter[str] = collections.Counter()
+    with contextlib.suppress(FileNotFoundError):
+        for line in stats_log.read_text(errors="replace").splitlines():
+            line = line.strip()
+            if line and not line.startswith("#"):
+                counts[line] += 1
+    return dict(counts)
