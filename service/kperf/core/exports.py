@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from django.db.models import Q
+
+from kperf.core import archive
 from kperf.core.models import BootRecord, Job, Submission
 from kperf_runner import benchmarks as registry
 
@@ -42,15 +45,20 @@ def mmtests_tree(sub: Submission, side: str, benchmark: str, clock: str | None =
         bench = registry.get_benchmark(benchmark)
     except registry.UnknownBenchmark as e:
         raise ExportError(str(e)) from None
-    records = BootRecord.objects.filter(
-        job__submission=sub, job__side=side, job__benchmark=benchmark, job__status=Job.Status.DONE
-    ).select_related("job")
+    # The side's own boots and the base boots it shares (kperf.core.sharing).
+    mine = Q(job__submission=sub, job__side=side) | Q(job__sharers__submission=sub, job__sharers__side=side)
+    # distinct: a job shared by several submissions joins once per sharer.
+    records = (
+        BootRecord.objects.filter(mine, job__benchmark=benchmark, job__status=Job.Status.DONE)
+        .select_related("job")
+        .distinct()
+    )
     if clock is not None:
         records = records.filter(job__clock=clock)
     out = MmtestsExport()
     for record in records.order_by("job__seq", "job__id", "boot"):
         try:
-            runs = bench.mmtests_runs(record.raw_output, record.job.params)
+            runs = bench.mmtests_runs(archive.raw_output(record), record.job.params)
         except ValueError as e:
             out.skipped.append(f"job {record.job_id} boot {record.boot}: {e}")
             continue

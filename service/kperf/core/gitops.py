@@ -180,6 +180,38 @@ def update_mirror(url: str, mirror: Path, timeout: int = 1800) -> None:
             run_git(["-C", str(mirror), "fetch", "--prune", "--quiet", "origin"], timeout=timeout)
 
 
+def has_commit(mirror: Path, sha: str) -> bool:
+    if not (mirror / "HEAD").exists():
+        return False
+    try:
+        run_git(["-C", str(mirror), "cat-file", "-e", f"{sha}^{{commit}}"], timeout=60)
+    except GitError:
+        return False
+    return True
+
+
+def ensure_commit(url: str, mirror: Path, sha: str, timeout: int = 1800) -> None:
+    """Make sure commit `sha` of the tree at `url` is in this machine's `mirror`.
+
+    The web host's workers resolve refs in their own mirror; a build machine
+    elsewhere has a mirror of its own that may not have the commit yet, so
+    it fetches the tree first, and then the commit by itself (a ref may have
+    moved past it since). GitError says what failed.
+    """
+    if has_commit(mirror, sha):
+        return
+    update_mirror(url, mirror, timeout=timeout)
+    if has_commit(mirror, sha):
+        return
+    with _locked(mirror):
+        try:
+            run_git(["-C", str(mirror), "fetch", "--quiet", "origin", sha], timeout=timeout)
+        except GitError as e:
+            raise GitError(f"commit {sha} is on no branch or tag of {url} and could not be fetched by sha: {e}") from e
+    if not has_commit(mirror, sha):
+        raise GitError(f"commit {sha} is not in {url}")
+
+
 def resolve_ref(mirror: Path, ref: str) -> str:
     """The commit sha a branch, tag or sha names in the mirror; GitError if it names none."""
     for candidate in (f"refs/heads/{ref}", f"refs/tags/{ref}", ref):

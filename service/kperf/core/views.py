@@ -5,14 +5,12 @@ they may not see is a 404, as if it did not exist."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from django import forms
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
-from kperf.core import access, benchmarks, presenters, workflow
+from kperf.core import access, archive, artifacts, benchmarks, presenters, workflow
 from kperf_kbuild.driver import SUPPORTED_ARCHES
 
 
@@ -79,23 +77,31 @@ def submission_detail(request: HttpRequest, sub_id: int) -> HttpResponse:
     return render(request, "kperf/submission_detail.html", {"sub": sub, "d": presenters.submission_detail(sub)})
 
 
-def _text(body: str) -> HttpResponse:
-    return HttpResponse(body, content_type="text/plain; charset=utf-8")
+def _text(body: str, status: int = 200) -> HttpResponse:
+    return HttpResponse(body, content_type="text/plain; charset=utf-8", status=status)
 
 
 @login_required
 def build_log(request: HttpRequest, build_id: int) -> HttpResponse:
     build = get_object_or_404(access.visible_builds(request.user), pk=build_id)
     meta = build.artifacts.get("build-log")
-    if meta and Path(meta["path"]).is_file():
-        return _text(Path(meta["path"]).read_text(errors="replace"))
+    if meta:
+        try:
+            return _text(artifacts.read_checked(meta, f"the log of build {build_id}").decode(errors="replace"))
+        except artifacts.ArtifactUnavailable as e:
+            # The end of the log is in the database: show it, and say why the rest is missing.
+            return _text(f"[{e}]\n\n{build.log_tail}", status=503)
     return _text(build.log_tail or f"build {build_id} has no log yet (status: {build.status})")
 
 
 @login_required
 def job_console(request: HttpRequest, job_id: int) -> HttpResponse:
     job = get_object_or_404(access.visible_jobs(request.user), pk=job_id)
-    return _text(job.console_log or f"job {job_id} has no console output yet (status: {job.status})")
+    try:
+        console = archive.console_log(job)
+    except artifacts.ArtifactUnavailable as e:
+        return _text(f"{e}; try again later", status=503)
+    return _text(console or f"job {job_id} has no console output yet (status: {job.status})")
 
 
 @login_required
