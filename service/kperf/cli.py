@@ -163,6 +163,8 @@ def render_status(d: dict[str, Any]) -> str:
         lines.append("")
         clock = c.get("clock_label") or c.get("clock") or "wall clock"
         lines.append(f"{c['benchmark']} on {c['machine_class']}, {clock} ({c['method']}, alpha {c['alpha']})")
+        if c.get("shared_base_boots"):
+            lines.append(f"  {c['shared_base_boots']} base boots shared with other submissions of this base kernel")
         lines.extend(render_comparison(c))
         if c.get("table"):
             lines.append("")

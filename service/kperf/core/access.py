@@ -10,7 +10,10 @@ filters by owner on its own. The policy, for people, is docs/operations.md
   is staff (an admin's branches are the lab's reference series), and is
   changed only by its owner or staff;
 - a build or a job is visible through a submission or branch that is;
-  imported mmtests runs are lab-wide reference data.
+  imported mmtests runs are lab-wide reference data;
+- a base boot shared between submissions (kperf.core.sharing) is visible
+  to every sharer, as a boot of its own base kernel: its samples and
+  console, never the submission that owns it.
 
 Something a user may not see is answered as if it did not exist (404), so
 ids do not reveal other people's work.
@@ -23,7 +26,7 @@ from typing import Any
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from kperf.core.imports import IMPORTED_DIGEST
-from kperf.core.models import BranchCommit, Job, KernelBuild, Submission, SubmissionBuild, TrackedBranch
+from kperf.core.models import BranchCommit, Job, KernelBuild, SharedJob, Submission, SubmissionBuild, TrackedBranch
 
 
 def is_staff(user: Any) -> bool:
@@ -65,13 +68,19 @@ def _imported() -> Q:
 
 
 def visible_jobs(user: Any) -> QuerySet[Job]:
-    """Jobs of visible submissions and tracked branches' commits, and imported mmtests runs."""
+    """Jobs of visible submissions and tracked branches' commits, base boots
+    shared with visible submissions, and imported mmtests runs."""
     if is_staff(user):
         return Job.objects.all()
     if not _signed_in(user):
         return Job.objects.none()
+    # Exists, not a join: a job shared by several submissions is still one row.
+    shared = SharedJob.objects.filter(job=OuterRef("pk"), submission__owner=user)
     return Job.objects.filter(
-        Q(submission__owner=user) | Q(branch_commit__branch__in=visible_branches(user)) | _imported()
+        Q(submission__owner=user)
+        | Q(branch_commit__branch__in=visible_branches(user))
+        | _imported()
+        | Q(Exists(shared))
     )
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import Model
 
-from kperf.core import dispatch, states
+from kperf.core import dispatch, sharing, states
 from kperf.core.models import BranchCommit, Job, KernelBuild, Submission, SubmissionBuild
 
 log = logging.getLogger("kperf.owners")
@@ -46,6 +46,9 @@ class OwnerKind:
     fail: Callable[[Any, str], None]
     job_failed: Callable[[Any, Job], str]
     analyse: Callable[[int], None]
+    # Every job whose boots the owner waits for: its own, and for a
+    # submission the base boots it shares (kperf.core.sharing).
+    jobs: Callable[[Any], list[Job]]
 
 
 def _submission_builds(sub: Submission) -> list[tuple[str, KernelBuild]]:
@@ -81,6 +84,10 @@ def _submission_analyse(sub_id: int) -> None:
     analysis.analyse_submission(sub_id)
 
 
+def _submission_jobs(sub: Submission) -> list[Job]:
+    return sharing.measured_jobs(sub)
+
+
 def _commit_builds(commit: BranchCommit) -> list[tuple[str, KernelBuild]]:
     return [("kernel", b) for b in commit.builds.order_by("arch")]
 
@@ -110,6 +117,10 @@ def _commit_analyse(commit_id: int) -> None:
     tracking.analyse_branch_commit(commit_id)
 
 
+def _commit_jobs(commit: BranchCommit) -> list[Job]:
+    return list(commit.jobs.select_related("build", "machine_class"))
+
+
 SUBMISSION = OwnerKind(
     name="submission",
     model=Submission,
@@ -120,6 +131,7 @@ SUBMISSION = OwnerKind(
     fail=_submission_fail,
     job_failed=_submission_job_failed,
     analyse=_submission_analyse,
+    jobs=_submission_jobs,
 )
 COMMIT = OwnerKind(
     name="branch commit",
@@ -131,6 +143,7 @@ COMMIT = OwnerKind(
     fail=_commit_fail,
     job_failed=_commit_job_failed,
     analyse=_commit_analyse,
+    jobs=_commit_jobs,
 )
 
 
@@ -160,7 +173,7 @@ def advance(kind: OwnerKind, pk: int) -> None:
                 kind.queue_jobs(obj, builds)
                 states.move(obj, TESTING)
         elif obj.status == TESTING:
-            jobs = list(obj.jobs.select_related("build", "machine_class"))
+            jobs = kind.jobs(obj)
             hard = [j for j in jobs if j.status == Job.Status.FAILED]
             if hard:
                 kind.fail(obj, kind.job_failed(obj, hard[0]))

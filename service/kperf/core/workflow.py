@@ -14,11 +14,11 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import Exists, Max, OuterRef
 from django.utils import timezone
 
-from kperf.core import alerts, benchmarks, building, dispatch, gitops, states
-from kperf.core.models import Job, KernelBuild, MachineClass, Submission, SubmissionBuild, Tree
+from kperf.core import alerts, benchmarks, building, dispatch, gitops, sharing, states
+from kperf.core.models import Job, KernelBuild, MachineClass, SharedJob, Submission, SubmissionBuild, Tree
 from kperf_kbuild.driver import SUPPORTED_ARCHES, config_digest
 
 log = logging.getLogger("kperf.workflow")
@@ -116,7 +116,14 @@ def create_submission(owner: User, req: SubmissionRequest) -> Submission:
 def fail_submission(sub: Submission, message: str) -> None:
     """Mark a submission failed and cancel the work it no longer needs (caller holds the row lock)."""
     states.move(sub, Submission.Status.FAILED, error=message, finished=timezone.now())
-    states.move_where(Job.objects.filter(submission=sub, status=Job.Status.QUEUED), Job.Status.CANCELLED)
+    # A queued job another live submission shares still runs for it.
+    shared = SharedJob.objects.filter(job=OuterRef("pk")).exclude(submission__status__in=Submission.FINAL)
+    queued = Job.objects.filter(submission=sub, status=Job.Status.QUEUED)
+    states.move_where(queued.exclude(Exists(shared)), Job.Status.CANCELLED)
+    # A sharer that linked one of them as they were cancelled replaces it.
+    cancelled = list(Job.objects.filter(submission=sub, status=Job.Status.CANCELLED).values_list("pk", flat=True))
+    for sharer in sharing.sharer_ids(cancelled):
+        dispatch.after_commit("kperf.advance_submission", sharer)
     alerts.submission_finished(sub)
     log.warning("submission %s failed: %s", sub.pk, message)
 
@@ -186,12 +193,18 @@ def queue_boots(
     params: dict[str, Any],
     boots: int,
 ) -> None:
-    """Queue `boots` more one-boot jobs per side, alternating base and head."""
+    """Queue `boots` more one-boot jobs per side, alternating base and head.
+
+    Base boots another submission measures (or measured) of the same build
+    are shared instead (kperf.core.sharing): only the missing ones are queued.
+    """
     last = Job.objects.filter(submission=sub).aggregate(m=Max("seq"))["m"]
     seq = 0 if last is None else last + 1
-    for _ in range(boots):
+    shared = sharing.share_base(sub, base, mclass, bench, params, boots)
+    for boot in range(boots):
         for side, build in (("base", base), ("head", head)):
-            Job.queue_one_boot(build, mclass, bench, sub.grid, params, seq, submission=sub, side=side)
+            if side == "head" or boot >= shared:
+                Job.queue_one_boot(build, mclass, bench, sub.grid, params, seq, submission=sub, side=side)
             seq += 1
 
 
