@@ -23,31 +23,27 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from kperf.core import access, alerts, benchmarks, building, dispatch, gitops, states
+from kperf.core import access, benchmarks, building, changes, dispatch, gitops, history, states
 from kperf.core.models import (
     BranchCommit,
     ChangePoint,
     Job,
     KernelBuild,
     MachineClass,
-    MetricDef,
     Sample,
     TrackedBranch,
     Tree,
 )
 from kperf.core.workflow import SubmissionError, SubmissionRequest, validate, validate_min_effect
 from kperf.stats.builds import BuildNoise, between_build_noise
-from kperf.stats.changepoints import DriftEstimate, estimate_drift, series_change_points, series_summaries
+from kperf.stats.changepoints import DriftEstimate, estimate_drift, series_summaries
 from kperf_kbuild.driver import config_digest
 
 log = logging.getLogger("kperf.tracking")
 
 MAX_COMMITS_LIMIT = 500
 MAX_BACKFILL = 200
-# Each analysis re-reads at most this many newest measured commits of a
-# series; the detector itself looks back at most 512 commits from the last
-# change point, so older ones could only matter through a change point there.
-SERIES_WINDOW = 1000
+SERIES_WINDOW = history.SERIES_WINDOW
 
 
 @dataclass
@@ -293,11 +289,11 @@ def fail_commit(commit: BranchCommit, message: str) -> None:
 
 def reanalyse_branch(branch_id: int) -> None:
     """Search again every series of a branch that has change points."""
-    with transaction.atomic():
-        branch = TrackedBranch.objects.select_for_update().select_related("tree", "owner").get(pk=branch_id)
-        groups = set(branch.change_points.values_list("machine_class_id", "benchmark", "clock"))
-        for mclass_id, bench, clock in sorted(groups):
-            analyse_series(branch, mclass_id, bench, clock)
+    branch = TrackedBranch.objects.select_related("tree", "owner").get(pk=branch_id)
+    groups = set(branch.change_points.values_list("machine_class_id", "benchmark", "clock"))
+    # Each series takes the branch's lock only to store its answer (kperf.core.changes).
+    for mclass_id, bench, clock in sorted(groups):
+        analyse_series(branch, mclass_id, bench, clock)
 
 
 def advance_branch_commit(commit_id: int) -> None:
@@ -322,17 +318,19 @@ def queue_commit_jobs(commit: BranchCommit, builds: list[KernelBuild]) -> None:
 
 def analyse_branch_commit(commit_id: int) -> None:
     """Re-search the series this commit joined, then mark it done."""
+    commit = BranchCommit.objects.select_related("branch").get(pk=commit_id)
+    if commit.status != BranchCommit.Status.ANALYSING:
+        return
+    groups = set(Job.objects.filter(branch_commit=commit).values_list("machine_class_id", "benchmark", "clock"))
+    # The statistics run with no lock held; each series locks the branch only to
+    # check that it did not move meanwhile and to store its answer, so two
+    # commits finishing together never interleave their replacements.
+    for mclass_id, bench, clock in sorted(groups):
+        analyse_series(commit.branch, mclass_id, bench, clock)
     with transaction.atomic():
-        commit = BranchCommit.objects.select_for_update().select_related("branch").get(pk=commit_id)
-        if commit.status != BranchCommit.Status.ANALYSING:
-            return
-        # One analysis of a branch at a time: two commits finishing together
-        # must not interleave their replacements of the stored change points.
-        TrackedBranch.objects.select_for_update().get(pk=commit.branch_id)
-        groups = set(Job.objects.filter(branch_commit=commit).values_list("machine_class_id", "benchmark", "clock"))
-        for mclass_id, bench, clock in sorted(groups):
-            analyse_series(commit.branch, mclass_id, bench, clock)
-        states.move(commit, BranchCommit.Status.DONE, finished=timezone.now())
+        commit = BranchCommit.objects.select_for_update().get(pk=commit_id)
+        if commit.status == BranchCommit.Status.ANALYSING:
+            states.move(commit, BranchCommit.Status.DONE, finished=timezone.now())
 
 
 Series = dict[str, list[list[list[float]]]]  # metric -> per commit -> per boot -> iterations
@@ -444,57 +442,5 @@ def learned_build_noise(
 
 def analyse_series(branch: TrackedBranch, mclass_id: int, bench: str, clock: str) -> list[ChangePoint]:
     """Find the change points of every metric of one benchmark on one machine
-    class and clock, and store them in place of the previous answer."""
-    commits, metrics = series(branch, mclass_id, bench, clock)
-    defs = {m.name: m for m in MetricDef.objects.filter(name__in=list(metrics))}
-    drift = (
-        learned_drift(mclass_id, bench, clock, {branch.pk: (commits, metrics)}) if settings.KPERF_LEARNED_DRIFT else {}
-    )
-    kept: list[ChangePoint] = []
-    for name, points in sorted(metrics.items()):
-        if name not in defs:
-            continue
-        rate = drift[name].rate if name in drift else 0.0
-        found = series_change_points(
-            points,
-            defs[name].higher_is_better,
-            min_effect_pct=benchmarks.min_effect_pct(name, clock, branch.min_effect_pct),
-            drift=rate,
-        )
-        for cp in found:
-            row, _ = ChangePoint.objects.update_or_create(
-                branch=branch,
-                machine_class_id=mclass_id,
-                clock=clock,
-                metric=name,
-                commit=commits[cp.index],
-                defaults={
-                    "benchmark": bench,
-                    "previous": commits[cp.index - 1] if cp.index > 0 else None,
-                    "detected_at": commits[cp.detected_at],
-                    "direction": cp.direction,
-                    "change_pct": cp.change_pct,
-                    "p_value": cp.p_value,
-                    "statistic": cp.statistic,
-                },
-            )
-            kept.append(row)
-    for row in kept:
-        # A change inside a range of unmeasured commits is bisected first and
-        # mailed once it sits on one commit (or cannot be narrowed further),
-        # so watchers get one mail naming the culprit, not one per step.
-        if not (branch.bisect and bisect_gap(branch, row)):
-            alerts.change_point_found(row)
-    # Change points older than the window were decided on commits no longer
-    # re-read, and stay as they are.
-    stale = ChangePoint.objects.filter(
-        branch=branch,
-        machine_class_id=mclass_id,
-        benchmark=bench,
-        clock=clock,
-        commit__position__gte=commits[0].position if commits else 0,
-    ).exclude(pk__in=[c.pk for c in kept])
-    stale.delete()
-    if kept:
-        log.info("branch %s, %s on class %s: %d change points", branch.pk, bench, mclass_id, len(kept))
-    return kept
+    class and clock, from the summaries, and store them in place of the previous answer."""
+    return changes.analyse_series(branch, mclass_id, bench, clock)

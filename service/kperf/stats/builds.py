@@ -139,6 +139,14 @@ def between_build_noise(groups: Sequence[Sequence[Boots]], boot_noise: NoisePrio
         # History's boot noise counts as dof0 more boots' worth of within-build spread.
         ssw += boot_noise.dof * boot_noise.sd**2
         dfw += boot_noise.dof
+    return between_build_noise_from_sums(ssb, dfb, ssw, dfw, n0_num, builds, used, log_scale)
+
+
+def between_build_noise_from_sums(
+    ssb: float, dfb: float, ssw: float, dfw: float, n0_num: float, builds: int, used: int, log_scale: bool
+) -> BuildNoise:
+    """The estimate from pooled mean squares (_mean_squares' sums, which add across
+    groups: kperf.stats.history keeps them per tracked branch)."""
     msw = ssw / dfw if dfw > 0 else 0.0
     boot_sd = math.sqrt(msw)
     if dfb == 0:

@@ -22,6 +22,7 @@ From it follow the minimum detectable effect and the cheapest K x N design.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -95,21 +96,125 @@ def _boot_stats(boots: list[list[float]], log_scale: bool) -> tuple[np.ndarray, 
     return np.asarray(summaries), ss, dof
 
 
+@dataclass(frozen=True)
+class RunStats:
+    """What variance_components needs of one run, on both scales: a summary kept per kernel.
+
+    ssb: sum of squared deviations of the boot summaries from their mean; ssw, dfw: the
+    winsorized within-boot sum of squares and its dof. The log-scale numbers are only
+    meaningful when `positive` (every value above 0); the pooled estimate uses the log
+    scale when every run is positive, so both are kept.
+    """
+
+    boots: int
+    iterations: int  # over all boots
+    positive: bool
+    ssb_log: float
+    ssw_log: float
+    dfw_log: int
+    ssb_lin: float
+    ssw_lin: float
+    dfw_lin: int
+
+
+def run_stats(run: Sequence[Sequence[float]]) -> RunStats | None:
+    """The summary of one run (boots of iterations); None when it holds no finite value."""
+    boots = normalise_boots(run)
+    if not boots:
+        return None
+    positive = all(v > 0 for b in boots for v in b)
+    lin = _boot_stats(boots, False)
+    log = _boot_stats(boots, True) if positive else (np.zeros(0), math.nan, 0)
+    return RunStats(
+        boots=len(boots),
+        iterations=sum(len(b) for b in boots),
+        positive=positive,
+        ssb_log=sum_sq_dev(log[0]) if positive else math.nan,
+        ssw_log=log[1],
+        dfw_log=log[2],
+        ssb_lin=sum_sq_dev(lin[0]),
+        ssw_lin=lin[1],
+        dfw_lin=lin[2],
+    )
+
+
+def _ss_dev(x: np.ndarray) -> np.ndarray:
+    """sum_sq_dev() along the last axis (exactly 0 where every value is equal)."""
+    if x.shape[-1] < 2:
+        return np.zeros(x.shape[:-1])
+    ss = np.sum((x - x.mean(axis=-1, keepdims=True)) ** 2, axis=-1)
+    return np.where(np.ptp(x, axis=-1) == 0.0, 0.0, ss)
+
+
+def boot_stats_batch(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """_boot_stats() of many runs of one shape, x[run, boot, iteration] (every value finite):
+    (boot summaries [run, boot], their sum of squares [run], within-boot sum of squares [run], its dof)."""
+    runs, boots, n = x.shape
+    cut = int(BOOT_TRIM * n)
+    summaries = x.mean(axis=2) if cut == 0 else np.sort(x, axis=2)[:, :, cut : n - cut].mean(axis=2)
+    ss = np.zeros(runs)
+    if n > 1:
+        med = np.median(x, axis=2)
+        scale = 1.4826 * np.median(np.abs(x - med[:, :, None]).reshape(runs, boots * n), axis=1)
+        lo = med - 3 * scale[:, None]
+        hi = med + 3 * scale[:, None]
+        w = np.where(scale[:, None, None] > 0, np.clip(x, lo[:, :, None], hi[:, :, None]), x)
+        per_boot = _ss_dev(w)
+        # Boot by boot, as _boot_stats adds them.
+        for b in range(boots):
+            ss = ss + per_boot[:, b]
+    return summaries, _ss_dev(summaries), ss, boots * (n - 1)
+
+
+def run_stats_batch(x: np.ndarray) -> tuple[list[RunStats], np.ndarray, np.ndarray]:
+    """run_stats() of many runs of one shape at once, x[run, boot, iteration] (every value
+    finite), with each boot's summary on the linear and the log scale (nan where the
+    boot holds a value <= 0): what rebuilding a long history needs, without a call per run."""
+    _, boots, n = x.shape
+    boot_positive: np.ndarray = np.all(x > 0, axis=2)
+    positive: np.ndarray = np.all(boot_positive, axis=1)
+    lin = boot_stats_batch(x)
+    log = boot_stats_batch(np.log(np.where(boot_positive[:, :, None], x, 1.0)))
+    out = [
+        RunStats(
+            boots=boots,
+            iterations=boots * n,
+            positive=bool(p),
+            ssb_log=float(log[1][i]) if p else math.nan,
+            ssw_log=float(log[2][i]) if p else math.nan,
+            dfw_log=log[3] if p else 0,
+            ssb_lin=float(lin[1][i]),
+            ssw_lin=float(lin[2][i]),
+            dfw_lin=lin[3],
+        )
+        for i, p in enumerate(positive)
+    ]
+    return out, lin[0], np.where(boot_positive, log[0], np.nan)
+
+
 def variance_components(runs: Sequence[Sequence[Sequence[float]]]) -> NoiseModel:
     """Estimate between- and within-boot noise from many runs (each: boots of iterations)."""
-    cleaned = [normalise_boots(r) for r in runs]
-    cleaned = [r for r in cleaned if r]
-    if not cleaned:
+    return components_from_runs([s for s in (run_stats(r) for r in runs) if s is not None])
+
+
+def components_from_runs(runs: Sequence[RunStats]) -> NoiseModel:
+    """variance_components() from the runs' summaries (run_stats), in the same order:
+    what the service keeps per kernel, so the model needs no pass over old samples."""
+    if not runs:
         raise ValueError("no samples: need at least one run with data")
-    log_scale = all(v > 0 for r in cleaned for b in r for v in b)
-    per_run = [_boot_stats(r, log_scale) for r in cleaned]
-    iters = float(np.mean([len(b) for r in cleaned for b in r]))
+    log_scale = all(r.positive for r in runs)
+    # (sum of squares of boot summaries, boots, within sum of squares, its dof) per run
+    per_run = [
+        (r.ssb_log, r.boots, r.ssw_log, r.dfw_log) if log_scale else (r.ssb_lin, r.boots, r.ssw_lin, r.dfw_lin)
+        for r in runs
+    ]
+    iters = sum(r.iterations for r in runs) / sum(r.boots for r in runs)
 
     def pooled(idx: Sequence[int]) -> tuple[float, float, float, float]:
-        ssb = sum(sum_sq_dev(per_run[i][0]) for i in idx)
-        dfb = sum(len(per_run[i][0]) - 1 for i in idx)
-        ssw = sum(per_run[i][1] for i in idx)
-        dfw = sum(per_run[i][2] for i in idx)
+        ssb = sum(per_run[i][0] for i in idx)
+        dfb = sum(per_run[i][1] - 1 for i in idx)
+        ssw = sum(per_run[i][2] for i in idx)
+        dfw = sum(per_run[i][3] for i in idx)
         return ssb, float(dfb), ssw, float(dfw)
 
     keep = list(range(len(per_run)))
@@ -119,11 +224,11 @@ def variance_components(runs: Sequence[Sequence[Sequence[float]]]) -> NoiseModel
         s2 = ssb / dfb
         ok = []
         for i in keep:
-            k = len(per_run[i][0])
+            k = per_run[i][1]
             if k < 2:
                 ok.append(i)
                 continue
-            v = sum_sq_dev(per_run[i][0]) / (k - 1)
+            v = per_run[i][0] / (k - 1)
             # Drop a run only when its boots are implausibly spread for the pooled noise.
             if float(sps.chi2.sf((k - 1) * v / s2, k - 1)) >= OUTLIER_RUN_P / len(keep):
                 ok.append(i)
@@ -146,6 +251,120 @@ def variance_components(runs: Sequence[Sequence[Sequence[float]]]) -> NoiseModel
     )
 
 
+@dataclass(frozen=True)
+class RunPool:
+    """RunStats added up over runs of the same number of boots: what the noise
+    model needs of a whole history, kept so that it is not read run by run.
+
+    The log-scale sums hold the positive runs only; they are used when every run is.
+    """
+
+    runs: int = 0
+    positive_runs: int = 0
+    boots: int = 0
+    iterations: int = 0
+    ssb_log: float = 0.0
+    ssw_log: float = 0.0
+    dfw_log: int = 0
+    ssb_lin: float = 0.0
+    ssw_lin: float = 0.0
+    dfw_lin: int = 0
+
+    @classmethod
+    def of(cls, r: RunStats) -> RunPool:
+        on_log = r.positive
+        return cls(
+            1,
+            int(on_log),
+            r.boots,
+            r.iterations,
+            r.ssb_log if on_log else 0.0,
+            r.ssw_log if on_log else 0.0,
+            r.dfw_log if on_log else 0,
+            r.ssb_lin,
+            r.ssw_lin,
+            r.dfw_lin,
+        )
+
+    def __add__(self, o: RunPool) -> RunPool:
+        return RunPool(*(a + b for a, b in zip(self.astuple(), o.astuple(), strict=True)))  # type: ignore[arg-type]
+
+    def __sub__(self, o: RunPool) -> RunPool:
+        return RunPool(*(a - b for a, b in zip(self.astuple(), o.astuple(), strict=True)))  # type: ignore[arg-type]
+
+    def astuple(self) -> tuple[float, ...]:
+        return (
+            self.runs,
+            self.positive_runs,
+            self.boots,
+            self.iterations,
+            self.ssb_log,
+            self.ssw_log,
+            self.dfw_log,
+            self.ssb_lin,
+            self.ssw_lin,
+            self.dfw_lin,
+        )
+
+    @property
+    def log_scale(self) -> bool:
+        return self.positive_runs == self.runs
+
+    def between(self) -> tuple[float, float]:
+        """(sum of squares of boot summaries, its dof) on the pool's scale."""
+        return (self.ssb_log if self.log_scale else self.ssb_lin), float(self.boots - self.runs)
+
+
+def outlier_floor(total: RunPool, boots: int) -> float | None:
+    """The sum of squares of boot summaries (on `total`'s scale) below which a run
+    of `boots` boots is never dropped by components_from_pool; None: none is dropped.
+
+    Lets the caller fetch only the few runs above it instead of every run; the
+    floor sits a little below the exact limit, which components_from_pool applies.
+    """
+    ssb, dfb = total.between()
+    if boots < 2 or not (dfb > 0 and ssb > 0) or total.runs < 1:
+        return None
+    limit = float(sps.chi2.isf(OUTLIER_RUN_P / total.runs, boots - 1))
+    return 0.999 * limit * ssb / dfb
+
+
+def components_from_pool(total: RunPool, candidates: Sequence[RunStats]) -> NoiseModel:
+    """components_from_runs() from the runs added up (`total`) and the runs that
+    may be dropped as outliers: at least those above outlier_floor (any others
+    are tested and kept). Equal to components_from_runs on the same runs, up to
+    the order of the additions."""
+    if total.runs < 1:
+        raise ValueError("no samples: need at least one run with data")
+    log_scale = total.log_scale
+    iters = total.iterations / total.boots
+    kept = total
+    ssb, dfb = total.between()
+    if dfb > 0 and ssb > 0:
+        s2 = ssb / dfb
+        for r in candidates:
+            k = r.boots
+            run_ssb = r.ssb_log if log_scale else r.ssb_lin
+            if k >= 2 and float(sps.chi2.sf(run_ssb / s2, k - 1)) < OUTLIER_RUN_P / total.runs:
+                kept = kept - RunPool.of(r)
+    ssb, dfb = kept.between()
+    ssw, dfw = (kept.ssw_log, kept.dfw_log) if log_scale else (kept.ssw_lin, kept.dfw_lin)
+    within2 = ssw / dfw if dfw > 0 else 0.0
+    boot2 = max(0.0, ssb) / dfb if dfb > 0 else 0.0
+    between2 = max(0.0, boot2 - within2 / iters)
+    return NoiseModel(
+        between_sd=math.sqrt(between2),
+        within_sd=math.sqrt(max(0.0, within2)),
+        between_dof=dfb,
+        within_dof=float(dfw),
+        iterations=iters,
+        log_scale=log_scale,
+        runs=kept.runs,
+        dropped_runs=total.runs - kept.runs,
+        boot_var=boot2 if dfb > 0 else None,
+    )
+
+
 def _to_pct(delta: float, log_scale: bool) -> float:
     return (math.exp(delta) - 1.0) * 100.0 if log_scale else delta * 100.0
 
@@ -165,6 +384,16 @@ def detectable_shift(
         return (float(sps.norm.ppf(1 - alpha / 2)) + float(sps.norm.ppf(power))) * se
     if dof <= 0:
         return math.inf
+    return _noncentrality(float(dof), alpha, power) * se
+
+
+@functools.lru_cache(maxsize=1024)
+def _noncentrality(dof: float, alpha: float, power: float) -> float:
+    """The shift in standard errors a t-test with `dof` finds with `power`.
+
+    It does not depend on the noise, and a noise report asks it for every
+    metric at the same few degrees of freedom: solved once each (milliseconds).
+    """
     crit = float(sps.t.ppf(1 - alpha / 2, dof))
 
     def gap(ncp: float) -> float:
@@ -172,7 +401,7 @@ def detectable_shift(
 
     # The answer lies below crit + z_power plus a margin for the t's heavier tails.
     hi = crit + float(sps.norm.ppf(power)) + 5.0
-    return float(optimize.brentq(gap, 0.0, hi)) * se
+    return float(optimize.brentq(gap, 0.0, hi))
 
 
 def min_detectable_effect(

@@ -1,0 +1,28 @@
+"""Recompute the history summaries from the raw samples."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from kperf.core import history, history_rebuild
+
+
+class Command(BaseCommand):
+    help = (
+        "Recompute every history summary (kernels' runs, tracked commits' points, branches' drift and "
+        "between-build sums) from the raw samples: after upgrading a deployment that has history, "
+        "or to check them. The change-point detectors start again from the series on the next analysis."
+    )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        logging.getLogger("kperf.history").setLevel(logging.INFO)
+        started = time.monotonic()
+        counts = history_rebuild.rebuild(history.SERIES_WINDOW, progress=True)
+        self.stdout.write(
+            f"summarised {counts['kernels']} kernel runs, {counts['commits']} tracked commits and "
+            f"{counts['series']} branch series in {time.monotonic() - started:.1f} s"
+        )

@@ -1,0 +1,284 @@
+"""History kept as summaries gives what the full-history code computes, and costs only new data."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from kperf.core import analysis, history, tracking
+from kperf.core.models import BootRecord, CommitSummary, Job, NoisePool, RunSummary, Sample, SeriesState
+from kperf.stats import history as sh
+from kperf.stats.changepoints import OnlineDetector, detect, estimate_drift
+from kperf.stats.noise import (
+    RunPool,
+    components_from_pool,
+    components_from_runs,
+    outlier_floor,
+    run_stats,
+    run_stats_batch,
+    variance_components,
+)
+
+from .conftest import Api
+from .test_learned_build_noise import branch_of_builds
+from .test_learned_drift import STEADY, WANDERS, branch_with_series
+
+pytestmark = pytest.mark.django_db
+
+
+def test_drift_sums_give_what_estimate_drift_gives() -> None:
+    rng = np.random.default_rng(1)
+    segments = [np.cumsum(rng.normal(0, 0.1, n)) + rng.normal(0, 1, n) for n in (30, 200, 10, 80)]
+    full = estimate_drift(segments)
+    pooled = sh.drift_stats(segments[:2]) + sh.drift_stats(segments[2:])
+    assert sh.drift_from_stats(pooled).rate == full.rate > 0
+    assert sh.drift_from_stats(pooled).lr == pytest.approx(full.lr, rel=1e-9)
+    assert sh.drift_from_stats(pooled).commits == full.commits
+
+
+def test_noise_runs_kept_as_summaries_give_the_same_model() -> None:
+    rng = np.random.default_rng(2)
+    runs = [[list(100 + rng.normal(0, 1, 5) + rng.normal(0, 3)) for _ in range(4)] for _ in range(12)]
+    full = variance_components(runs)
+    kept = components_from_runs([s for r in runs if (s := run_stats(r)) is not None])
+    assert kept == full
+
+
+def test_a_kept_detector_continued_by_one_commit_equals_a_replay() -> None:
+    rng = np.random.default_rng(3)
+    values = list(rng.normal(0, 1, 300)) + list(rng.normal(6, 1, 60))
+    det = OnlineDetector()
+    for v in values[:-1]:
+        det.append(v)
+    again, fed, log_scale = sh.detector_from_bytes(sh.detector_to_bytes(det, list(range(359)), True))
+    again.append(values[-1])
+    assert fed == list(range(359)) and log_scale
+    assert [(c.index, c.statistic) for c in again.change_points()] == [(c.index, c.statistic) for c in detect(values)]
+
+
+def test_learned_drift_and_build_noise_from_summaries_equal_the_full_history(
+    alice: Any, qemu_class: Any, tmp_path: Path
+) -> None:
+    wandering, _ = branch_with_series(alice, qemu_class, tmp_path, "wandering", 200, walk=0.1)
+    branch_with_series(alice, qemu_class, tmp_path, "stepping", 150, walk=0.0, step_at=80, step=8.0)
+    # One branch analysed (so it has change points that cut its history), one never.
+    tracking.analyse_series(wandering, qemu_class.pk, "spawn", qemu_class.clock)
+    full = tracking.learned_drift(qemu_class.pk, "spawn", qemu_class.clock)
+    kept = history.learned_drift(qemu_class.pk, "spawn", qemu_class.clock)
+    assert set(kept) == set(full) == {WANDERS, STEADY}
+    for metric in full:
+        assert kept[metric].rate == full[metric].rate
+        assert kept[metric].commits == full[metric].commits
+        assert kept[metric].lr == pytest.approx(full[metric].lr, rel=1e-9, abs=1e-9)
+    full_builds = tracking.learned_build_noise(qemu_class.pk, "spawn", qemu_class.clock)
+    kept_builds = history.learned_build_noise(qemu_class.pk, "spawn", qemu_class.clock)
+    for metric in full_builds:
+        assert kept_builds[metric].sd == pytest.approx(full_builds[metric].sd, rel=1e-9, abs=1e-12)
+        assert kept_builds[metric].builds == full_builds[metric].builds
+
+
+def test_between_build_noise_from_summaries_equals_the_full_history(
+    alice: Any, qemu_class: Any, tmp_path: Path
+) -> None:
+    branch_of_builds(alice, qemu_class, tmp_path, n=16, boots=2)
+    full = tracking.learned_build_noise(qemu_class.pk, "spawn", qemu_class.clock)
+    kept = history.learned_build_noise(qemu_class.pk, "spawn", qemu_class.clock)
+    assert full and set(kept) == set(full)
+    for metric, estimate in full.items():
+        assert estimate.sd > 0
+        assert kept[metric].sd == pytest.approx(estimate.sd, rel=1e-9)
+        assert kept[metric].dof == pytest.approx(estimate.dof, rel=1e-9)
+        assert kept[metric].p_value == pytest.approx(estimate.p_value, rel=1e-6, abs=1e-12)
+
+
+def test_the_noise_report_from_summaries_equals_the_full_history(
+    alice: Any, alice_api: Api, qemu_class: Any, tmp_path: Path
+) -> None:
+    branch_of_builds(alice, qemu_class, tmp_path, n=12, boots=3)
+    report = {m["metric"]: m for m in alice_api.get("/noise?machine_class=qemu-x86_64").json()["metrics"]}
+    jobs = Job.objects.filter(status=Job.Status.DONE, machine_class=qemu_class, clock=qemu_class.clock)
+    for metric, runs in analysis.history_runs(jobs).items():
+        model = variance_components(runs)
+        assert report[metric]["between_boot_sd"] == pytest.approx(model.between_sd, rel=1e-9, abs=1e-15)
+        assert report[metric]["within_boot_sd"] == pytest.approx(model.within_sd, rel=1e-9, abs=1e-15)
+        assert report[metric]["kernels"] == len(runs)
+
+
+def _one_more_boot(job: Job, value: float) -> Job:
+    """A finished job of the same kernel and commit as `job`, with one boot."""
+    new = Job.objects.create(
+        build=job.build,
+        branch_commit=job.branch_commit,
+        benchmark=job.benchmark,
+        grid=job.grid,
+        params=job.params,
+        machine_class=job.machine_class,
+        clock=job.clock,
+        status=Job.Status.DONE,
+        seq=job.seq + 1000,
+    )
+    record = BootRecord.objects.create(job=new, attempt=1, boot=0)
+    Sample.objects.bulk_create([Sample(boot_record=record, metric=WANDERS, iteration=i, value=value) for i in range(3)])
+    return new
+
+
+def _queries_to_store_one_job(alice: Any, qemu_class: Any, tmp_path: Path, commits: int) -> tuple[int, list[str]]:
+    _, measured = branch_with_series(alice, qemu_class, tmp_path, f"b{commits}", commits, walk=0.0)
+    history.summarise(Job.objects.all())
+    job = _one_more_boot(Job.objects.get(branch_commit=measured[-1]), 1000.0)
+    with CaptureQueriesContext(connection) as ctx:
+        history.job_stored(job.pk)
+    return len(ctx.captured_queries), [q["sql"] for q in ctx.captured_queries]
+
+
+def test_storing_a_job_summarises_only_its_kernel_and_commit(alice: Any, qemu_class: Any, tmp_path: Path) -> None:
+    small, _ = _queries_to_store_one_job(alice, qemu_class, tmp_path, 20)
+    large, sql = _queries_to_store_one_job(alice, qemu_class, tmp_path, 200)
+    # The same work whatever the history's length ...
+    assert small == large
+    # ... and samples are read twice: the kernel's run and the commit's point.
+    reads = [q for q in sql if "core_sample" in q and q.lstrip().upper().startswith("SELECT")]
+    assert len(reads) == 2
+
+
+def test_a_stored_job_updates_its_commit_and_kernel_summaries(alice: Any, qemu_class: Any, tmp_path: Path) -> None:
+    _, measured = branch_with_series(alice, qemu_class, tmp_path, "one", 3, walk=0.0)
+    history.summarise(Job.objects.all())
+    row = CommitSummary.objects.get(commit=measured[-1], metric=WANDERS)
+    assert row.boots == 1
+    job = _one_more_boot(Job.objects.get(branch_commit=measured[-1]), 5000.0)
+    history.job_stored(job.pk)
+    row.refresh_from_db()
+    assert row.boots == 2 and row.mean_lin > 2000
+    run = RunSummary.objects.get(sha=job.build.sha, metric=WANDERS)
+    assert run.boots == 2 and run.ssb_lin > 0
+
+
+def test_the_series_of_one_metric_comes_in_a_window_and_pages(
+    alice: Any, alice_api: Api, qemu_class: Any, tmp_path: Path
+) -> None:
+    branch, _measured = branch_with_series(alice, qemu_class, tmp_path, "paged", 30, walk=0.0)
+    url = f"/branches/{branch.pk}/series?machine_class=qemu-x86_64&benchmark=spawn&metric={WANDERS}"
+    got = alice_api.get(url + "&since=5&until=20&limit=10").json()
+    assert [p["position"] for p in got["points"]] == list(range(11, 21))
+    assert got["next_until"] == 10
+    older = alice_api.get(url + f"&since=5&until={got['next_until']}&limit=10").json()
+    assert [p["position"] for p in older["points"]] == list(range(5, 11))
+    assert older["next_until"] is None
+    raw = alice_api.get(f"/branches/{branch.pk}/series?machine_class=qemu-x86_64&benchmark=spawn").json()
+    # The level is the commit's summary the change-point search uses (one boot: its trimmed mean).
+    boots = raw["metrics"][WANDERS][10]
+    assert got["points"][0]["value"] == pytest.approx(float(np.exp(np.mean(np.log(sorted(boots[0])[0:3])))))
+    assert got["log_scale"] is True and got["points"][0]["boots"] == 1
+    assert alice_api.get(url + "&limit=0").status_code == 400
+
+
+def test_rebuild_history_recomputes_every_summary(alice: Any, qemu_class: Any, tmp_path: Path) -> None:
+    branch, _ = branch_with_series(alice, qemu_class, tmp_path, "rebuilt", 40, walk=0.0, step_at=20, step=10.0)
+    tracking.analyse_series(branch, qemu_class.pk, "spawn", qemu_class.clock)
+    before = (
+        {(r.commit_id, r.metric): (r.boots, r.mean_log) for r in CommitSummary.objects.all()},
+        {(r.metric,): (r.drift_n, r.build_lin) for r in SeriesState.objects.all()},
+    )
+    CommitSummary.objects.update(mean_log=0.0)
+    RunSummary.objects.all().delete()
+    call_command("rebuild_history", stdout=io.StringIO())
+    after = (
+        {(r.commit_id, r.metric): (r.boots, r.mean_log) for r in CommitSummary.objects.all()},
+        {(r.metric,): (r.drift_n, r.build_lin) for r in SeriesState.objects.all()},
+    )
+    assert after == before
+    assert RunSummary.objects.count() == 40 * 2
+
+
+def test_the_noise_model_from_pools_and_outlier_candidates_equals_the_one_from_every_run() -> None:
+    rng = np.random.default_rng(4)
+    runs = [[list(100 + rng.normal(0, 1, 5) + rng.normal(0, 3)) for _ in range(k)] for k in [3] * 30 + [5] * 10]
+    # A broken run: boots far apart.
+    runs.append([list(100 + rng.normal(0, 1, 5) + shift) for shift in (0, 60, -60)])
+    stats = [s for r in runs if (s := run_stats(r)) is not None]
+    full = components_from_runs(stats)
+    assert full.dropped_runs == 1
+    pools: dict[int, RunPool] = {}
+    for s in stats:
+        pools[s.boots] = pools.get(s.boots, RunPool()) + RunPool.of(s)
+    total = sum(pools.values(), RunPool())
+    floors = {k: outlier_floor(total, k) for k in pools}
+    candidates = [s for s in stats if (f := floors[s.boots]) is not None and s.ssb_log >= f]
+    assert len(candidates) < len(stats) / 4
+    kept = components_from_pool(total, candidates)
+    assert kept.dropped_runs == 1 and kept.runs == full.runs
+    assert kept.between_sd == pytest.approx(full.between_sd, rel=1e-9)
+    assert kept.within_sd == pytest.approx(full.within_sd, rel=1e-9)
+    assert (kept.between_dof, kept.within_dof, kept.log_scale) == (full.between_dof, full.within_dof, full.log_scale)
+
+
+def test_runs_reduced_together_equal_runs_reduced_one_by_one() -> None:
+    rng = np.random.default_rng(5)
+    x = 100 + rng.normal(0, 1, (20, 3, 7))
+    x[3, 1, 2] = 160.0  # an iteration the winsorizing clips
+    x[4] = 5.0  # identical boots: exactly no spread
+    x[5, 0, 0] = -1.0  # not positive: no log scale
+    batch, lin, lg = run_stats_batch(x)
+    for i, got in enumerate(batch):
+        one = run_stats(x[i].tolist())
+        assert one is not None
+        for name in ("boots", "iterations", "positive", "dfw_log", "dfw_lin"):
+            assert getattr(got, name) == getattr(one, name)
+        for name in ("ssb_log", "ssw_log", "ssb_lin", "ssw_lin"):
+            assert getattr(got, name) == pytest.approx(getattr(one, name), rel=1e-12, abs=1e-15, nan_ok=True)
+    assert batch[4].ssb_lin == 0.0 and batch[4].ssw_lin == 0.0
+    assert np.isnan(lg[5, 0]) and np.isfinite(lg[5, 1]) and np.isfinite(lin[5, 0])
+
+
+def test_the_pools_stay_the_sum_of_the_kernels_runs(alice: Any, qemu_class: Any, tmp_path: Path) -> None:
+    _, measured = branch_with_series(alice, qemu_class, tmp_path, "pooled", 6, walk=0.0)
+    history.summarise(Job.objects.all())
+    # A kernel measured again: its old run leaves its pool (of 1 boot) and the new one joins that of 2.
+    history.job_stored(_one_more_boot(Job.objects.get(branch_commit=measured[-1]), 1000.0).pk)
+
+    def pools() -> dict[tuple[str, int], tuple[int, float]]:
+        return {(p.metric, p.boots): (p.runs, p.ssw_log) for p in NoisePool.objects.all()}
+
+    kept = pools()
+    assert kept[(WANDERS, 2)][0] == 1 and kept[(WANDERS, 1)][0] == 5
+    call_command("rebuild_history", stdout=io.StringIO())
+    rebuilt = pools()
+    assert set(rebuilt) == set(kept)
+    for key, (runs, ssw) in rebuilt.items():
+        assert kept[key][0] == runs and kept[key][1] == pytest.approx(ssw, rel=1e-9, abs=1e-12)
+
+
+def test_drift_sums_of_many_metrics_at_once_equal_them_one_by_one() -> None:
+    rng = np.random.default_rng(6)
+    groups = [
+        [np.cumsum(rng.normal(0, w, n)) + rng.normal(0, 1, n) for n in sizes]
+        for w, sizes in [(0.1, (40, 300)), (0.0, (25,)), (0.3, (3,)), (0.05, (120, 60, 200))]
+    ]
+    together = sh.drift_stats_many(groups)
+    assert together == [sh.drift_stats(g) for g in groups]
+    assert together[2] == sh.DriftStats.empty() and together[0].used == 2
+
+
+def test_a_kept_detector_is_continued_unless_the_learned_drift_moves_its_threshold() -> None:
+    from kperf.core import changes
+
+    rng = np.random.default_rng(7)
+    values = list(rng.normal(0, 1, 200))
+    ids = list(range(200))
+    first, fed, replayed = changes._detector(b"", ids[:-1], values[:-1], True, 1.0e-3)
+    assert replayed and fed == ids[:-1]
+    stored = sh.detector_to_bytes(first, fed, True)
+    # The drift learned again after one more commit, a hair apart: one step, no replay.
+    _, fed, replayed = changes._detector(stored, ids, values, True, 1.001e-3)
+    assert not replayed and fed == ids
+    # A drift that moves the threshold (and window) by more than the tolerance: a replay.
+    _, _, replayed = changes._detector(stored, ids, values, True, 1.0e-2)
+    assert replayed
