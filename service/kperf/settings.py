@@ -8,6 +8,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from kperf import storage_settings
 from kperf.conf import env_bool, env_float, env_int, env_list, env_path, env_str
 
 BASE_DIR = Path(__file__).resolve().parent
@@ -87,7 +88,12 @@ TEMPLATES = [
 DATABASES = {
     "default": dj_database_url.parse(
         env_str("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/kperf"),
-        conn_max_age=env_int("KPERF_DB_CONN_MAX_AGE", 0, minimum=0),
+        # Connections are kept between requests: opening one costs the
+        # database a process and the request several milliseconds, which a
+        # lab of runners claiming at once pays on every call. The health
+        # check replaces a connection a database restart broke.
+        conn_max_age=env_int("KPERF_DB_CONN_MAX_AGE", 60, minimum=0),
+        conn_health_checks=True,
     )
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -186,8 +192,18 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("KPERF_TASKS_EAGER", False)
 KPERF_MIRROR_ROOT = env_path("KPERF_MIRROR_ROOT", KPERF_HOME / "mirrors")
 KPERF_BUILD_ROOT = env_path("KPERF_BUILD_ROOT", KPERF_HOME / "builds")
 KPERF_ARTIFACT_ROOT = env_path("KPERF_ARTIFACT_ROOT", KPERF_HOME / "artifacts")
+# Build artifacts and archived outputs go through the storage named
+# "artifacts": KPERF_ARTIFACT_ROOT, or an S3-compatible bucket when
+# KPERF_S3_BUCKET is set (docs/operations.md, "Storage").
+STORAGES = storage_settings.storages(KPERF_ARTIFACT_ROOT)
 KPERF_CCACHE_DIR = env_path("KPERF_CCACHE_DIR", Path.home() / ".cache" / "kperf" / "ccache")
 KPERF_BUILD_JOBS = env_int("KPERF_BUILD_JOBS", 0, minimum=0)
+# Disk the warm build trees under KPERF_BUILD_ROOT/trees may take (checkouts
+# and object trees kept so the next nearby commit builds incrementally);
+# least recently used trees beyond it are deleted. 0 keeps none. The
+# default (kperf_kbuild.trees.DEFAULT_BUDGET_BYTES, 20 GiB) keeps several
+# 6.1 trees per arch and config.
+KPERF_BUILD_TREES_BUDGET_BYTES = env_int("KPERF_BUILD_TREES_BUDGET_BYTES", 20 * 1024**3, minimum=0)
 # Local-path trees are handy on a developer's machine and in tests, but let
 # anyone who may submit read the server's disk: off unless asked for
 # (`kperf-up` turns them on for the local user).
@@ -210,6 +226,12 @@ KPERF_MIN_EFFECT_PCT_INSTRUCTIONS = env_float("KPERF_MIN_EFFECT_PCT_INSTRUCTIONS
 # Sequential testing: a comparison that is inconclusive after the grid's K
 # boots per side gets K more, up to this many times K in all.
 KPERF_BOOT_BUDGET_FACTOR = env_int("KPERF_BOOT_BUDGET_FACTOR", 2, minimum=1)
+# Base boots of the same build, machine class, benchmark, grid and clock are
+# measured once and shared by every submission that needs them, if they were
+# measured at most this many seconds ago by a runner that has not changed
+# since (queued or running ones always qualify); 0 turns sharing off
+# (docs/submitting.md, "Shared base boots").
+KPERF_BASE_SHARE_WINDOW_SECONDS = env_int("KPERF_BASE_SHARE_WINDOW_SECONDS", 6 * 3600, minimum=0)
 # Moderate each comparison's boot variance towards the noise learned from
 # earlier runs on the same machine class (docs/statistics.md, "Learned noise").
 KPERF_LEARNED_NOISE = env_bool("KPERF_LEARNED_NOISE", True)

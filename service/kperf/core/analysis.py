@@ -9,12 +9,23 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from kperf import stats
-from kperf.core import alerts, benchmarks, presenters, states
-from kperf.core.models import Clock, Comparison, Job, MachineClass, MetricComparison, MetricDef, Sample, Submission
+from kperf.core import alerts, benchmarks, history, noise_pools, presenters, states
+from kperf.core.models import (
+    Clock,
+    Comparison,
+    Job,
+    MachineClass,
+    MetricComparison,
+    MetricDef,
+    Sample,
+    SharedJob,
+    Submission,
+    SubmissionBuild,
+)
 from kperf.stats import noise, sequential, summary
 from kperf.stats.builds import BuildNoise
 from kperf.stats.changepoints import DriftEstimate
@@ -29,31 +40,53 @@ def load_boots(sub: Submission) -> dict[Group, dict[str, dict[str, list[list[flo
     """{(machine class id, benchmark, clock): {metric: {"base": boots, "head": boots}}}, boots in run order.
 
     The clock is part of the key: samples of two clocks are two metrics and
-    never meet in one comparison.
+    never meet in one comparison. Base boots shared with other submissions
+    (kperf.core.sharing) count on the side the submission shares them for.
     """
+    shared = _shared_sides(sub)
     per_boot: dict[tuple[int, str, str, str, str, int], dict[int, float]] = defaultdict(dict)
     rows = (
-        Sample.objects.filter(boot_record__job__submission=sub, boot_record__job__status=Job.Status.DONE)
+        Sample.objects.filter(
+            Q(boot_record__job__submission=sub) | Q(boot_record__job_id__in=list(shared)),
+            boot_record__job__status=Job.Status.DONE,
+        )
         .values_list(
             "boot_record__job__machine_class_id",
             "boot_record__job__benchmark",
             "boot_record__job__clock",
             "metric",
+            "boot_record__job_id",
             "boot_record__job__side",
             "boot_record_id",
             "iteration",
             "value",
         )
-        .order_by("boot_record__job__seq", "boot_record__boot", "iteration")
+        .order_by("boot_record__job__seq", "boot_record__job_id", "boot_record__boot", "iteration")
     )
-    for mclass, bench, clock, metric, side, boot_id, iteration, value in rows:
-        per_boot[(mclass, bench, clock, metric, side, boot_id)][iteration] = value
+    for mclass, bench, clock, metric, job_id, side, boot_id, iteration, value in rows:
+        per_boot[(mclass, bench, clock, metric, shared.get(job_id, side), boot_id)][iteration] = value
     out: dict[Group, dict[str, dict[str, list[list[float]]]]] = defaultdict(
         lambda: defaultdict(lambda: {"base": [], "head": []})
     )
     for (mclass, bench, clock, metric, side, _), iters in per_boot.items():
         out[(mclass, bench, clock)][metric][side].append([iters[i] for i in sorted(iters)])
     return out
+
+
+def _shared_sides(sub: Submission) -> dict[int, str]:
+    """{job id: side} of the jobs `sub` shares."""
+    return dict(SharedJob.objects.filter(submission=sub).values_list("job_id", "side"))
+
+
+def shared_base_boots(sub: Submission) -> dict[Group, int]:
+    """How many finished base boots of each comparison `sub` shares with other submissions."""
+    counts: dict[Group, int] = defaultdict(int)
+    rows = SharedJob.objects.filter(
+        submission=sub, side="base", job__status=Job.Status.DONE, job__boot_records__isnull=False
+    ).values_list("job__machine_class_id", "job__benchmark", "job__clock")
+    for group in rows:
+        counts[group] += 1
+    return counts
 
 
 def plan_for(sub: Submission, benchmark: str) -> sequential.Plan:
@@ -79,6 +112,7 @@ def analyse_submission(sub_id: int) -> None:
         defs = {m.name: m for m in MetricDef.objects.all()}
         Comparison.objects.filter(submission=sub).delete()
         more_boots = False
+        shared = shared_base_boots(sub)
         for (mclass_id, bench, clock), metrics in load_boots(sub).items():
             priors = learned_priors(sub, mclass_id, bench, clock, metrics)
             builds = learned_build_priors(mclass_id, bench, clock)
@@ -112,6 +146,7 @@ def analyse_submission(sub_id: int) -> None:
                 look=look.look,
                 looks=len(plan.looks),
                 final=look.decide,
+                shared_base_boots=shared.get((mclass_id, bench, clock), 0),
                 table=summary.format_table(inputs, look.results),
             )
             _store_metrics(comp, inputs, look.results, metrics, defs)
@@ -168,15 +203,16 @@ def _rerun(sub: Submission, mclass_id: int, bench: str, clock: str, look: sequen
     """Queue more boots for one comparison and say so on the submission."""
     from kperf.core.workflow import queue_boots
 
+    # The head boots are always the submission's own; its base boots may all be shared.
     jobs = Job.objects.filter(submission=sub, machine_class_id=mclass_id, benchmark=bench, clock=clock)
-    base = jobs.filter(side="base").select_related("build").first()
-    head = jobs.filter(side="head").select_related("build").first()
-    assert base is not None and head is not None
-    queue_boots(sub, base.build, head.build, base.machine_class, bench, base.params, look.more_boots)
+    head = jobs.filter(side="head").select_related("build", "machine_class").first()
+    assert head is not None
+    base = SubmissionBuild.objects.get(submission=sub, side="base", build__arch=head.build.arch).build
+    queue_boots(sub, base, head.build, head.machine_class, bench, head.params, look.more_boots)
     sub.reruns = [
         *sub.reruns,
         {
-            "machine_class": base.machine_class.name,
+            "machine_class": head.machine_class.name,
             "benchmark": bench,
             "look": look.look,
             "more_boots": look.more_boots,
@@ -298,16 +334,24 @@ def learned_priors(
     submission's own boots (they are the data, not the history)."""
     if not settings.KPERF_LEARNED_NOISE:
         return {}
-    jobs = Job.objects.filter(
-        status=Job.Status.DONE, machine_class_id=mclass_id, benchmark=bench, grid=sub.grid, clock=clock
-    ).exclude(submission=sub)
+    jobs = (
+        Job.objects.filter(
+            status=Job.Status.DONE, machine_class_id=mclass_id, benchmark=bench, grid=sub.grid, clock=clock
+        )
+        .exclude(submission=sub)
+        .exclude(sharers__submission=sub)
+    )
+    # Every other kernel from its summary; the submission's own kernels, whose
+    # summaries hold the boots excluded here, from their samples (a few boots).
+    own = _own_shas(sub)
+    extra: dict[str, list[noise.RunStats]] = defaultdict(list)
+    for sha in sorted(own):
+        for metric, run in history.runs_of(jobs.filter(build__sha=sha)).items():
+            extra[metric].append(run)
     out: dict[str, stats.NoisePrior] = {}
-    for metric, runs in history_runs(jobs).items():
-        if metric not in metrics or len(runs) < 2 or sum(len(r) for r in runs) < MIN_HISTORY_BOOTS:
-            continue
-        try:
-            model = noise.variance_components(runs)
-        except ValueError:
+    pooled = noise_pools.noise_models(mclass_id, clock, bench, sub.grid, exclude_shas=own, extra=extra)
+    for metric, (total, model) in pooled.items():
+        if metric not in metrics or total.runs < 2 or total.boots < MIN_HISTORY_BOOTS:
             continue
         boots = metrics[metric]["base"] + metrics[metric]["head"]
         iterations = sorted(len(b) for b in boots)[len(boots) // 2] if boots else None
@@ -315,17 +359,21 @@ def learned_priors(
     return out
 
 
+def _own_shas(sub: Submission) -> set[str]:
+    """The kernels of the jobs whose boots are `sub`'s data: its own and those it shares."""
+    return set(Job.objects.filter(Q(submission=sub) | Q(sharers__submission=sub)).values_list("build__sha", flat=True))
+
+
 def learned_build_priors(mclass_id: int, bench: str, clock: str) -> dict[str, stats.NoisePrior]:
     """Per metric, the between-build component learned from tracked branches'
     histories on this machine class, where it is worth having: under the
     instruction clock, whose boots agree so well that builds are the noise
     (kperf.stats.builds; the wall clock's boots hide it)."""
-    from kperf.core import tracking  # tracking needs the models' full import; analysis is imported early
-
     if not settings.KPERF_LEARNED_BUILD_NOISE or clock != Clock.INSTRUCTIONS:
         return {}
     out: dict[str, stats.NoisePrior] = {}
-    for metric, estimate in tracking.learned_build_noise(mclass_id, bench, clock).items():
+    # From the tracked branches' summaries (kperf.core.history), not their samples.
+    for metric, estimate in history.learned_build_noise(mclass_id, bench, clock).items():
         prior = estimate.prior()
         if prior is not None:
             out[metric] = prior
@@ -345,33 +393,31 @@ def requested_clock(machine_class: str, clock: str | None) -> str:
 def noise_report(machine_class: str, boots: int, iterations: int, clock: str) -> list[dict[str, Any]]:
     """Between- and within-boot noise per metric, learned from every finished
     boot on a machine class and clock (one run per kernel sha), and what K x N detects."""
-    from kperf.core import tracking  # tracking needs the models' full import; analysis is imported early
-
-    jobs = Job.objects.filter(status=Job.Status.DONE, machine_class__name=machine_class, clock=clock)
+    mclass = MachineClass.objects.filter(name=machine_class).first()
+    if mclass is None:
+        return []
+    # One run per kernel, benchmark and grid, pooled as the kernels' summaries
+    # arrived (this catches up any finished job of the class not yet summarised).
+    pooled = noise_pools.noise_models(mclass.pk, clock)
     # How fast each metric's level wanders along tracked branches (what picks
     # the change-point window); only metrics some branch has measured have one.
+    # Both it and the between-build noise are added up from each branch's
+    # summary (kperf.core.history): no branch's samples are read here.
     drift: dict[str, DriftEstimate] = {}
     builds: dict[str, BuildNoise] = {}
-    branch_jobs = jobs.filter(branch_commit__isnull=False)
-    for mclass_id, bench in branch_jobs.values_list("machine_class_id", "benchmark").distinct():
-        # Every branch's history is read once for both what is learned from it.
-        segments = tracking.history_segments(mclass_id, bench, clock)
-        drift.update(tracking.learned_drift(mclass_id, bench, clock, segments=segments))
-        builds.update(tracking.learned_build_noise(mclass_id, bench, clock, segments=segments))
+    for bench in history.ensure_class_states(mclass.pk, clock):
+        drift.update(history.learned_drift(mclass.pk, bench, clock, ensure=False))
+        builds.update(history.learned_build_noise(mclass.pk, bench, clock, ensure=False))
     out = []
-    for metric, runs in sorted(history_runs(jobs).items()):
-        if sum(len(r) for r in runs) < 3:
-            continue
-        try:
-            model = noise.variance_components(runs)
-        except ValueError:
+    for metric, (total, model) in pooled.items():
+        if total.boots < 3:
             continue
         out.append(
             {
                 "metric": metric,
                 "clock": clock,
-                "kernels": len(runs),
-                "boots": sum(len(r) for r in runs),
+                "kernels": total.runs,
+                "boots": total.boots,
                 # Between builds of code that should behave alike (tracked
                 # branches' commits with no change point between them); None
                 # where no branch has two such commits.

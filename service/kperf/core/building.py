@@ -13,7 +13,6 @@ only a kernel that does not build is a lasting result.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import shutil
 import socket
@@ -27,7 +26,8 @@ from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
-from kperf.core import dispatch, states
+from kperf.core import artifacts as artifact_store
+from kperf.core import dispatch, gitops, states
 from kperf.core.models import KernelBuild, Tree
 from kperf_kbuild.driver import BuildInfraError, BuildRequest, build_kernel
 
@@ -36,16 +36,9 @@ log = logging.getLogger("kperf.builds")
 _B = KernelBuild.Status
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def artifact_dir(build: KernelBuild) -> Path:
-    return Path(settings.KPERF_ARTIFACT_ROOT) / "builds" / str(build.pk)
+def output_dir(build: KernelBuild) -> Path:
+    """Where the driver leaves a build's files on this machine until they are in the artifact storage."""
+    return Path(settings.KPERF_BUILD_ROOT) / "outputs" / str(build.pk)
 
 
 def need_build(tree: Tree, sha: str, arch: str, digest: str) -> KernelBuild:
@@ -186,22 +179,36 @@ def run_build(build_id: int) -> None:
     heartbeat.start()
     try:
         _run(build, attempt, heartbeat)
-    except (SoftTimeLimitExceeded, BuildInfraError) as e:
-        why = (
-            f"the build took longer than its time limit ({settings.KPERF_BUILD_TIME_LIMIT} s)"
-            if isinstance(e, SoftTimeLimitExceeded)
-            else f"the build could not run: {e}"
-        )
+    except (SoftTimeLimitExceeded, BuildInfraError, artifact_store.ArtifactUnavailable) as e:
+        if isinstance(e, SoftTimeLimitExceeded):
+            why = f"the build took longer than its time limit ({settings.KPERF_BUILD_TIME_LIMIT} s)"
+        elif isinstance(e, artifact_store.ArtifactUnavailable):
+            why = f"the build's files could not be stored: {e}"
+        else:
+            why = f"the build could not run: {e}"
         _retry_or_fail(build_id, attempt, why)
     finally:
         heartbeat.stopped.set()
 
 
+def _ensure_commit(build: KernelBuild) -> None:
+    """Fetch the tree into this machine's mirror when the commit is not there (BuildInfraError if it cannot be had)."""
+    try:
+        gitops.ensure_commit(build.tree.url, build.tree.mirror_path, build.sha, timeout=settings.KPERF_GIT_TIMEOUT)
+    except gitops.GitError as e:
+        raise BuildInfraError(
+            f"commit {build.sha} is not in this build machine's mirror and could not be fetched from "
+            f"{build.tree.url}: {e}; the tree must be reachable from every build machine"
+        ) from e
+
+
 def _run(build: KernelBuild, attempt: int, heartbeat: _Heartbeat) -> None:
     build_id = build.pk
-    out_dir = artifact_dir(build)
+    out_dir = output_dir(build)
     if out_dir.exists():
         shutil.rmtree(out_dir)
+    # A build machine of its own has its own mirror, which may not have the commit yet.
+    _ensure_commit(build)
     last_update = 0.0
 
     def progress(phase: str, message: str) -> None:
@@ -223,14 +230,19 @@ def _run(build: KernelBuild, attempt: int, heartbeat: _Heartbeat) -> None:
         output_dir=out_dir,
         ccache_dir=Path(settings.KPERF_CCACHE_DIR),
         jobs=settings.KPERF_BUILD_JOBS,
+        trees_budget_bytes=settings.KPERF_BUILD_TREES_BUDGET_BYTES,
     )
     log.info("build %s: %s for %s (attempt %s)", build_id, build.sha[:12], build.arch, attempt)
     result = build_kernel(req, progress)
-    artifacts = {
-        name: {"path": str(path), "sha256": sha256_file(path), "size": path.stat().st_size}
-        for name, path in result.artifacts.items()
-        if path.is_file()
-    }
+    # How it was made (incremental from which commit's objects, how much it
+    # recompiled), fenced by the attempt like the progress updates.
+    KernelBuild.objects.filter(pk=build_id, attempt=attempt).update(
+        reused_sha=result.reused_sha, compiled_files=result.compiled, incremental_error=result.incremental_error
+    )
+    # Stored (and read back, sha256 checked) before the build is done, so
+    # a runner on any host finds every file the row lists.
+    artifacts = artifact_store.store_build_outputs(build_id, attempt, result.artifacts)
+    shutil.rmtree(out_dir, ignore_errors=True)
     _finish(build_id, attempt, ok=result.ok, error=result.error, log_tail=result.log_tail, artifacts=artifacts)
 
 

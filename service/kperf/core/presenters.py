@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from typing import Any
 
 import numpy as np
+from django.db.models import Exists, F, OuterRef, Q, Subquery, Sum
+from django.db.models.functions import Coalesce
 
-from kperf.core import workflow
-from kperf.core.models import BootRecord, ChangePoint, Clock, Job, Submission, TrackedBranch
+from kperf.core import sharing, workflow
+from kperf.core.models import BootRecord, ChangePoint, Clock, Job, SharedJob, Submission, TrackedBranch
 from kperf.stats import abtest
 
 
@@ -30,6 +33,11 @@ def build_dict(sb: Any) -> dict[str, Any]:
         "error": b.error,
         "log_tail": b.log_tail if b.status == "failed" else "",
         "duration_s": b.duration_s,
+        # How it was made: from which commit's object tree ("" = clean), how
+        # much it recompiled, and the incremental error a clean build overruled.
+        "reused_sha": b.reused_sha,
+        "compiled_files": b.compiled_files,
+        "incremental_error": b.incremental_error,
         "artifacts": {k: {"sha256": v["sha256"], "size": v["size"]} for k, v in b.artifacts.items()},
     }
 
@@ -43,6 +51,7 @@ def job_dict(j: Job) -> dict[str, Any]:
         "machine_class": j.machine_class.name,
         "clock": j.clock,
         "build_id": j.build_id,
+        "boots": j.boots,
         "status": j.status,
         "attempt": j.attempt,
         "runner": j.runner.name if j.runner else None,
@@ -120,8 +129,12 @@ def _counters_per_boot(sub: Submission) -> tuple[dict[_SideKey, dict[str, float]
     """
     sums: dict[_SideKey, dict[str, float]] = {}
     boots: dict[_SideKey, int] = {}
-    rows = BootRecord.objects.filter(job__submission=sub).values_list(
-        "job__machine_class_id", "job__benchmark", "job__clock", "job__side", "counters"
+    # Shared base boots count on the side they are shared for (kperf.core.sharing).
+    link = SharedJob.objects.filter(job=OuterRef("job_id"), submission=sub)
+    rows = (
+        BootRecord.objects.filter(Q(job__submission=sub) | Exists(link))
+        .annotate(side=Coalesce(Subquery(link.values("side")[:1]), F("job__side")))
+        .values_list("job__machine_class_id", "job__benchmark", "job__clock", "side", "counters")
     )
     for mclass, benchmark, clock, side, counters in rows:
         vmstat = counters.get("vmstat") if isinstance(counters, dict) else None
@@ -167,6 +180,8 @@ def comparisons(sub: Submission) -> list[dict[str, Any]]:
                 "look": comp.look,
                 "looks": comp.looks,
                 "final": comp.final,
+                # Base boots measured once for several submissions of this base kernel.
+                "shared_base_boots": comp.shared_base_boots,
                 "table": comp.table,
                 "metrics": [
                     {
@@ -185,16 +200,28 @@ def comparisons(sub: Submission) -> list[dict[str, Any]]:
     return out
 
 
-def progress_summary(sub: Submission, jobs: list[Job]) -> dict[str, Any]:
-    """Boots done per side: what 'boot n of K' means for a submission."""
+def progress_summary(sub: Submission, jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Boots done per side (shared ones included): what 'boot n of K' means for a submission."""
     out: dict[str, Any] = {}
     for side in ("base", "head"):
-        side_jobs = [j for j in jobs if j.side == side]
+        side_jobs = [j for j in jobs if j["side"] == side]
         out[side] = {
-            "boots_done": sum(j.boots for j in side_jobs if j.status == Job.Status.DONE),
-            "boots_total": sum(j.boots for j in side_jobs),
+            "boots_done": sum(j["boots"] for j in side_jobs if j["status"] == Job.Status.DONE),
+            "boots_total": sum(j["boots"] for j in side_jobs),
+            "boots_shared": sum(j["boots"] for j in side_jobs if j["shared"]),
         }
     return out
+
+
+def submission_jobs(sub: Submission) -> list[dict[str, Any]]:
+    """The submission's jobs and, marked `shared`, the base boots it shares.
+
+    A shared job shows its boot (status, runner, console) but nothing of the
+    submission that owns it: that is another user's (kperf.core.access).
+    """
+    own = [{**job_dict(j), "shared": False} for j in sub.jobs.select_related("runner", "machine_class").order_by("seq")]
+    shared = [{**job_dict(link.job), "side": link.side, "shared": True} for link in sharing.links(sub)]
+    return own + shared
 
 
 def submission_summary(sub: Submission) -> dict[str, Any]:
@@ -219,13 +246,13 @@ def submission_summary(sub: Submission) -> dict[str, Any]:
 
 
 def submission_detail(sub: Submission) -> dict[str, Any]:
-    jobs = list(sub.jobs.select_related("runner", "machine_class").order_by("seq"))
+    jobs = submission_jobs(sub)
     data = submission_summary(sub)
     data.update(
         {
             "queue_position": workflow.queue_position(sub),
             "builds": [build_dict(sb) for sb in sub.submission_builds.select_related("build").order_by("side", "id")],
-            "jobs": [job_dict(j) for j in jobs],
+            "jobs": jobs,
             "progress": progress_summary(sub, jobs),
             "comparisons": comparisons(sub),
         }
@@ -279,9 +306,18 @@ def change_point_dict(cp: ChangePoint) -> dict[str, Any]:
 def branch_detail(b: TrackedBranch, commits_limit: int = 200) -> dict[str, Any]:
     data = branch_summary(b)
     commits = list(b.commits.order_by("-position")[:commits_limit])
-    jobs: dict[int, list[Job]] = {}
-    for j in Job.objects.filter(branch_commit__in=commits).select_related("machine_class", "runner"):
-        jobs.setdefault(j.branch_commit_id or 0, []).append(j)
+    # Boots per commit added up in the database: a commit of a long branch has a job per boot and benchmark.
+    boots_done: dict[int, int] = defaultdict(int)
+    boots_total: dict[int, int] = defaultdict(int)
+    for commit_id, status, boots in (
+        Job.objects.filter(branch_commit__in=commits)
+        .values("branch_commit_id", "status")
+        .annotate(boots=Sum("boots"))
+        .values_list("branch_commit_id", "status", "boots")
+    ):
+        boots_total[commit_id] += boots
+        if status == Job.Status.DONE:
+            boots_done[commit_id] += boots
     # Unmeasured first-parent commits between each commit and the measured one before it.
     on_branch = [c for c in commits if c.on_branch]
     gaps = {c.pk: c.position - older.position - 1 for c, older in zip(on_branch, on_branch[1:], strict=False)}
@@ -294,8 +330,8 @@ def branch_detail(b: TrackedBranch, commits_limit: int = 200) -> dict[str, Any]:
             "on_branch": c.on_branch,
             "status": c.status,
             "error": c.error,
-            "boots_done": sum(j.boots for j in jobs.get(c.pk, []) if j.status == Job.Status.DONE),
-            "boots_total": sum(j.boots for j in jobs.get(c.pk, [])),
+            "boots_done": boots_done[c.pk],
+            "boots_total": boots_total[c.pk],
             "created": _iso(c.created),
             "finished": _iso(c.finished),
         }

@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
-from pathlib import Path
 from typing import Annotated, Any
 
 from django.http import FileResponse, HttpRequest
 from ninja import Field, Router, Schema
-from pydantic import AfterValidator, BeforeValidator
+from pydantic import AfterValidator, BaseModel, BeforeValidator
 from pydantic_core import PydanticCustomError
 
-from kperf.core import leases
+from kperf.core import artifacts, leases
 from kperf.core.api.auth import RUNNER_AUTH
 from kperf.core.api.errors import ApiError, ErrorOut
 from kperf.core.models import KernelBuild, Runner
 
 router = Router(auth=RUNNER_AUTH, tags=["runner protocol"])
+log = logging.getLogger("kperf.api")
 
 
 # The largest value of the integer columns these land in (PostgreSQL's integer).
@@ -117,7 +118,11 @@ class ProgressOut(Schema):
     lease_expires: str | None
 
 
-class SampleIn(Schema):
+# A plain pydantic model, not a ninja Schema: Schema wraps every instance in
+# a validator that resolves ORM attributes, which for the thousands of
+# samples in one upload cost more than storing them. Input only, so nothing
+# is lost.
+class SampleIn(BaseModel):
     metric: str = Field(max_length=128)
     iteration: int = Field(strict=True, ge=0, le=INT_MAX)
     value: FiniteNumber
@@ -133,7 +138,7 @@ class BootIn(Schema):
     counters: Counters = {}
 
 
-class MetricIn(Schema):
+class MetricIn(BaseModel):  # one per metric, as SampleIn
     unit: str = ""
     higher_is_better: bool | None = None
 
@@ -213,10 +218,11 @@ def fail(request: HttpRequest, job_id: int, payload: FailIn) -> dict[str, Any]:
     return {"status": job.status, "attempt": job.attempt}
 
 
-# 200 is the file itself; 400 a NUL byte in the name.
+# 200 is the file itself; 400 a NUL byte in the name; 503 the artifact
+# storage could not give it (the runner retries, as for every 5xx).
 @router.get(
     "/builds/{build_id}/artifacts/{name}",
-    response={200: None, 400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 422: ErrorOut},
+    response={200: None, 400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 422: ErrorOut, 503: ErrorOut},
 )
 def artifact(request: HttpRequest, build_id: int, name: str) -> FileResponse:
     runner = _runner(request)
@@ -226,4 +232,12 @@ def artifact(request: HttpRequest, build_id: int, name: str) -> FileResponse:
     meta = build.artifacts.get(name) if build else None
     if not meta:
         raise ApiError(404, "not-found", f"build {build_id} has no artifact {name!r}")
-    return FileResponse(open(Path(meta["path"]), "rb"), as_attachment=True, filename=name)
+    try:
+        fh = artifacts.open_artifact(meta, f"artifact {name!r} of build {build_id}")
+    except artifacts.ArtifactUnavailable as e:
+        log.warning("%s", e)
+        raise ApiError(503, "unavailable", f"{e}; try again later") from None
+    # The runner checks size and sha256 against the claim (docs/runner-protocol.md).
+    response = FileResponse(fh, as_attachment=True, filename=name)
+    response["Content-Length"] = str(meta["size"])
+    return response

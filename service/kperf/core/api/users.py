@@ -9,6 +9,7 @@ from django.http import HttpRequest
 from ninja import Router, Schema, Status
 
 from kperf.core import access, analysis, benchmarks, imports, presenters, throttle, tracking, workflow
+from kperf.core.api import history as history_api
 from kperf.core.api.auth import USER_AUTH
 from kperf.core.api.errors import ApiError, responses
 from kperf.core.models import ApiToken, MachineClass, Runner, Submission, TrackedBranch
@@ -120,19 +121,22 @@ def get_submission(request: HttpRequest, sub_id: int) -> dict[str, Any]:
     "/submissions/{sub_id}/mmtests",
     auth=USER_AUTH,
     tags=["submissions"],
-    response=responses(200, dict[str, Any], 400, 401, 404, 422),
+    response=responses(200, dict[str, Any], 400, 401, 404, 422, 503),
 )
 def submission_mmtests(
     request: HttpRequest, sub_id: int, side: str, benchmark: str, clock: str | None = None
 ) -> dict[str, Any]:
     """One side's raw output as mmtests result directories ({path: text}), for mmtests' own extractors."""
-    from kperf.core import exports
+    from kperf.core import artifacts, exports
 
     sub = _submission(request, sub_id)
     try:
         tree = exports.mmtests_tree(sub, side, benchmark, clock)
     except exports.ExportError as e:
         raise ApiError(400, "invalid-export", str(e)) from None
+    except artifacts.ArtifactUnavailable as e:
+        # An archived raw output the artifact storage cannot give back now.
+        raise ApiError(503, "unavailable", f"{e}; try again later") from None
     return {
         "submission": sub.pk,
         "side": side,
@@ -356,11 +360,27 @@ def poll_branch(request: HttpRequest, branch_id: int) -> Status[dict[str, Any]]:
     response=responses(200, dict[str, Any], 400, 401, 404, 422),
 )
 def branch_series(
-    request: HttpRequest, branch_id: int, machine_class: str, benchmark: str, clock: str | None = None
+    request: HttpRequest,
+    branch_id: int,
+    machine_class: str,
+    benchmark: str,
+    clock: str | None = None,
+    metric: str | None = None,
+    since: int | None = None,
+    until: int | None = None,
+    limit: int = history_api.DEFAULT_LIMIT,
 ) -> dict[str, Any]:
     """Per measured commit, in branch order: every boot's iterations of every
     metric of one benchmark on one machine class and clock (default: the
-    class's), and the change points."""
+    class's), and the change points.
+
+    With `metric`: that metric's per-commit points from the summaries (boots,
+    level, spread), commits at positions `since`..`until` (the newest `limit`,
+    at most 5000; `next_until` pages back), and its change points."""
+    if metric is not None:
+        return history_api.metric_series(
+            _branch(request, branch_id), machine_class, benchmark, clock, metric, since, until, limit
+        )
     branch = _branch(request, branch_id)
     mclass = MachineClass.objects.filter(name=machine_class).first()
     if mclass is None:

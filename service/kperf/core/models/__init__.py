@@ -3,8 +3,10 @@
 from kperf.core.models.accounts import ApiToken
 from kperf.core.models.alerts import Alert
 from kperf.core.models.builds import KernelBuild
+from kperf.core.models.history import CommitSummary, NoisePool, RunSummary, SeriesState, SummarisedJob
 from kperf.core.models.lab import Clock, Job, MachineClass, Runner
 from kperf.core.models.results import BootRecord, Comparison, MetricComparison, MetricDef, Sample
+from kperf.core.models.sharing import SharedJob
 from kperf.core.models.submissions import Submission, SubmissionBuild
 from kperf.core.models.tracking import BranchCommit, ChangePoint, TrackedBranch
 from kperf.core.models.trees import Tree
@@ -16,16 +18,22 @@ __all__ = [
     "BranchCommit",
     "ChangePoint",
     "Clock",
+    "CommitSummary",
     "Comparison",
     "Job",
     "KernelBuild",
     "MachineClass",
     "MetricComparison",
     "MetricDef",
+    "NoisePool",
+    "RunSummary",
     "Runner",
     "Sample",
+    "SeriesState",
+    "SharedJob",
     "Submission",
     "SubmissionBuild",
+    "SummarisedJob",
     "TrackedBranch",
     "Tree",
 ]

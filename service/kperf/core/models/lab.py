@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 from django.db import models
+from django.utils import timezone
 
 from kperf.core.models.accounts import hash_token
 from kperf.core.models.builds import KernelBuild
@@ -76,9 +78,41 @@ class Runner(models.Model):
     # job while a build is running.
     yields_to_builds = models.BooleanField(default=False)
     created = models.DateTimeField(auto_now_add=True)
+    # When the runner last changed: registered or re-registered (a new
+    # token), or a save with another version, hostname, health or machine
+    # class. Boots it measured before then are not shared with submissions
+    # that measure their head on it now (kperf.core.sharing).
+    identity_changed = models.DateTimeField(default=timezone.now)
+
+    # What a runner is, for sharing measurements: any change starts a new identity.
+    IDENTITY = ("token_hash", "version", "hostname", "health", "machine_class_id")
+    # The identity as loaded from the database (None: a new runner).
+    _loaded_identity: dict[str, object] | None = None
 
     def __str__(self) -> str:
         return self.name
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Saves; a change of identity moves `identity_changed`, whoever made it
+        (registration, heartbeat, admin), so no path can forget to."""
+        loaded = self._loaded_identity
+        now = self._identity()
+        if loaded is not None and any(now.get(name, value) != value for name, value in loaded.items()):
+            self.identity_changed = timezone.now()
+            if kwargs.get("update_fields") is not None:
+                kwargs["update_fields"] = [*kwargs["update_fields"], "identity_changed"]
+        super().save(*args, **kwargs)
+        self._loaded_identity = self._identity()
+
+    @classmethod
+    def from_db(cls, db: str | None, field_names: Any, values: Any) -> Runner:
+        runner = super().from_db(db, field_names, values)
+        runner._loaded_identity = runner._identity()
+        return runner
+
+    def _identity(self) -> dict[str, object]:
+        # A field left out of the query (.only()) is not compared.
+        return {name: self.__dict__[name] for name in self.IDENTITY if name in self.__dict__}
 
     @property
     def arch(self) -> str:
@@ -140,6 +174,10 @@ class Job(models.Model):
     failure_kind = models.CharField(max_length=16, choices=FailureKind.choices, blank=True, default="")
     failure_message = models.TextField(blank=True, default="")
     console_log = models.TextField(blank=True, default="")
+    # {"key", "sha256", "size"} once `kperf-manage archive` moved the console
+    # log to the artifact storage (console_log is then empty); read it
+    # through kperf.core.archive.console_log.
+    console_log_archive = models.JSONField(default=dict, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)
@@ -160,6 +198,20 @@ class Job(models.Model):
         return self.status in self.FINAL
 
     @classmethod
+    def clock_for(cls, machine_class: MachineClass, benchmark: str, submission: Submission | None) -> str:
+        """The clock a new boot of `benchmark` on `machine_class` gets: the
+        class's, or for a submission the one its first boots there had."""
+        earlier = None
+        if submission is not None:
+            earlier = (
+                cls.objects.filter(submission=submission, machine_class=machine_class, benchmark=benchmark)
+                .order_by("id")
+                .values_list("clock", flat=True)
+                .first()
+            )
+        return str(earlier or machine_class.clock)
+
+    @classmethod
     def queue_one_boot(
         cls,
         build: KernelBuild,
@@ -178,20 +230,11 @@ class Job(models.Model):
         """
         from django.conf import settings
 
-        clock = machine_class.clock
         submission = owner.get("submission")
-        if submission is not None:
-            earlier = (
-                cls.objects.filter(submission=submission, machine_class=machine_class, benchmark=benchmark)
-                .order_by("id")
-                .values_list("clock", flat=True)
-                .first()
-            )
-            clock = earlier or clock
         return cls.objects.create(
             build=build,
             machine_class=machine_class,
-            clock=clock,
+            clock=cls.clock_for(machine_class, benchmark, submission if isinstance(submission, Submission) else None),
             benchmark=benchmark,
             grid=grid,
             params=params,

@@ -26,6 +26,10 @@ class BootRecord(models.Model):
     boot = models.PositiveIntegerField()
     environment = models.JSONField(default=dict)
     raw_output = models.TextField(blank=True, default="")
+    # {"key", "sha256", "size"} once `kperf-manage archive` moved the raw
+    # output to the artifact storage (raw_output is then empty); read it
+    # through kperf.core.archive.raw_output.
+    raw_output_archive = models.JSONField(default=dict, blank=True)
     # The kernel's own counters across the benchmark's commands, by source:
     # {"vmstat": {"pgfault": 1234, "nr_free_pages": -56}} (summed deltas).
     # Secondary data, shown beside the verdicts and never judged; {} from
@@ -70,6 +74,9 @@ class Comparison(models.Model):
     look = models.PositiveIntegerField(default=1)
     looks = models.PositiveIntegerField(default=1)
     final = models.BooleanField(default=True)
+    # How many of the base boots compared were measured once for several
+    # submissions of the same base kernel (kperf.core.sharing), not for this one.
+    shared_base_boots = models.PositiveIntegerField(default=0)
     # The mmtests-style table a developer pastes into a cover letter.
     table = models.TextField(blank=True, default="")
     created = models.DateTimeField(auto_now_add=True)

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Submit to verdict on the real stack, against the submission's own build and boot time.
+
+    nice -n 10 .venv/bin/python bench/turnaround.py                       # 15-25 minutes on 2 cores
+    .venv/bin/python bench/turnaround.py --benchmark spawn --heads fork-slow,neutral,brk-slower
+
+`kperf-up` (kperf.testing.stack: web, workers, beat and the local QEMU
+runner, on an embedded PostgreSQL) and the fixture kernel tree
+(kperf_kbuild.testing, KPERF_CACHE, ~/.cache/kperf, with its ccache).
+Two phases:
+
+- alone: one submission (the first head) on an empty queue;
+- batch: the other heads submitted at the same instant, against the same
+  base, after the first is done.
+
+Per submission: wall time from submit to verdict; its own work, i.e. the
+builds that ran for it after it was submitted plus the boots it used (its
+own and the base boots it shared) that ran after it was submitted; their
+ratio (goal for `alone`: <= 1.3); base boots measured for it and shared
+with it. For the batch, every boot measured, so that N submissions on one
+base can be seen to cost one base measurement. Results with the machine and
+date go in docs/operations.md, "Submit to verdict".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from kperf.testing.stack import RunningStack, running_stack
+from kperf_kbuild.testing import ensure_test_tree
+
+TIMEOUT_S = 3 * 3600
+
+
+def _t(iso: str | None) -> float:
+    return datetime.fromisoformat(iso).timestamp() if iso else float("nan")
+
+
+class Watch:
+    """Polls submissions until final; remembers which builds ran while each waited."""
+
+    def __init__(self, stack: RunningStack) -> None:
+        self.stack = stack
+        self.built_for: dict[int, set[int]] = {}
+        self.final: dict[int, dict[str, Any]] = {}
+
+    def submit(self, tree: Path, branch: str, benchmark: str) -> int:
+        resp = self.stack.api(
+            "POST", "/submissions", {"tree": str(tree), "branch": branch, "base": "base", "benchmarks": [benchmark]}
+        )
+        resp.raise_for_status()
+        sub_id = int(resp.json()["id"])
+        self.built_for[sub_id] = set()
+        return sub_id
+
+    def wait(self, ids: list[int]) -> None:
+        deadline = time.monotonic() + TIMEOUT_S
+        while time.monotonic() < deadline:
+            for sub_id in ids:
+                if sub_id in self.final:
+                    continue
+                d: dict[str, Any] = self.stack.api("GET", f"/submissions/{sub_id}").json()
+                for b in d["builds"]:
+                    # A build seen unfinished after the submission arrived ran for it.
+                    if b["status"] in ("queued", "building"):
+                        self.built_for[sub_id].add(b["id"])
+                if d["status"] in ("done", "failed"):
+                    self.final[sub_id] = d
+                    print(f"submission {sub_id}: {d['status']} {d.get('error', '')}", flush=True)
+            if all(i in self.final for i in ids):
+                return
+            time.sleep(2)
+        raise RuntimeError(f"submissions {ids} not final after {TIMEOUT_S} s")
+
+    def report(self, sub_id: int) -> dict[str, Any]:
+        d = self.final[sub_id]
+        created, finished = _t(d["created"]), _t(d["finished"])
+        builds = sum(b["duration_s"] or 0.0 for b in d["builds"] if b["id"] in self.built_for[sub_id])
+        boots = [
+            _t(j["finished"]) - _t(j["started"])
+            for j in d["jobs"]
+            if j["status"] == "done" and j["started"] and _t(j["started"]) >= created
+        ]
+        base_own = sum(j["boots"] for j in d["jobs"] if j["side"] == "base" and not j.get("shared"))
+        base_shared = sum(j["boots"] for j in d["jobs"] if j["side"] == "base" and j.get("shared"))
+        own = builds + sum(boots)
+        wall = finished - created
+        return {
+            "id": sub_id,
+            "branch": d["branch"],
+            "status": d["status"],
+            "wall s": round(wall, 1),
+            "build s": round(builds, 1),
+            "boot s": round(sum(boots), 1),
+            "ratio": round(wall / own, 3) if own else None,
+            "base boots measured": base_own,
+            "base boots shared": base_shared,
+            "head boots": sum(j["boots"] for j in d["jobs"] if j["side"] == "head"),
+            "verdicts": sorted({m["verdict"] for c in d["comparisons"] for m in c["metrics"]}),
+        }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--benchmark", default="spawn")
+    p.add_argument("--heads", default="fork-slow,neutral,brk-slower", help="fixture branches; the first runs alone")
+    p.add_argument("--cache", type=Path, default=Path(os.environ.get("KPERF_CACHE", Path.home() / ".cache/kperf")))
+    p.add_argument("--json", type=Path)
+    args = p.parse_args()
+    heads = [h.strip() for h in args.heads.split(",") if h.strip()]
+    tree = ensure_test_tree(args.cache)
+    home = Path(tempfile.mkdtemp(prefix="kperf-turnaround-"))
+    # Everything embedded (kperf-up's own PostgreSQL and broker), the ccache shared.
+    env = {"KPERF_CCACHE_DIR": str(args.cache / "ccache"), "DATABASE_URL": "", "CELERY_BROKER_URL": ""}
+    out: dict[str, Any] = {
+        "machine": f"{platform.node()} {os.cpu_count()} cores {platform.machine()}",
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+        "benchmark": args.benchmark,
+    }
+    with running_stack(home / "home", env) as stack:
+        watch = Watch(stack)
+        first = watch.submit(tree, heads[0], args.benchmark)
+        watch.wait([first])
+        out["alone"] = watch.report(first)
+        print("alone", json.dumps(out["alone"]), flush=True)
+        t0 = time.time()
+        batch = [watch.submit(tree, h, args.benchmark) for h in heads[1:]]
+        watch.wait(batch)
+        out["batch"] = [watch.report(i) for i in batch]
+        out["batch wall s"] = round(time.time() - t0, 1)
+        # Each submission's builds and boots are its own (shared base boots
+        # ran before the batch), so their sum is the batch's work.
+        work = sum(r["build s"] + r["boot s"] for r in out["batch"])
+        out["batch work s"] = round(work, 1)
+        out["batch ratio"] = round(out["batch wall s"] / work, 3) if work else None
+        for r in out["batch"]:
+            print("batch", json.dumps(r), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
