@@ -1,10 +1,11 @@
 """History at scale: a deployment-shaped database and the latency of what reads history.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/kperf_history_bench KPERF_DEBUG=1 \\
-        .venv/bin/python bench/history.py --samples 1000000 [--reuse]
+        .venv/bin/python bench/history.py --samples 1000000 --commits 250 --branches 6 [--reuse]
+    (10M: a database kperf_history_bench_10m, --samples 10000000 --commits 1000 --branches 20)
 
-Builds (unless --reuse) its own database: machine classes, tracked
-branches of `--commits` commits on each class, every benchmark's metrics,
+Builds (unless --reuse) its own database: machine classes, long tracked
+branches of `--commits` commits (one class each) and short ones, every benchmark's metrics,
 K boots x N iterations per commit; samples are generated inside PostgreSQL
 (INSERT ... SELECT generate_series) so 10M take minutes. Then summarises
 them (kperf-manage rebuild_history) and reports p50/p95/p99 of the series

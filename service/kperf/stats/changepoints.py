@@ -411,10 +411,13 @@ class OnlineDetector:
 
     def _make(self, start: int, k: int, stop: int, z: float, sigma: float, detected_at: int) -> ChangePoint:
         # The size of the change from the raw summaries (trimmed), not the clipped ones.
-        shift = float(sps.trim_mean(self._raw[k:stop], 0.1) - sps.trim_mean(self._raw[start:k], 0.1))
+        # trimmed_mean cuts as scipy's trim_mean does, without its per-call overhead
+        # (a millisecond, paid for every alarm of every metric at each analysis).
+        shift = trimmed_mean(self._raw[k:stop], 0.1) - trimmed_mean(self._raw[start:k], 0.1)
         # Bonferroni over the splits scanned: conservative, never below the two-sample p.
         n_splits = max(1, stop - start - MIN_BEFORE - MIN_AFTER + 1)
-        pv = min(1.0, 2.0 * float(sps.norm.sf(abs(z))) * n_splits)
+        # special.ndtr(-z) is what norm.sf computes, without the distribution's per-call wrapper.
+        pv = min(1.0, 2.0 * float(special.ndtr(-abs(z))) * n_splits)
         return ChangePoint(index=k, detected_at=detected_at, statistic=abs(z), p_value=pv, shift=shift)
 
     def change_points(self, refine: bool = True) -> list[ChangePoint]:
