@@ -169,6 +169,7 @@ CELERY_TASK_ROUTES = {
     "kperf.analyse_submission": {"queue": "analysis"},
     "kperf.analyse_branch_commit": {"queue": "analysis"},
     "kperf.reanalyse_branch": {"queue": "analysis"},
+    "kperf.summarise_job": {"queue": "analysis"},
 }
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from kperf.core import dispatch, history, sharing, states
+from kperf.core import dispatch, sharing, states
 from kperf.core.models import BootRecord, Clock, Job, KernelBuild, MetricDef, Runner, Sample
 from kperf.core.models.accounts import hash_token
 from kperf_runner import benchmarks as registry
@@ -208,25 +208,28 @@ def _define_metrics(job: Job) -> None:
     metrics, and one update_or_create each cost two round trips per metric
     on every upload.
     """
-    wanted = {m.name: m for m in registry.get_benchmark(job.benchmark).metrics(job.params)}
-    stored = {d.name: d for d in MetricDef.objects.filter(name__in=list(wanted))}
+    wanted = {
+        m.name: (job.benchmark, m.unit, m.higher_is_better)
+        for m in registry.get_benchmark(job.benchmark).metrics(job.params)
+    }
+    # Tuples, not model instances: two hundred of them on every upload add up.
+    stored = {
+        name: (bench, unit, hib)
+        for name, bench, unit, hib in MetricDef.objects.filter(name__in=list(wanted)).values_list(
+            "name", "benchmark", "unit", "higher_is_better"
+        )
+    }
     missing = [
-        MetricDef(name=n, benchmark=job.benchmark, unit=m.unit, higher_is_better=m.higher_is_better)
-        for n, m in wanted.items()
-        if n not in stored
+        MetricDef(name=n, benchmark=b, unit=u, higher_is_better=h) for n, (b, u, h) in wanted.items() if n not in stored
     ]
     if missing:
         # Two uploads defining the same new metric at once: the second one's
         # rows are dropped by the unique name, not an error.
         MetricDef.objects.bulk_create(missing, ignore_conflicts=True)
-    changed = []
-    for name, d in stored.items():
-        m = wanted[name]
-        if (d.benchmark, d.unit, d.higher_is_better) != (job.benchmark, m.unit, m.higher_is_better):
-            d.benchmark, d.unit, d.higher_is_better = job.benchmark, m.unit, m.higher_is_better
-            changed.append(d)
-    if changed:
-        MetricDef.objects.bulk_update(changed, ["benchmark", "unit", "higher_is_better"])
+    for name, (b, u, h) in wanted.items():
+        if name in stored and stored[name] != (b, u, h):
+            # Rare (a unit fixed in a new release): one update per metric that changed.
+            MetricDef.objects.filter(name=name).update(benchmark=b, unit=u, higher_is_better=h)
 
 
 def _copy_samples(boot_record_id: int, rows: list[tuple[str, int, float]]) -> None:
@@ -260,7 +263,10 @@ def record_results(runner: Runner, job_id: int, data: dict[str, Any]) -> Job:
             job.console_log = ""
             _append_console(job, str(data["console_log"]))
         job.save()
-        history.job_stored(job.pk)
+        # The summaries (docs/history.md) are brought up to date by a task once
+        # this commits, not inside the upload: the runner waits for neither, and
+        # a summary the task has not written yet is caught up by the next read.
+        dispatch.after_commit("kperf.summarise_job", job.pk)
         _advance_owner(job)
     log.info("job %s: results recorded from %s", job_id, runner.name)
     return job

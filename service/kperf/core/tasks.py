@@ -14,7 +14,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from kperf.core import alerts, building, leases, owners, sweeper, tracking, workflow
+from kperf.core import alerts, building, history, leases, owners, sweeper, tracking, workflow
 
 # Options shared by every task. soft_time_limit raises inside the task
 # (builds stop their compiler, analyses fail their owner with a message);
@@ -54,6 +54,11 @@ def advance_submission(sub_id: int) -> None:
 @shared_task(name="kperf.analyse_submission", **_limits(settings.KPERF_ANALYSIS_TIME_LIMIT))
 def analyse_submission(sub_id: int) -> None:
     owners.analyse(owners.SUBMISSION, sub_id)
+
+
+@shared_task(name="kperf.summarise_job", **_limits(settings.KPERF_ANALYSIS_TIME_LIMIT))
+def summarise_job(job_id: int) -> None:
+    history.job_stored(job_id)
 
 
 @shared_task(name="kperf.expire_leases", **_DEFAULT)
