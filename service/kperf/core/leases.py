@@ -99,8 +99,9 @@ def claim(runner: Runner) -> Job | None:
         job.phase = "claimed"
         job.progress = f"claimed by {runner.name}"
         job.save(update_fields=["status", "runner", "lease_expires", "started", "phase", "progress"])
+        # In the claim's transaction: one commit (one WAL flush) per claim, not two.
+        Runner.objects.filter(pk=runner.pk).update(last_heartbeat=now)
     runner.last_heartbeat = now
-    runner.save(update_fields=["last_heartbeat"])
     log.info("job %s (attempt %s) leased to %s", job.pk, job.attempt, runner.name)
     return job
 
