@@ -9,11 +9,20 @@ from typing import Any
 import numpy as np
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from kperf.core import analysis, history, tracking
-from kperf.core.models import BootRecord, CommitSummary, Job, NoisePool, RunSummary, Sample, SeriesState
+from kperf.core import analysis, history, series_pools, tracking
+from kperf.core.models import (
+    BootRecord,
+    CommitSummary,
+    Job,
+    NoisePool,
+    RunSummary,
+    Sample,
+    SeriesPool,
+    SeriesState,
+)
 from kperf.stats import history as sh
 from kperf.stats.changepoints import OnlineDetector, detect, estimate_drift
 from kperf.stats.noise import (
@@ -71,14 +80,14 @@ def test_learned_drift_and_build_noise_from_summaries_equal_the_full_history(
     # One branch analysed (so it has change points that cut its history), one never.
     tracking.analyse_series(wandering, qemu_class.pk, "spawn", qemu_class.clock)
     full = tracking.learned_drift(qemu_class.pk, "spawn", qemu_class.clock)
-    kept = history.learned_drift(qemu_class.pk, "spawn", qemu_class.clock)
+    kept = series_pools.learned_drift(qemu_class.pk, "spawn", qemu_class.clock)
     assert set(kept) == set(full) == {WANDERS, STEADY}
     for metric in full:
         assert kept[metric].rate == full[metric].rate
         assert kept[metric].commits == full[metric].commits
         assert kept[metric].lr == pytest.approx(full[metric].lr, rel=1e-9, abs=1e-9)
     full_builds = tracking.learned_build_noise(qemu_class.pk, "spawn", qemu_class.clock)
-    kept_builds = history.learned_build_noise(qemu_class.pk, "spawn", qemu_class.clock)
+    kept_builds = series_pools.learned_build_noise(qemu_class.pk, "spawn", qemu_class.clock)
     for metric in full_builds:
         assert kept_builds[metric].sd == pytest.approx(full_builds[metric].sd, rel=1e-9, abs=1e-12)
         assert kept_builds[metric].builds == full_builds[metric].builds
@@ -89,7 +98,7 @@ def test_between_build_noise_from_summaries_equals_the_full_history(
 ) -> None:
     branch_of_builds(alice, qemu_class, tmp_path, n=16, boots=2)
     full = tracking.learned_build_noise(qemu_class.pk, "spawn", qemu_class.clock)
-    kept = history.learned_build_noise(qemu_class.pk, "spawn", qemu_class.clock)
+    kept = series_pools.learned_build_noise(qemu_class.pk, "spawn", qemu_class.clock)
     assert full and set(kept) == set(full)
     for metric, estimate in full.items():
         assert estimate.sd > 0
@@ -282,3 +291,86 @@ def test_a_kept_detector_is_continued_unless_the_learned_drift_moves_its_thresho
     # A drift that moves the threshold (and window) by more than the tolerance: a replay.
     _, _, replayed = changes._detector(stored, ids, values, True, 1.0e-2)
     assert replayed
+
+
+def test_build_sums_of_arrays_equal_them_from_each_build() -> None:
+    rng = np.random.default_rng(8)
+    n = 60
+    boots = rng.integers(0, 4, n)  # 0: the commit measured nothing of the metric
+    means = np.where(boots > 0, rng.normal(5, 1, n), np.nan)
+    ss = np.where(boots > 0, rng.uniform(0, 2, n), np.nan)
+    bounds = history.segment_bounds(list(range(n)), {0, 17, 18, 40})
+    assert bounds == [(0, 17), (17, 18), (18, 40), (40, 60)]
+    groups = [[sh.BuildStat(int(boots[i]), means[i], ss[i]) for i in range(a, b) if boots[i] > 0] for a, b in bounds]
+    got, want = sh.build_sums_of_arrays(boots, means, ss, bounds), sh.build_sums(groups)
+    assert got.builds == want.builds and got.groups == want.groups == 3
+    assert got.as_list() == pytest.approx(want.as_list(), rel=1e-12)
+
+
+def _pools_from_rows(mclass: Any) -> dict[tuple[str, str], tuple[sh.DriftStats, list[float], list[float], int, int]]:
+    """Every branch's SeriesState rows added up afresh: what the pools must hold."""
+    out: dict[tuple[str, str], tuple[sh.DriftStats, list[float], list[float], int, int]] = {}
+    for s in SeriesState.objects.filter(machine_class=mclass).order_by("branch_id"):
+        drift = sh.DriftStats(tuple(s.drift_ssq), tuple(s.drift_logf), s.drift_n, s.drift_used)
+        log_ = sh.BuildSums.from_list(s.build_log) if s.build_log else sh.BuildSums()
+        lin = sh.BuildSums.from_list(s.build_lin) if s.build_lin else sh.BuildSums()
+        if (s.benchmark, s.metric) in out:
+            d, a, b, states, nonpositive = out[(s.benchmark, s.metric)]
+            drift, log_, lin = d + drift, sh.BuildSums.from_list(a) + log_, sh.BuildSums.from_list(b) + lin
+        else:
+            states, nonpositive = 0, 0
+        out[(s.benchmark, s.metric)] = (
+            drift,
+            log_.as_list(),
+            lin.as_list(),
+            states + 1,
+            nonpositive + (not s.positive),
+        )
+    return out
+
+
+def _assert_pools_hold_the_rows(mclass: Any) -> None:
+    want = _pools_from_rows(mclass)
+    pools = {(p.benchmark, p.metric): p for p in SeriesPool.objects.filter(machine_class=mclass)}
+    assert set(pools) == set(want)
+    for key, (drift, log_, lin, states, nonpositive) in want.items():
+        p = pools[key]
+        assert (p.states, p.nonpositive, p.drift_n, p.drift_used) == (states, nonpositive, drift.n, drift.used)
+        assert p.drift_ssq == pytest.approx(list(drift.ssq), rel=1e-9, abs=1e-12)
+        assert p.drift_logf == pytest.approx(list(drift.logf), rel=1e-9, abs=1e-12)
+        assert p.build_log == pytest.approx(log_, rel=1e-9, abs=1e-12)
+        assert p.build_lin == pytest.approx(lin, rel=1e-9, abs=1e-12)
+
+
+def test_the_series_pools_stay_the_sum_of_the_branches_rows(alice: Any, qemu_class: Any, tmp_path: Path) -> None:
+    wandering, _ = branch_with_series(alice, qemu_class, tmp_path, "wandering", 60, walk=0.1)
+    stepping, _ = branch_with_series(alice, qemu_class, tmp_path, "stepping", 50, walk=0.0, step_at=25, step=8.0)
+    clock = qemu_class.clock
+    history.summarise(Job.objects.all())
+    series_pools.ensure_class_states(qemu_class.pk, clock)
+    assert SeriesState.objects.count() == 4
+    _assert_pools_hold_the_rows(qemu_class)
+    # The analysis finds the step and cuts the series there: the branch's rows
+    # are replaced (as many as before, other sums), and the pools move with them.
+    before = SeriesState.objects.get(branch=stepping, metric=STEADY).drift_used
+    tracking.analyse_series(stepping, qemu_class.pk, "spawn", clock)
+    assert SeriesState.objects.get(branch=stepping, metric=STEADY).drift_used != before
+    _assert_pools_hold_the_rows(qemu_class)
+    # A branch's rows replaced by fewer: the metric it no longer has leaves its pool.
+    kept = {m: s for (_, m), s in series_pools.class_sums(qemu_class.pk, clock, exclude_branch=stepping.pk).items()}
+    with transaction.atomic():
+        series_pools.store_branch_sums(
+            wandering.pk,
+            qemu_class.pk,
+            "spawn",
+            clock,
+            {WANDERS: history.BranchSums(kept[WANDERS].drift, sh.BuildSums(), sh.BuildSums(), True)},
+            60,
+        )
+    assert not SeriesState.objects.filter(branch=wandering, metric=STEADY).exists()
+    _assert_pools_hold_the_rows(qemu_class)
+    # Rows that leave another way (a branch deleted): the next read adds the pools up again.
+    stepping.delete()
+    left = series_pools.class_sums(qemu_class.pk, clock)
+    _assert_pools_hold_the_rows(qemu_class)
+    assert set(left) == {("spawn", WANDERS)} and left[("spawn", WANDERS)].drift == kept[WANDERS].drift

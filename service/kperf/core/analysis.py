@@ -13,7 +13,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from kperf import stats
-from kperf.core import alerts, benchmarks, history, noise_pools, presenters, states
+from kperf.core import alerts, benchmarks, history, noise_pools, presenters, series_pools, states
 from kperf.core.models import (
     Clock,
     Comparison,
@@ -29,6 +29,7 @@ from kperf.core.models import (
 from kperf.stats import noise, sequential, summary
 from kperf.stats.builds import BuildNoise
 from kperf.stats.changepoints import DriftEstimate
+from kperf.stats.history import drift_from_stats
 
 log = logging.getLogger("kperf.analysis")
 
@@ -372,8 +373,8 @@ def learned_build_priors(mclass_id: int, bench: str, clock: str) -> dict[str, st
     if not settings.KPERF_LEARNED_BUILD_NOISE or clock != Clock.INSTRUCTIONS:
         return {}
     out: dict[str, stats.NoisePrior] = {}
-    # From the tracked branches' summaries (kperf.core.history), not their samples.
-    for metric, estimate in history.learned_build_noise(mclass_id, bench, clock).items():
+    # From the tracked branches' summaries (kperf.core.series_pools), not their samples.
+    for metric, estimate in series_pools.learned_build_noise(mclass_id, bench, clock).items():
         prior = estimate.prior()
         if prior is not None:
             out[metric] = prior
@@ -401,13 +402,17 @@ def noise_report(machine_class: str, boots: int, iterations: int, clock: str) ->
     pooled = noise_pools.noise_models(mclass.pk, clock)
     # How fast each metric's level wanders along tracked branches (what picks
     # the change-point window); only metrics some branch has measured have one.
-    # Both it and the between-build noise are added up from each branch's
-    # summary (kperf.core.history): no branch's samples are read here.
+    # Both it and the between-build noise come from the branches' summaries
+    # pooled per class (kperf.core.series_pools): no branch's samples are read here.
     drift: dict[str, DriftEstimate] = {}
     builds: dict[str, BuildNoise] = {}
-    for bench in history.ensure_class_states(mclass.pk, clock):
-        drift.update(history.learned_drift(mclass.pk, bench, clock, ensure=False))
-        builds.update(history.learned_build_noise(mclass.pk, bench, clock, ensure=False))
+    measured = set(series_pools.ensure_class_states(mclass.pk, clock))
+    # Every benchmark's rows in one read (metric names are unique across benchmarks).
+    for (bench, metric), sums in series_pools.class_sums(mclass.pk, clock).items():
+        if bench not in measured:
+            continue
+        drift[metric] = drift_from_stats(sums.drift)
+        builds[metric] = series_pools.build_noise_of(sums)
     out = []
     for metric, (total, model) in pooled.items():
         if total.boots < 3:

@@ -1,7 +1,8 @@
 """Change points of a tracked branch's series, from the summaries (docs/history.md).
 
 One analysis reads each commit's point of every metric (CommitSummary), the
-drift learned from every other branch (SeriesState), and its own detectors
+drift learned from every other branch (SeriesPool less its own SeriesState
+rows, kperf.core.series_pools), and its own detectors
 as the previous analysis left them. A commit appended at the end of the
 series costs one step of each metric's detector; a commit that lands inside
 the series (bisection, a backfill), a change of the learned drift or a
@@ -13,13 +14,13 @@ that the series did not move meanwhile and to write the answer.
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass, field
 
+import numpy as np
 from django.conf import settings
 from django.db import transaction
 
-from kperf.core import alerts, benchmarks, history
+from kperf.core import alerts, benchmarks, history, series_pools
 from kperf.core.models import BranchCommit, ChangePoint, Job, MetricDef, SeriesState, TrackedBranch
 from kperf.stats import history as sh
 from kperf.stats.changepoints import DEFAULT_WINDOW, OnlineDetector, drift_window, threshold_for_drift
@@ -99,7 +100,7 @@ def compute(branch: TrackedBranch, mclass_id: int, bench: str, clock: str, defs:
     if settings.KPERF_LEARNED_DRIFT:
         # Every other branch as its last analysis left it, this one as it stands now
         # (with the change points stored so far), as tracking.learned_drift pools them.
-        pooled = history.drift_sums(mclass_id, bench, clock, exclude_branch=branch.pk)
+        pooled = series_pools.drift_sums(mclass_id, bench, clock, exclude_branch=branch.pk)
         own_sums = history.branch_sums(ids, points, cuts)
         for metric, own in own_sums.items():
             total = pooled[metric] + own.drift if metric in pooled else own.drift
@@ -114,12 +115,16 @@ def compute(branch: TrackedBranch, mclass_id: int, bench: str, clock: str, defs:
     for name, pts in sorted(points.items()):
         if name not in defs:
             continue
-        present = [(c, p) for c, p in zip(ids, pts, strict=True) if p is not None]
-        log_scale = all(p.positive for _, p in present)
-        kept = [(c, p.mean_log if log_scale else p.mean_lin) for c, p in present]
-        kept = [(c, v) for c, v in kept if math.isfinite(v)]
+        present = pts.present
+        log_scale = bool(pts.positive[present].all())
+        values = pts.mean_log if log_scale else pts.mean_lin
+        kept = np.flatnonzero(present & np.isfinite(values))
         det, fed, replayed = _detector(
-            bytes(stored.get(name) or b""), [c for c, _ in kept], [v for _, v in kept], log_scale, drift.get(name, 0.0)
+            bytes(stored.get(name) or b""),
+            [ids[i] for i in kept],
+            values[kept].tolist(),
+            log_scale,
+            drift.get(name, 0.0),
         )
         answer.replayed += replayed
         answer.found[name] = sh.finish_change_points(
@@ -223,7 +228,7 @@ def _store(branch: TrackedBranch, mclass_id: int, bench: str, clock: str, answer
         clock=clock,
         commit__position__gte=first.position if first is not None else 0,
     ).exclude(pk__in=[c.pk for c in kept]).delete()
-    history.store_branch_sums(branch.pk, mclass_id, bench, clock, answer.sums, len(answer.ids), answer.detectors)
+    series_pools.store_branch_sums(branch.pk, mclass_id, bench, clock, answer.sums, len(answer.ids), answer.detectors)
     if kept:
         log.info("branch %s, %s on class %s: %d change points", branch.pk, bench, mclass_id, len(kept))
     return kept

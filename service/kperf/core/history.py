@@ -6,10 +6,11 @@ commit, the commit's point (CommitSummary). Each is recomputed from the raw
 samples of that one kernel or commit, so the cost is that kernel's boots,
 never the history's. Jobs that reached the database another way (imports,
 tests, a hook that failed) are caught up on the next read: SummarisedJob
-says which are in. Per tracked branch, SeriesState holds what its last
-analysis learned (drift and between-build sums, the detector); learning per
-machine class adds those rows up. `kperf-manage rebuild_history` recomputes
-everything from the raw samples.
+says which are in. A branch's series is read from CommitSummary as arrays
+(series_points) and reduced to its drift and between-build sums
+(branch_sums); kperf.core.series_pools keeps those per branch and added up
+per machine class. `kperf-manage rebuild_history` recomputes everything
+from the raw samples.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ from __future__ import annotations
 import logging
 import zlib
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 from django.db import connection, transaction
@@ -33,14 +33,10 @@ from kperf.core.models import (
     NoisePool,
     RunSummary,
     Sample,
-    SeriesState,
     SummarisedJob,
-    TrackedBranch,
 )
 from kperf.stats import history as sh
 from kperf.stats.abtest import normalise_boots
-from kperf.stats.builds import BuildNoise
-from kperf.stats.changepoints import DRIFT_GRID, DriftEstimate
 from kperf.stats.noise import RunPool, RunStats, run_stats
 
 log = logging.getLogger("kperf.history")
@@ -176,11 +172,6 @@ class CommitPoint(NamedTuple):
     mean_lin: float
     ss_lin: float
 
-    def build(self, log_scale: bool) -> sh.BuildStat:
-        if log_scale:
-            return sh.BuildStat(self.boots, self.mean_log, self.ss_log)
-        return sh.BuildStat(self.boots, self.mean_lin, self.ss_lin)
-
 
 def commit_point(boots: Boots) -> CommitPoint | None:
     """A commit's point from its boots (kperf.stats.changepoints.commit_summary on both scales)."""
@@ -260,115 +251,6 @@ def job_stored(job_id: int) -> None:
     summarise(Job.objects.filter(pk=job_id))
 
 
-# --- learned from the summaries -------------------------------------------------------------
-
-
-def _states(mclass_id: int, bench: str, clock: str, exclude_branch: int | None = None) -> QuerySet[SeriesState]:
-    qs = SeriesState.objects.filter(machine_class_id=mclass_id, benchmark=bench, clock=clock)
-    return qs.exclude(branch_id=exclude_branch) if exclude_branch is not None else qs
-
-
-def ensure_states(mclass_id: int, bench: str, clock: str) -> int:
-    """Give every branch that measured this series a SeriesState (those whose
-    commits reached the database without an analysis); returns how many were added."""
-    summarise(Job.objects.filter(machine_class_id=mclass_id, benchmark=bench, clock=clock, branch_commit__isnull=False))
-    have = SeriesState.objects.filter(machine_class_id=mclass_id, benchmark=bench, clock=clock).values("branch_id")
-    missing = (
-        TrackedBranch.objects.filter(
-            commits__jobs__machine_class_id=mclass_id,
-            commits__jobs__benchmark=bench,
-            commits__jobs__clock=clock,
-            commits__jobs__status=Job.Status.DONE,
-        )
-        .exclude(pk__in=have)
-        .distinct()
-        .values_list("pk", flat=True)
-    )
-    return _add_states([(b, bench) for b in missing], mclass_id, clock)
-
-
-def ensure_class_states(mclass_id: int, clock: str) -> list[str]:
-    """ensure_states() for every benchmark some branch measured on a machine class
-    and clock, in one pass over its jobs (the caller has summarised them); returns those benchmarks."""
-    measured = set(
-        Job.objects.filter(status=Job.Status.DONE, machine_class_id=mclass_id, clock=clock, branch_commit__isnull=False)
-        .values_list("branch_commit__branch_id", "benchmark")
-        .distinct()
-    )
-    have = set(
-        SeriesState.objects.filter(machine_class_id=mclass_id, clock=clock)
-        .values_list("branch_id", "benchmark")
-        .distinct()
-    )
-    _add_states(sorted(measured - have), mclass_id, clock)
-    return sorted({bench for _, bench in measured})
-
-
-def _add_states(missing: Iterable[tuple[int, str]], mclass_id: int, clock: str) -> int:
-    added = 0
-    for branch_id, bench in list(missing):
-        ids = [c for c, _ in series_commits(branch_id, mclass_id, bench, clock, SERIES_WINDOW)]
-        sums = branch_sums(
-            ids, series_points(ids, mclass_id, bench, clock), cuts_of(branch_id, mclass_id, bench, clock)
-        )
-        with transaction.atomic():
-            store_branch_sums(branch_id, mclass_id, bench, clock, sums, len(ids))
-        added += 1
-    return added
-
-
-def drift_sums(
-    mclass_id: int, bench: str, clock: str, exclude_branch: int | None = None, ensure: bool = True
-) -> dict[str, sh.DriftStats]:
-    """Per metric, the drift sums of every branch's series (but `exclude_branch`'s);
-    ensure=False: the caller has just run ensure_states."""
-    if ensure:
-        ensure_states(mclass_id, bench, clock)
-    # Added branch by branch in branch order (as DriftStats.__add__ would), on arrays:
-    # a class's noise report adds up thousands of rows.
-    sums: dict[str, list[Any]] = {}
-    rows = _states(mclass_id, bench, clock, exclude_branch).order_by("branch_id")
-    for metric, ssq, logf, n, used in rows.values_list("metric", "drift_ssq", "drift_logf", "drift_n", "drift_used"):
-        if not ssq:
-            sums.setdefault(metric, [np.zeros(len(DRIFT_GRID)), np.zeros(len(DRIFT_GRID)), 0, 0])
-            continue
-        if metric not in sums:
-            sums[metric] = [np.asarray(ssq, dtype=float), np.asarray(logf, dtype=float), n, used]
-            continue
-        total = sums[metric]
-        total[0] = total[0] + np.asarray(ssq, dtype=float)
-        total[1] = total[1] + np.asarray(logf, dtype=float)
-        total[2] += n
-        total[3] += used
-    return {m: sh.DriftStats(tuple(s[0].tolist()), tuple(s[1].tolist()), s[2], s[3]) for m, s in sums.items()}
-
-
-def learned_drift(mclass_id: int, bench: str, clock: str, ensure: bool = True) -> dict[str, DriftEstimate]:
-    """tracking.learned_drift() from the branches' SeriesState rows."""
-    return {m: sh.drift_from_stats(s) for m, s in drift_sums(mclass_id, bench, clock, ensure=ensure).items()}
-
-
-def learned_build_noise(mclass_id: int, bench: str, clock: str, ensure: bool = True) -> dict[str, BuildNoise]:
-    """tracking.learned_build_noise() from the branches' SeriesState rows."""
-    if ensure:
-        ensure_states(mclass_id, bench, clock)
-    sums: dict[str, tuple[sh.BuildSums, sh.BuildSums, bool]] = {}
-    rows = _states(mclass_id, bench, clock).order_by("branch_id")
-    for metric, log_, lin, positive in rows.values_list("metric", "build_log", "build_lin", "positive"):
-        a = sh.BuildSums.from_list(log_) if log_ else sh.BuildSums()
-        b = sh.BuildSums.from_list(lin) if lin else sh.BuildSums()
-        if metric in sums:
-            pa, pb, pp = sums[metric]
-            sums[metric] = (pa + a, pb + b, pp and positive)
-        else:
-            sums[metric] = (a, b, positive)
-    out: dict[str, BuildNoise] = {}
-    # A row exists only for a metric its branch measured, so every metric here has values.
-    for metric, (log_sums, lin_sums, positive) in sums.items():
-        out[metric] = sh.build_noise_from_sums(log_sums if positive else lin_sums, positive)
-    return out
-
-
 # --- one branch's series ------------------------------------------------------------------
 
 
@@ -391,32 +273,70 @@ def series_commits(branch_id: int, mclass_id: int, bench: str, clock: str, windo
     return rows[::-1]
 
 
-Points = dict[str, list[CommitPoint | None]]  # metric -> per commit of the series
+@dataclass
+class SeriesPoints:
+    """One metric's points over a series' commits, as CommitSummary keeps them, one
+    array entry per commit (boots 0 and nan where it measured nothing of the metric):
+    arrays, not a CommitPoint per commit, since an analysis reads a hundred thousand."""
+
+    boots: np.ndarray
+    positive: np.ndarray
+    mean_log: np.ndarray
+    ss_log: np.ndarray
+    mean_lin: np.ndarray
+    ss_lin: np.ndarray
+
+    @property
+    def present(self) -> np.ndarray:
+        return self.boots > 0
+
+
+Points = dict[str, SeriesPoints]
+
+
+# series_points' record of one point (network byte order, as the *send functions write it).
+_POINT = np.dtype(
+    [("commit", ">i8"), ("boots", ">i4"), ("positive", ">i4")]
+    + [(name, ">f8") for name in ("mean_log", "ss_log", "mean_lin", "ss_lin")]
+)
 
 
 def series_points(commit_ids: list[int], mclass_id: int, bench: str, clock: str) -> Points:
-    """Per metric, each commit's point (None where the commit measured nothing of it)."""
-    where = {c: i for i, c in enumerate(commit_ids)}
+    """Per metric, each commit's point (see SeriesPoints)."""
     out: Points = {}
+    if not commit_ids:
+        return out
     with connection.cursor() as cursor:
+        # One row per metric, its points as one string of binary records (the exact
+        # doubles, float8send), read with frombuffer: a hundred rows instead of one per
+        # commit and metric, and no parsing of values in Python. One aggregate, so
+        # every field of a record comes from the same row whatever the order.
         cursor.execute(
-            f"SELECT commit_id, metric, boots, positive, mean_log, ss_log, mean_lin, ss_lin "
-            f"FROM {CommitSummary._meta.db_table} WHERE commit_id = ANY(%s) AND machine_class_id = %s "
-            f"AND benchmark = %s AND clock = %s",
+            f"SELECT s.metric, string_agg(int8send(s.commit_id::bigint) || int4send(s.boots::int) "
+            f"|| int4send(s.positive::int) || float8send(coalesce(s.mean_log, 'NaN')) "
+            f"|| float8send(coalesce(s.ss_log, 'NaN')) || float8send(s.mean_lin) || float8send(s.ss_lin), ''::bytea) "
+            f"FROM {CommitSummary._meta.db_table} s WHERE s.commit_id = ANY(%s) AND s.machine_class_id = %s "
+            f"AND s.benchmark = %s AND s.clock = %s GROUP BY s.metric",
             [commit_ids, mclass_id, bench, clock],
         )
-        for commit_id, metric, boots, positive, mean_log, ss_log, mean_lin, ss_lin in cursor.fetchall():
-            points = out.get(metric)
-            if points is None:
-                points = out[metric] = [None] * len(commit_ids)
-            points[where[commit_id]] = CommitPoint(
-                boots,
-                positive,
-                mean_log if mean_log is not None else float("nan"),
-                ss_log if ss_log is not None else float("nan"),
-                mean_lin,
-                ss_lin,
-            )
+        rows = cursor.fetchall()
+    n = len(commit_ids)
+    ids = np.asarray(commit_ids, dtype=np.int64)
+    order = np.argsort(ids)
+    for metric, data in rows:
+        got = np.frombuffer(data, dtype=_POINT)
+        # Each point's place in the series, from its commit id.
+        where = order[np.searchsorted(ids[order], got["commit"])]
+        k = np.zeros(n, dtype=np.int64)
+        k[where] = got["boots"]
+        pos = np.ones(n, dtype=bool)
+        pos[where] = got["positive"] != 0
+        arrays = []
+        for name in ("mean_log", "ss_log", "mean_lin", "ss_lin"):
+            full = np.full(n, np.nan)
+            full[where] = got[name]
+            arrays.append(full)
+        out[metric] = SeriesPoints(k, pos, *arrays)
     return out
 
 
@@ -430,27 +350,19 @@ def cuts_of(branch_id: int, mclass_id: int, bench: str, clock: str) -> dict[str,
     return cuts
 
 
-def segments(commit_ids: list[int], points: list[CommitPoint | None], cuts: set[int]) -> list[list[CommitPoint | None]]:
-    """A series cut at its change points, as tracking.history_segments cuts it."""
-    out: list[list[CommitPoint | None]] = []
-    seg: list[CommitPoint | None] = []
-    for commit_id, point in zip(commit_ids, points, strict=True):
-        if commit_id in cuts and seg:
-            out.append(seg)
-            seg = []
-        seg.append(point)
-    out.append(seg)
-    return out
+def segment_bounds(commit_ids: list[int], cuts: set[int]) -> list[tuple[int, int]]:
+    """(start, end) of each segment of a series cut at its change points, as tracking.history_segments cuts it."""
+    starts = sorted(i for i, c in enumerate(commit_ids) if c in cuts and i > 0)
+    edges = [0, *starts, len(commit_ids)]
+    return list(zip(edges[:-1], edges[1:], strict=True))
 
 
-def segment_values(seg: list[CommitPoint | None]) -> np.ndarray:
+def segment_values(points: SeriesPoints, start: int, end: int) -> np.ndarray:
     """series_summaries() of one segment: its own scale, nan where a commit measured nothing."""
-    present = [p for p in seg if p is not None]
-    log_scale = all(p.positive for p in present)
-    return np.array(
-        [np.nan if p is None else (p.mean_log if log_scale else p.mean_lin) for p in seg],
-        dtype=float,
-    )
+    on = points.present[start:end]
+    log_scale = bool(points.positive[start:end][on].all())
+    values = (points.mean_log if log_scale else points.mean_lin)[start:end]
+    return np.where(on, values, np.nan)
 
 
 @dataclass
@@ -465,62 +377,17 @@ class BranchSums:
 
 def branch_sums(commit_ids: list[int], points: Points, cuts: dict[str, set[int]]) -> dict[str, BranchSums]:
     """Per metric, the drift and between-build sums of a branch's series cut at `cuts`."""
-    cut_series = {m: segments(commit_ids, pts, cuts.get(m, set())) for m, pts in points.items()}
+    bounds = {m: segment_bounds(commit_ids, cuts.get(m, set())) for m in points}
     # Every metric's segments through the drift filter together (one pass, not one per metric).
-    drifts = sh.drift_stats_many([[segment_values(seg) for seg in segs] for segs in cut_series.values()])
+    drifts = sh.drift_stats_many([[segment_values(points[m], a, b) for a, b in bs] for m, bs in bounds.items()])
     out: dict[str, BranchSums] = {}
-    for (metric, segs), drift in zip(cut_series.items(), drifts, strict=True):
-        positive = all(p.positive for p in points[metric] if p is not None)
-        groups = [[p for p in seg if p is not None] for seg in segs]
+    for (metric, bs), drift in zip(bounds.items(), drifts, strict=True):
+        p = points[metric]
+        positive = bool(p.positive[p.present].all())
         out[metric] = BranchSums(
             drift,
-            sh.build_sums([[p.build(True) for p in g] for g in groups]) if positive else sh.BuildSums(),
-            sh.build_sums([[p.build(False) for p in g] for g in groups]),
+            sh.build_sums_of_arrays(p.boots, p.mean_log, p.ss_log, bs) if positive else sh.BuildSums(),
+            sh.build_sums_of_arrays(p.boots, p.mean_lin, p.ss_lin, bs),
             positive,
         )
     return out
-
-
-def store_branch_sums(
-    branch_id: int,
-    mclass_id: int,
-    bench: str,
-    clock: str,
-    sums: dict[str, BranchSums],
-    commits: int,
-    detectors: dict[str, bytes] | None = None,
-) -> None:
-    """Replace a branch's SeriesState rows; `detectors`: each metric's detector (else they are left as they are)."""
-    key = {"branch_id": branch_id, "machine_class_id": mclass_id, "benchmark": bench, "clock": clock}
-    SeriesState.objects.filter(**key).exclude(metric__in=list(sums)).delete()
-    SeriesState.objects.bulk_create(
-        [
-            SeriesState(
-                metric=m,
-                **key,
-                commits=commits,
-                drift_ssq=list(s.drift.ssq),
-                drift_logf=list(s.drift.logf),
-                drift_n=s.drift.n,
-                drift_used=s.drift.used,
-                build_log=s.build_log.as_list(),
-                build_lin=s.build_lin.as_list(),
-                positive=s.positive,
-                detector=(detectors or {}).get(m, b""),
-            )
-            for m, s in sums.items()
-        ],
-        update_conflicts=True,
-        unique_fields=["branch", "machine_class", "benchmark", "clock", "metric"],
-        update_fields=[
-            "commits",
-            "drift_ssq",
-            "drift_logf",
-            "drift_n",
-            "drift_used",
-            "build_log",
-            "build_lin",
-            "positive",
-            *(["detector"] if detectors is not None else []),
-        ],
-    )

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from django.db import connection, transaction
 
-from kperf.core import history
-from kperf.core.models import CommitSummary, Job, NoisePool, RunSummary, SeriesState, SummarisedJob
+from kperf.core import history, series_pools
+from kperf.core.models import CommitSummary, Job, NoisePool, RunSummary, SeriesPool, SeriesState, SummarisedJob
 from kperf.stats import history as sh
 from kperf.stats.abtest import boot_summaries
 from kperf.stats.noise import RunStats, run_stats, run_stats_batch
@@ -233,11 +233,12 @@ def rebuild(window: int, progress: bool = False) -> dict[str, int]:
         .distinct()
     )
     SeriesState.objects.all().delete()
+    SeriesPool.objects.all().delete()
     for branch_id, mclass_id, bench, clock in sorted(series):
         ids = [c for c, _ in history.series_commits(branch_id, mclass_id, bench, clock, window)]
         points = history.series_points(ids, mclass_id, bench, clock)
         sums = history.branch_sums(ids, points, history.cuts_of(branch_id, mclass_id, bench, clock))
         with transaction.atomic():
-            history.store_branch_sums(branch_id, mclass_id, bench, clock, sums, len(ids))
+            series_pools.store_branch_sums(branch_id, mclass_id, bench, clock, sums, len(ids))
     kernels = {k[:5] for k, _ in out.runs}
     return {"kernels": len(kernels), "commits": len({k[0] for k in out.commit_boots}), "series": len(series)}

@@ -187,4 +187,34 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
+        migrations.CreateModel(
+            name="SeriesPool",
+            fields=[
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("benchmark", models.CharField(max_length=64)),
+                ("clock", models.CharField(max_length=16)),
+                ("metric", models.CharField(max_length=128)),
+                ("states", models.IntegerField(default=0)),
+                ("nonpositive", models.IntegerField(default=0)),
+                ("drift_ssq", django.contrib.postgres.fields.ArrayField(models.FloatField(), default=list, size=None)),
+                ("drift_logf", django.contrib.postgres.fields.ArrayField(models.FloatField(), default=list, size=None)),
+                ("drift_n", models.BigIntegerField(default=0)),
+                ("drift_used", models.BigIntegerField(default=0)),
+                ("build_log", django.contrib.postgres.fields.ArrayField(models.FloatField(), default=list, size=None)),
+                ("build_lin", django.contrib.postgres.fields.ArrayField(models.FloatField(), default=list, size=None)),
+                (
+                    "machine_class",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="core.machineclass"
+                    ),
+                ),
+            ],
+            options={
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("machine_class", "clock", "benchmark", "metric"), name="unique_series_pool"
+                    )
+                ],
+            },
+        ),
     ]

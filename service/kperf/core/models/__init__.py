@@ -3,7 +3,14 @@
 from kperf.core.models.accounts import ApiToken
 from kperf.core.models.alerts import Alert
 from kperf.core.models.builds import KernelBuild
-from kperf.core.models.history import CommitSummary, NoisePool, RunSummary, SeriesState, SummarisedJob
+from kperf.core.models.history import (
+    CommitSummary,
+    NoisePool,
+    RunSummary,
+    SeriesPool,
+    SeriesState,
+    SummarisedJob,
+)
 from kperf.core.models.lab import Clock, Job, MachineClass, Runner
 from kperf.core.models.results import BootRecord, Comparison, MetricComparison, MetricDef, Sample
 from kperf.core.models.sharing import SharedJob
@@ -29,6 +36,7 @@ __all__ = [
     "RunSummary",
     "Runner",
     "Sample",
+    "SeriesPool",
     "SeriesState",
     "SharedJob",
     "Submission",

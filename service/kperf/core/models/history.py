@@ -161,6 +161,38 @@ class SeriesState(models.Model):
         return f"{self.metric} on branch {self.branch_id} ({self.commits} commits)"
 
 
+class SeriesPool(models.Model):
+    """SeriesState rows added up over the branches per machine class, benchmark,
+    clock and metric: what is learned per class (drift, between-build noise)
+    from one row per metric, not one per branch and metric. Kept in step with
+    SeriesState by series_pools.store_branch_sums (the old row subtracted, the
+    new one added); `states` counts the rows in, so a read notices rows that
+    left another way (a branch deleted) and adds the pool up again."""
+
+    machine_class = models.ForeignKey(MachineClass, on_delete=models.CASCADE, related_name="+")
+    benchmark = models.CharField(max_length=64)
+    clock = models.CharField(max_length=16)
+    metric = models.CharField(max_length=128)
+    states = models.IntegerField(default=0)
+    # How many of those rows are not positive (then the linear scale applies).
+    nonpositive = models.IntegerField(default=0)
+    drift_ssq = ArrayField(models.FloatField(), default=list)
+    drift_logf = ArrayField(models.FloatField(), default=list)
+    drift_n = models.BigIntegerField(default=0)
+    drift_used = models.BigIntegerField(default=0)
+    build_log = ArrayField(models.FloatField(), default=list)
+    build_lin = ArrayField(models.FloatField(), default=list)
+
+    class Meta:
+        constraints = [
+            # Its prefix serves the noise report (class, clock) and one benchmark's analysis.
+            models.UniqueConstraint(fields=["machine_class", "clock", "benchmark", "metric"], name="unique_series_pool")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.metric}: {self.states} branches"
+
+
 class SummarisedJob(models.Model):
     """A finished job whose samples are in the summaries: what is not here is caught up on next read."""
 
