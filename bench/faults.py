@@ -23,7 +23,7 @@ stored), samples duplicated (same job, boot, metric, iteration), work stuck
 at the recovery deadline (non-final submissions, leased jobs or building
 builds past their lease), seconds from the fault (or its end) to every
 submission final, HTTP 5xx seen by the clients. Results and the machine
-they ran on go in docs/operations.md, "Faults injected (bench/faults.py)".
+they ran on go in docs/performance.md, "Faults injected (bench/faults.py)".
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ Scenarios:
   with jitter), hold each job for a few seconds and upload a spawn result;
   the time of each claim. This is a lab's normal day. Goal: p99 < 200 ms.
 
-Results with the machine and date go in docs/operations.md, "Lab speed".
+Results with the machine and date go in docs/performance.md, "Lab speed and submit to verdict".
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ own and the base boots it shared) that ran after it was submitted; their
 ratio (goal for `alone`: <= 1.3); base boots measured for it and shared
 with it. For the batch, every boot measured, so that N submissions on one
 base can be seen to cost one base measurement. Results with the machine and
-date go in docs/operations.md, "Submit to verdict".
+date go in docs/performance.md, "Lab speed and submit to verdict".
 """
 
 from __future__ import annotations
