@@ -253,6 +253,13 @@ def estimate_drift(segments: Sequence[Sequence[float] | np.ndarray]) -> DriftEst
             y = np.clip(y, med - HUBER_C * sigma, med + HUBER_C * sigma)
         a, b, m = _local_level_loglik(y, DRIFT_GRID)
         ssq, logf, n, used = ssq + a, logf + b, n + m, used + 1
+    return drift_from_sums(ssq, logf, n, used)
+
+
+def drift_from_sums(ssq: np.ndarray, logf: np.ndarray, n: int, used: int) -> DriftEstimate:
+    """The drift estimate from the local-level likelihood's sums over `used`
+    segments of `n` steps: estimate_drift()'s last step, shared with the
+    summaries that keep these sums (kperf.stats.history)."""
     if n == 0:
         return DriftEstimate(0.0, 0.0, 0, 0)
     loglik = -0.5 * (n * np.log(np.maximum(ssq, 1e-300) / n) + logf)

@@ -29,15 +29,14 @@ from kperf.stats.abtest import sum_sq_dev
 from kperf.stats.builds import BuildNoise, between_build_noise_from_sums
 from kperf.stats.changepoints import (
     DRIFT_GRID,
-    DRIFT_LR_CRITICAL,
     DRIFT_MIN_SEGMENT,
-    DRIFT_UPPER_DROP,
     HUBER_C,
     MEDIAN_SPAN,
     ChangePoint,
     DriftEstimate,
     OnlineDetector,
     _signed_pct,
+    drift_from_sums,
     robust_sigma,
 )
 
@@ -143,20 +142,7 @@ def drift_stats_many(groups: Sequence[Sequence[Sequence[float] | np.ndarray]]) -
 
 def drift_from_stats(stats: DriftStats) -> DriftEstimate:
     """estimate_drift() from pooled sums."""
-    n, used = stats.n, stats.used
-    if n == 0:
-        return DriftEstimate(0.0, 0.0, 0, 0)
-    ssq = np.asarray(stats.ssq)
-    logf = np.asarray(stats.logf)
-    loglik = -0.5 * (n * np.log(np.maximum(ssq, 1e-300) / n) + logf)
-    best = int(np.argmax(loglik))
-    lr = float(2.0 * (loglik[best] - loglik[0]))
-    if lr <= DRIFT_LR_CRITICAL:
-        return DriftEstimate(0.0, lr, n + used, used)
-    upper = best
-    while upper + 1 < DRIFT_GRID.size and loglik[upper + 1] >= loglik[best] - DRIFT_UPPER_DROP:
-        upper += 1
-    return DriftEstimate(rate=float(DRIFT_GRID[upper]), lr=lr, commits=n + used, segments=used)
+    return drift_from_sums(np.asarray(stats.ssq), np.asarray(stats.logf), stats.n, stats.used)
 
 
 class BuildStat(NamedTuple):
