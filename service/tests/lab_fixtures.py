@@ -29,7 +29,9 @@ def built(tree: Tree, sha: str, tmp: Path) -> KernelBuild:
     )
 
 
-def submission_ready_for_testing(owner: Any, mclass: MachineClass, tmp: Path) -> Submission:
+def submission_ready_for_testing(
+    owner: Any, mclass: MachineClass, tmp: Path, benchmarks: tuple[str, ...] = ("spawn",), grid: str = "quick"
+) -> Submission:
     tree = Tree.objects.create(url=str(tmp / "tree"))
     sub = Submission.objects.create(
         owner=owner,
@@ -38,8 +40,8 @@ def submission_ready_for_testing(owner: Any, mclass: MachineClass, tmp: Path) ->
         base_ref="master",
         head_sha="b" * 40,
         base_sha="a" * 40,
-        benchmarks=["spawn"],
-        grid="quick",
+        benchmarks=list(benchmarks),
+        grid=grid,
         arches=["x86_64"],
         status=Submission.Status.TESTING,
     )

@@ -17,33 +17,14 @@ from typing import Any
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from kperf.core.models import BootRecord, MachineClass, MetricDef, Sample, Submission, SubmissionBuild, Tree
-from kperf.core.workflow import schedule_jobs
+from kperf.core.models import BootRecord, MachineClass, MetricDef, Sample, Submission
 from kperf_runner import benchmarks as registry
 
-from .lab_fixtures import built
+from .lab_fixtures import submission_ready_for_testing
 
 
-def _pagealloc_full(owner: Any, tmp: Path) -> Submission:
-    tree = Tree.objects.create(url=str(tmp / "tree"))
-    sub = Submission.objects.create(
-        owner=owner,
-        tree=tree,
-        head_ref="feature",
-        base_ref="master",
-        head_sha="b" * 40,
-        base_sha="a" * 40,
-        benchmarks=["pagealloc"],
-        grid="full",
-        arches=["x86_64"],
-        status=Submission.Status.TESTING,
-    )
-    links = [
-        SubmissionBuild.objects.create(submission=sub, build=built(tree, "a" * 40, tmp), side="base"),
-        SubmissionBuild.objects.create(submission=sub, build=built(tree, "b" * 40, tmp), side="head"),
-    ]
-    schedule_jobs(sub, links)
-    return sub
+def _pagealloc_full(owner: Any, mclass: MachineClass, tmp: Path) -> Submission:
+    return submission_ready_for_testing(owner, mclass, tmp, benchmarks=("pagealloc",), grid="full")
 
 
 def _body(job: dict[str, Any], raw: str = "pagealloc raw output\n") -> dict[str, Any]:
@@ -69,7 +50,7 @@ def _body(job: dict[str, Any], raw: str = "pagealloc raw output\n") -> dict[str,
 def test_a_large_upload_is_stored_whole_in_a_fixed_number_of_queries(
     alice: Any, qemu_class: MachineClass, runner_api: Any, tmp_path: Path
 ) -> None:
-    _pagealloc_full(alice, tmp_path)
+    _pagealloc_full(alice, qemu_class, tmp_path)
     _, api = runner_api
     counts = []
     for _ in range(2):
@@ -93,7 +74,7 @@ def test_a_large_upload_is_stored_whole_in_a_fixed_number_of_queries(
 def test_a_metric_definition_that_changed_is_updated_by_the_next_upload(
     alice: Any, qemu_class: MachineClass, runner_api: Any, tmp_path: Path
 ) -> None:
-    _pagealloc_full(alice, tmp_path)
+    _pagealloc_full(alice, qemu_class, tmp_path)
     _, api = runner_api
     job = api.post("/runner/claim").json()["job"]
     name = registry.get_benchmark("pagealloc").metrics(job["params"])[0].name
@@ -109,7 +90,7 @@ def test_a_nul_in_a_large_upload_is_still_cleaned_or_refused(
     alice: Any, qemu_class: MachineClass, runner_api: Any, tmp_path: Path
 ) -> None:
     """The fast path skips the walk only when no escape could hide a NUL or a surrogate."""
-    _pagealloc_full(alice, tmp_path)
+    _pagealloc_full(alice, qemu_class, tmp_path)
     _, api = runner_api
     job = api.post("/runner/claim").json()["job"]
     body = _body(job, raw="before\0after\n")
