@@ -41,6 +41,7 @@ INIT_C = r"""
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/reboot.h>
+#include <termios.h>
 #include <unistd.h>
 
 int main(void)
@@ -60,6 +61,8 @@ int main(void)
 	if (mode && strcmp(mode, "panic") == 0) {
 		printf("%s panic=%s\n", "KPERF-INIT-EXITING", panic);
 		fflush(stdout);
+		/* The panic after exit stops all: drain the line out of the tty first. */
+		tcdrain(STDOUT_FILENO);
 		return 3;
 	}
 	printf("%s panic=%s\n", "KPERF-BOOT-OK", panic);

@@ -16,13 +16,30 @@ What went wrong decides how the job is reported:
     409 duplicate on results             done: the results are already stored
     413 too-large                        sent again with the console or log cut to its end;
                                          results still too large: fail, kind "infra"
-    service unreachable at upload        abandoned: the lease expires, the job is requeued
-    (progress calls that fail are logged and the boot carries on)
+    service unreachable at upload        abandoned: the lease expires, the job is requeued;
+                                         kexec: kept and sent again (see below)
+    going quiet not delivered            fail, kind "infra", before the watchdog or the jump
+    (other progress calls that fail are logged and the boot carries on)
+
+Every boot is started and then resumed (backends/__init__.py). Before a boot
+begins, the job in flight is written to the state directory (inflight.py);
+on start-up the agent looks there before it claims anything. The kexec
+backend resumes from it after the machine came back from the kernel under
+test; a backend that cannot (qemu, when the agent itself was restarted
+mid-boot) has the attempt reported as `infra` at once, so the job is
+retried without waiting for its lease to expire.
+
+A backend whose boots outlive the agent (kexec: its resume() reads the
+outcome back from outside this process, and in doing so deletes it there)
+has the in-flight record written again as soon as a boot's result is back,
+with the result in it. An upload the service did not get leaves that record
+in place: the loop sends it again, from the record alone, with a growing
+pause, until the service takes it or answers not-held (the lease ran out and
+the job is the service's to queue again).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import platform
 import threading
@@ -33,8 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .backends import Backend, BenchmarkFailure, BootFailure, BootJob, BootResult
+from . import __version__, inflight
+from .backends import Backend, BenchmarkFailure, BootFailure, BootJob, BootResult, CannotResume
 from .benchmarks import BENCHMARKS, Benchmark, get_benchmark
 from .client import (
     BadAnswer,
@@ -47,17 +64,20 @@ from .client import (
     ServerUnavailable,
     TooLarge,
 )
-from .toolchain import COMMON_HEADER, CSRC, compile_all, normalize_arch
+from .inflight import InFlight
+from .reporting import NotToldQuiet, Progress, boot_record, join_consoles, label
+from .toolchain import compile_all, normalize_arch
 
 log = logging.getLogger("kperf_runner")
 
 HEARTBEAT_EVERY = 30.0
-CONSOLE_EVERY = 3.0
 DEFAULT_POLL = 5.0
 # When the service refuses a body as too large (413), the console or log in
 # it is sent again cut to its end (where a panic or a failing benchmark
 # shows), at most this many characters.
 RESEND_TAIL = 256 * 1024
+# The longest pause between two tries of an upload the service did not get.
+RETRY_MAX = 300.0
 
 DONE, FAILED, DROPPED, ABANDONED = "done", "failed", "dropped", "abandoned"
 
@@ -70,74 +90,6 @@ class RunnerConfig:
     state_dir: Path
     poll: float | None = None  # None: what the service's heartbeat answer says
     once: bool = False
-
-
-class _Progress:
-    """Progress calls for one job: phase changes at once, console in batches.
-
-    Console text is held back and sent at most every CONSOLE_EVERY seconds;
-    with nothing to send, a call still goes out every keepalive seconds so
-    the lease never lapses during a long, quiet benchmark.
-    """
-
-    def __init__(self, client: Client, job: dict[str, Any], clock: Callable[[], float]) -> None:
-        self.client = client
-        self.job_id: int = job["id"]
-        self.attempt: int = job["attempt"]
-        self.boots: int = job["boots"]
-        # The protocol asks for a call at least every lease_seconds / 3; a
-        # quarter leaves room for a slow answer or a retry.
-        self.keepalive = max(1.0, float(job.get("lease_seconds", 900)) / 4)
-        self.clock = clock
-        self.phase = "preparing"
-        self.boot = 1
-        self.message = ""
-        self.pending: list[str] = []
-        self.last_call = float("-inf")
-
-    def update(self, phase: str, boot: int, message: str) -> None:
-        self.phase, self.boot, self.message = phase, boot, message
-        self.send()
-
-    def console(self, text: str) -> None:
-        if text:
-            self.pending.append(text)
-        since = self.clock() - self.last_call
-        if (self.pending and since >= CONSOLE_EVERY) or since >= self.keepalive:
-            self.send()
-
-    def send(self) -> None:
-        payload = {
-            "attempt": self.attempt,
-            "phase": self.phase,
-            "boot": self.boot,
-            "boots": self.boots,
-            "message": self.message,
-            "console": "".join(self.pending),
-        }
-        try:
-            self._deliver(payload)
-        except ServerUnavailable as error:
-            # A service restart must not kill a long boot: keep the console
-            # for the next call. If the outage outlasts the lease, the upload
-            # gets not-held and the job is dropped then.
-            log.warning("job %d: progress not delivered, carrying on: %s", self.job_id, error)
-        else:
-            self.pending = []
-        self.last_call = self.clock()
-
-    def _deliver(self, payload: dict[str, Any]) -> None:
-        # A console too large for the service must not cost the lease: send
-        # its end, or else no console, so the call still extends it.
-        consoles = list(dict.fromkeys((payload["console"], _tail(payload["console"]), "")))
-        for n, console in enumerate(consoles, 1):
-            try:
-                self.client.progress(self.job_id, {**payload, "console": console})
-                return
-            except TooLarge as error:
-                if n == len(consoles):
-                    raise
-                log.warning("job %d: progress refused as too large, sending less console: %s", self.job_id, error)
 
 
 class Agent:
@@ -157,6 +109,9 @@ class Agent:
         self.poll = config.poll if config.poll is not None else DEFAULT_POLL
         self.last_heartbeat = float("-inf")
         self.jobs: dict[str, int] = {DONE: 0, FAILED: 0, DROPPED: 0, ABANDONED: 0}
+        # A kept upload (see the module's docstring) is tried again no sooner than this.
+        self.retry_at = float("-inf")
+        self.retry_delay = 0.0
 
     # -- the loop ----------------------------------------------------------
 
@@ -174,6 +129,19 @@ class Agent:
             try:
                 if self.clock() - self.last_heartbeat >= HEARTBEAT_EVERY:
                     self.heartbeat()
+                # A job this runner started before it went away (a reboot,
+                # a crash) comes before any new one.
+                resumed = inflight.load(self.config.state_dir)
+                if resumed is not None:
+                    wait = self.retry_at - self.clock()
+                    if wait > 0 and not self.config.once:
+                        # The service did not take the last try; heartbeats go on meanwhile.
+                        self.stop.wait(min(wait, HEARTBEAT_EVERY))
+                        continue
+                    self.run_job(resumed.job, resumed)
+                    if self.config.once:
+                        break
+                    continue
                 job = self.client.claim()
                 if job is not None:
                     self.run_job(job)
@@ -241,71 +209,92 @@ class Agent:
 
     # -- one job -----------------------------------------------------------
 
-    def run_job(self, job: dict[str, Any]) -> str:
-        label = _label(job)
-        log.info("%s: claimed, %d boot(s)", label, job.get("boots", 0))
+    def run_job(self, job: dict[str, Any], resumed: InFlight | None = None) -> str:
+        name = label(job)
+        if resumed is None:
+            log.info("%s: claimed, %d boot(s)", name, job.get("boots", 0))
+        elif not resumed.under_way and resumed.boot >= int(job.get("boots", 0)):
+            log.info("%s: uploading the %d boot(s) kept in the state directory", name, len(resumed.results))
+        else:
+            log.info("%s: resuming at boot %d of %d", name, resumed.boot + 1, job.get("boots", 0))
         consoles: list[str] = []
         try:
-            outcome = self._execute(job, label, consoles)
+            outcome = self._execute(job, name, consoles, resumed)
         except NotHeld as error:
-            log.warning("%s: dropped, the lease is no longer ours: %s", label, error.detail)
+            log.warning("%s: dropped, the lease is no longer ours: %s", name, error.detail)
             outcome = DROPPED
         except ServerUnavailable as error:
             log.error(
                 "%s: abandoned, the service is unreachable (%s); its lease will expire "
                 "and the service will queue it again",
-                label,
+                name,
                 error,
             )
             outcome = ABANDONED
         except BadToken:
             raise
         except BootFailure as failure:
-            text = _join_consoles([*consoles, failure.console])
-            outcome = self._fail(job, label, "boot", failure.message, text)
+            text = join_consoles([*consoles, failure.console])
+            outcome = self._fail(job, name, "boot", failure.message, text)
         except BenchmarkFailure as failure:
-            text = _join_consoles([*consoles, failure.console])
-            outcome = self._fail(job, label, "benchmark", failure.message, text)
+            text = join_consoles([*consoles, failure.console])
+            outcome = self._fail(job, name, "benchmark", failure.message, text)
+        except (CannotResume, NotToldQuiet) as error:
+            log.error("%s: %s", name, error)
+            outcome = self._fail(job, name, "infra", str(error), join_consoles(consoles))
         # Anything else is this runner's fault, not the kernel's.
         except Exception as error:
-            log.exception("%s: infrastructure error", label)
+            log.exception("%s: infrastructure error", name)
             message = f"{type(error).__name__}: {error}"
-            text = _join_consoles(consoles) + traceback.format_exc()
-            outcome = self._fail(job, label, "infra", message, text)
+            text = join_consoles(consoles) + traceback.format_exc()
+            outcome = self._fail(job, name, "infra", message, text)
+        if outcome == ABANDONED and self._kept_for_retry():
+            self.retry_delay = min(RETRY_MAX, max(self.poll, 2 * self.retry_delay))
+            self.retry_at = self.clock() + self.retry_delay
+            log.warning("%s: kept in %s, to be sent again in %.0f s", name, self.config.state_dir, self.retry_delay)
+        else:
+            # Reported one way or another (or left to its lease): nothing to resume.
+            inflight.clear(self.config.state_dir)
+            self.retry_at, self.retry_delay = float("-inf"), 0.0
         self.jobs[outcome] += 1
         return outcome
 
-    def _execute(self, job: dict[str, Any], label: str, consoles: list[str]) -> str:
+    def _spans_restarts(self) -> bool:
+        """Whether the backend's boots outlive this process (its own resume() reads the outcome from outside it)."""
+        return type(self.backend).resume is not Backend.resume
+
+    def _kept_for_retry(self) -> bool:
+        """An in-flight record with every finished boot's result in it, worth sending again."""
+        if not self._spans_restarts():
+            return False
+        record = inflight.load(self.config.state_dir)
+        return record is not None and not record.under_way
+
+    def _save_results(self, job: dict[str, Any], boot: int, results: list[dict[str, Any]], consoles: list[str]) -> None:
+        """Write the finished boots (before boot `boot`) to the in-flight record, for a backend that spans restarts.
+
+        Its resume() took the outcome from where it was (pstore): from here
+        on this record is the only copy.
+        """
+        if self._spans_restarts():
+            done = [{**record, "console": console} for record, console in zip(results, consoles)]
+            state = InFlight(job, boot, self.backend.name, {}, done, under_way=False)
+            inflight.save(self.config.state_dir, state)
+
+    def _execute(self, job: dict[str, Any], label: str, consoles: list[str], resumed: InFlight | None) -> str:
         job_id, boots = int(job["id"]), int(job["boots"])
-        progress = _Progress(self.client, job, self.clock)
-        progress.update("preparing", 1, "downloading the kernel")
-        if normalize_arch(job["arch"]) != normalize_arch(self.config.arch):
-            raise RuntimeError(f"the job is for {job['arch']} but this runner boots {self.config.arch}")
+        progress = Progress(self.client, job, self.clock, _tail)
         bench = get_benchmark(job["benchmark"])
         params = bench.validate(job["params"])
-        kernel = self._download_kernel(job, label, progress)
-        extra = self._download_bench_artifacts(job, label, bench, progress)
-        progress.update("preparing", 1, f"compiling {bench.name} for {job['arch']}")
-        binaries = compile_all(bench.sources(), job["arch"], self.config.state_dir)
-        binaries.update(extra)
-        commands = bench.command(params, self.backend.bindir)
-        boot_job = BootJob(
-            commands=commands,
-            binaries=binaries,
-            cmdline=str((job.get("kernel") or {}).get("cmdline") or ""),
-            timeout=self.backend.timeout(bench.expected_seconds(params), len(commands)),
-            # A service from before clocks sends none: it meant the wall clock.
-            clock=str(job.get("clock") or "wall"),
-        )
-        # Before any boot: a runner that cannot give the clock fails the
-        # attempt as an infrastructure fault, not the kernel.
-        self.backend.check_clock(boot_job.clock)
         results: list[dict[str, Any]] = []
-        for index in range(boots):
-            if index and self.stop.is_set():
-                raise RuntimeError(f"runner {self.config.name} was stopped after boot {index} of {boots}")
-            results.append(self._boot(job, label, bench, params, boot_job, kernel, index, progress))
-            consoles.append(results[-1].pop("console"))
+        if resumed is not None:
+            for earlier in resumed.results:
+                consoles.append(str(earlier.get("console", "")))
+                results.append({k: v for k, v in earlier.items() if k != "console"})
+        # A record kept after its last boot has everything the upload needs:
+        # no download, no compile, and above all no second look at pstore.
+        if resumed is None or resumed.under_way or resumed.boot < boots:
+            self._run_boots(job, label, bench, params, progress, results, consoles, resumed)
         progress.update("uploading", boots, f"uploading {boots} boot(s)")
         payload = {
             "attempt": job["attempt"],
@@ -317,7 +306,7 @@ class Agent:
                 }
                 for metric in bench.metrics(params)
             },
-            "console_log": _join_consoles(consoles),
+            "console_log": join_consoles(consoles),
         }
         try:
             try:
@@ -337,6 +326,68 @@ class Agent:
         log.info("%s: done, %d samples from %d boot(s) uploaded", label, samples, boots)
         return DONE
 
+    def _run_boots(
+        self,
+        job: dict[str, Any],
+        label: str,
+        bench: Benchmark,
+        params: dict[str, Any],
+        progress: Progress,
+        results: list[dict[str, Any]],
+        consoles: list[str],
+        resumed: InFlight | None,
+    ) -> None:
+        """Prepare, then the job's boots from where `resumed` left off, each added to results and consoles."""
+        boots = int(job["boots"])
+        progress.update("preparing", 1, "downloading the kernel")
+        if normalize_arch(job["arch"]) != normalize_arch(self.config.arch):
+            raise RuntimeError(f"the job is for {job['arch']} but this runner boots {self.config.arch}")
+        # Downloads and compiles come from the state directory's caches when
+        # the job is resumed: same sha256, same sources, no work.
+        kernel = self._download_kernel(job, label, progress)
+        extra = self._download_bench_artifacts(job, label, bench, progress)
+        progress.update("preparing", 1, f"compiling {bench.name} for {job['arch']}")
+        binaries = compile_all(bench.sources(), job["arch"], self.config.state_dir)
+        binaries.update(extra)
+        commands = bench.command(params, self.backend.bindir)
+        boot_job = BootJob(
+            commands=commands,
+            binaries=binaries,
+            cmdline=str((job.get("kernel") or {}).get("cmdline") or ""),
+            timeout=self.backend.timeout(bench.expected_seconds(params), len(commands)),
+            # A service from before clocks sends none: it meant the wall clock.
+            clock=str(job.get("clock") or "wall"),
+        )
+        # Before any boot: a runner that cannot give the clock fails the
+        # attempt as an infrastructure fault, not the kernel.
+        self.backend.check_clock(boot_job.clock)
+        first = 0 if resumed is None else resumed.boot
+        # One job's boots all come from one backend.
+        if resumed is not None and resumed.backend != self.backend.name:
+            raise CannotResume(
+                f"the runner restarted during boot {resumed.boot + 1} of {boots}, which the {resumed.backend} "
+                f"backend started; this runner now boots with {self.backend.name}"
+            )
+        if resumed is not None and resumed.under_way:
+            step = f"boot {resumed.boot + 1} of {boots}"
+            progress.update("running", resumed.boot + 1, f"{step}: back from the kernel under test")
+            try:
+                result = self.backend.resume(boot_job, resumed.state)
+            except CannotResume as error:
+                raise CannotResume(f"the runner restarted during {step}: {error}") from None
+            progress.console(result.console)
+            results.append(self._record(label, bench, params, boot_job, resumed.boot, boots, result))
+            consoles.append(results[-1].pop("console"))
+            first = resumed.boot + 1
+            self._save_results(job, first, results, consoles)
+        for index in range(first, boots):
+            if index and self.stop.is_set():
+                raise RuntimeError(f"runner {self.config.name} was stopped after boot {index} of {boots}")
+            done = [{**record, "console": console} for record, console in zip(results, consoles)]
+            results.append(self._boot(job, label, bench, params, boot_job, kernel, index, progress, done))
+            consoles.append(results[-1].pop("console"))
+            self._save_results(job, index + 1, results, consoles)
+
     def _boot(
         self,
         job: dict[str, Any],
@@ -346,7 +397,8 @@ class Agent:
         boot_job: BootJob,
         kernel: Path,
         index: int,
-        progress: _Progress,
+        progress: Progress,
+        earlier: list[dict[str, Any]],
     ) -> dict[str, Any]:
         boots = int(job["boots"])
         step = f"boot {index + 1} of {boots}"
@@ -362,44 +414,45 @@ class Agent:
                 progress.console(text)
             self._heartbeat_during_job()
 
-        result: BootResult = self.backend.boot(boot_job, kernel, on_console)
+        def commit(state: dict[str, Any], quiet_seconds: float) -> None:
+            # Written before the boot begins: whatever happens to this
+            # process from here on, the next start of the agent finds it.
+            inflight.save(self.config.state_dir, InFlight(job, index, self.backend.name, state, earlier))
+            if quiet_seconds > 0:
+                log.info("%s: %s: the agent goes away for up to %.0f s", label, step, quiet_seconds)
+                progress.going_quiet(quiet_seconds, f"{step}: in the kernel under test")
+
+        state = self.backend.start(boot_job, kernel, commit, on_console)
+        result: BootResult = self.backend.resume(boot_job, state)
+        return self._record(label, bench, params, boot_job, index, boots, result)
+
+    def _record(
+        self,
+        label: str,
+        bench: Benchmark,
+        params: dict[str, Any],
+        boot_job: BootJob,
+        index: int,
+        boots: int,
+        result: BootResult,
+    ) -> dict[str, Any]:
+        """The boot's upload record (with its console), or BenchmarkFailure for output that does not parse."""
         try:
             samples = bench.parse(result.raw_output, params)
         except ValueError as error:
-            raise BenchmarkFailure(f"{step}: {error}", result.console) from error
-        log.info(
-            "%s: %s finished in %.1f s, %d samples",
-            label,
-            step,
-            result.seconds,
-            len(samples),
+            raise BenchmarkFailure(f"boot {index + 1} of {boots}: {error}", result.console) from error
+        log.info("%s: boot %d finished in %.1f s, %d samples", label, index + 1, result.seconds, len(samples))
+        return boot_record(
+            index,
+            result,
+            self.backend.name,
+            boot_job.clock,
+            bench,
+            [{"metric": s.metric, "iteration": s.iteration, "value": s.value} for s in samples],
         )
-        # What ran, as well as where: a change to the runner or to a
-        # benchmark's C source, or a different accelerator, must show in the
-        # data rather than silently shift it.
-        environment = dict(result.environment)
-        environment["runner_version"] = __version__
-        environment["backend"] = self.backend.name
-        environment.update({k: v for k, v in result.details.items() if k in ("accel", "icount")})
-        # Which clock timed the samples: they are comparable only with samples of the same clock.
-        environment["clock"] = boot_job.clock
-        environment["bench_sources_sha256"] = sources_digest(bench)
-        # What the benchmark itself states about the run (pagealloc: which
-        # cycle counter get_cycles() read).
-        environment.update(bench.environment(result.raw_output))
-        return {
-            "boot": index,
-            "environment": environment,
-            "raw_output": result.raw_output,
-            "samples": [{"metric": s.metric, "iteration": s.iteration, "value": s.value} for s in samples],
-            # The kernel's own account of the run (/proc/vmstat deltas): shown
-            # beside the verdicts, never judged.
-            "counters": result.counters,
-            "console": result.console,
-        }
 
     def _download_bench_artifacts(
-        self, job: dict[str, Any], label: str, bench: Benchmark, progress: _Progress
+        self, job: dict[str, Any], label: str, bench: Benchmark, progress: Progress
     ) -> dict[str, Path]:
         """The build artifacts the benchmark runs (e.g. pagealloc.ko), by name.
 
@@ -421,13 +474,13 @@ class Agent:
             out[name] = self._download(artifacts[name], label, progress)
         return out
 
-    def _download_kernel(self, job: dict[str, Any], label: str, progress: _Progress) -> Path:
+    def _download_kernel(self, job: dict[str, Any], label: str, progress: Progress) -> Path:
         artifacts = {artifact["name"]: artifact for artifact in job.get("artifacts", [])}
         if "kernel" not in artifacts:
             raise RuntimeError(f"the job lists no kernel artifact (has: {sorted(artifacts)})")
         return self._download(artifacts["kernel"], label, progress)
 
-    def _download(self, artifact: dict[str, Any], label: str, progress: _Progress) -> Path:
+    def _download(self, artifact: dict[str, Any], label: str, progress: Progress) -> Path:
         start = self.clock()
         path = self.client.download(
             artifact["url"],
@@ -477,34 +530,9 @@ class Agent:
         return FAILED
 
 
-def _label(job: dict[str, Any]) -> str:
-    kernel = job.get("kernel") or {}
-    sha = str(kernel.get("sha", ""))[:12]
-    return (
-        f"job {job.get('id')} attempt {job.get('attempt')} "
-        f"({job.get('benchmark')}/{job.get('grid')}, build {kernel.get('build_id')} {sha})"
-    )
-
-
 def _tail(text: str) -> str:
     keep = RESEND_TAIL
     if len(text) <= keep:
         return text
     cut = len(text) - keep
     return f"[kperf-runner: {cut} characters cut here: the service refused them as too large]\n" + text[-keep:]
-
-
-def _join_consoles(consoles: list[str]) -> str:
-    if len(consoles) == 1:
-        return consoles[0]
-    return "".join(
-        f"--- kperf: console of boot {index + 1} ---\n{console}" for index, console in enumerate(consoles) if console
-    )
-
-
-def sources_digest(bench: Benchmark) -> str:
-    """sha256 over the benchmark's C sources and the init, in a fixed order."""
-    h = hashlib.sha256()
-    for name in sorted({*bench.sources(), "init.c", COMMON_HEADER}):
-        h.update(name.encode() + b"\0" + (CSRC / name).read_bytes())
-    return h.hexdigest()

@@ -3,6 +3,9 @@
 kperf-runner run --server URL --token TOKEN --name NAME [--arch x86_64]
                  [--machine-class qemu-x86_64] [--backend qemu] [--state-dir DIR]
                  [--once] [--poll SECONDS] [--qemu-accel auto|kvm|tcg]
+                 [--backend kexec --kexec-ramoops ADDRESS:SIZE [--kexec-cmdline TEXT]
+                  [--kexec-watchdog /dev/watchdog] [--kexec-watchdog-timeout SECONDS] [--kexec-boot-seconds S]
+                  [--kexec-reboot auto|systemctl|kexec] [--kexec-return-timeout SECONDS]]
 kperf-runner bench NAME [--grid quick] [--set key=value ...] [--json]
                    [--artifact pagealloc.ko=PATH]
 kperf-runner version
@@ -36,6 +39,7 @@ from .benchmarks import (
 )
 from .client import Client
 from .counters import boot_counters, read_vmstat, vmstat_delta
+from .perf import CommandCounters
 from .toolchain import ToolchainError, compile_all, host_arch, normalize_arch
 
 log = logging.getLogger("kperf_runner")
@@ -78,7 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="machine class registered for the runner (default: qemu-<arch>)",
     )
-    run.add_argument("--backend", choices=["qemu"], default="qemu")
+    run.add_argument(
+        "--backend",
+        choices=["qemu", "kexec"],
+        default="qemu",
+        help="qemu: boot kernels in QEMU; kexec: boot them on this machine (docs/runners-bare-metal.md)",
+    )
     run.add_argument(
         "--state-dir",
         type=Path,
@@ -97,6 +106,44 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["auto", "kvm", "tcg"],
         default=os.environ.get("KPERF_QEMU_ACCEL", "auto"),
         help="QEMU accelerator (default: kvm when /dev/kvm works, else tcg)",
+    )
+    kexec = run.add_argument_group("kexec backend (bare metal)")
+    kexec.add_argument(
+        "--kexec-ramoops",
+        metavar="ADDRESS:SIZE",
+        help="the RAM ramoops uses on this machine's command line, e.g. 0x30000000:0x1000000 (required)",
+    )
+    kexec.add_argument(
+        "--kexec-cmdline",
+        default="",
+        help='put first on the test kernel\'s command line, e.g. "console=ttyS0,115200"',
+    )
+    kexec.add_argument(
+        "--kexec-watchdog",
+        type=Path,
+        default=None,
+        help="hardware watchdog armed before each jump, e.g. /dev/watchdog (without one a hang is never ended)",
+    )
+    kexec.add_argument(
+        "--kexec-watchdog-timeout",
+        type=int,
+        default=120,
+        help="least watchdog timeout in seconds; a longer boot arms it for its time limit + --kexec-boot-seconds "
+        "(default 120)",
+    )
+    kexec.add_argument(
+        "--kexec-boot-seconds",
+        type=float,
+        default=120.0,
+        help="what a boot takes here besides its benchmarks: the jump, the test kernel starting, init's reboot; "
+        "the base of each boot's time limit and the watchdog's margin over it (default 120)",
+    )
+    kexec.add_argument("--kexec-reboot", choices=["auto", "systemctl", "kexec"], default="auto")
+    kexec.add_argument(
+        "--kexec-return-timeout",
+        type=float,
+        default=300.0,
+        help="seconds this machine may take to come back to its own kernel after a boot (default 300)",
     )
 
     bench = sub.add_parser("bench", help="run a benchmark natively on this machine")
@@ -168,6 +215,13 @@ def run_command(args: argparse.Namespace) -> int:
         once=args.once,
     )
     config.state_dir.mkdir(parents=True, exist_ok=True)
+    stop = threading.Event()
+    if args.backend == "kexec":
+        bare_metal = kexec_backend(args, arch, config.state_dir)
+        if bare_metal is None:
+            return 2
+        _install_stop_handlers(stop)
+        return Agent(config, Client(args.server, args.token), bare_metal, stop).run()
     try:
         qemu = QemuBackend(arch, config.state_dir, accel=args.qemu_accel)
     except (RuntimeError, ValueError) as error:  # QEMU missing, KVM refused
@@ -180,10 +234,44 @@ def run_command(args: argparse.Namespace) -> int:
         "with tcg" if "instructions" in qemu.clocks() else "refused (--qemu-accel kvm)",
     )
     backend: Backend = qemu
-    stop = threading.Event()
     _install_stop_handlers(stop)
     agent = Agent(config, Client(args.server, args.token), backend, stop)
     return agent.run()
+
+
+def kexec_backend(args: argparse.Namespace, arch: str, state_dir: Path) -> Backend | None:
+    """The kexec backend for these flags, or None after saying what is wrong with the machine."""
+    from .backends.kexec import KexecBackend, KexecSetupError, Ramoops, check_machine
+
+    try:
+        if not args.kexec_ramoops:
+            raise KexecSetupError(
+                "--backend kexec needs --kexec-ramoops ADDRESS:SIZE, the RAM ramoops keeps across reboots "
+                "(e.g. 0x30000000:0x1000000, as on this machine's command line; docs/runners-bare-metal.md)"
+            )
+        ramoops = Ramoops.parse(args.kexec_ramoops)
+        kexec = check_machine(ramoops, arch=arch)
+        backend = KexecBackend(
+            arch,
+            state_dir,
+            ramoops,
+            cmdline=args.kexec_cmdline,
+            watchdog=args.kexec_watchdog,
+            watchdog_timeout=args.kexec_watchdog_timeout,
+            boot_seconds=args.kexec_boot_seconds,
+            reboot=args.kexec_reboot,
+            return_timeout=args.kexec_return_timeout,
+            kexec=kexec,
+        )
+    except (KexecSetupError, ValueError) as error:
+        print(f"kperf-runner: {error}", file=sys.stderr)
+        return None
+    if args.kexec_watchdog is None:
+        log.warning("no --kexec-watchdog: a kernel that hangs keeps this machine until someone resets it")
+    # Left armed by a jump that never happened, it would reset the machine mid-job; each jump arms it again.
+    backend.stop_watchdog()
+    log.info("kexec backend: test kernels get %s", backend.kernel_cmdline())
+    return backend
 
 
 def _install_stop_handlers(stop: threading.Event) -> None:
@@ -214,6 +302,8 @@ def bench_command(args: argparse.Namespace) -> int:
     binaries.update(extra)
     outputs: list[str] = []
     vmstat: list[dict[str, int]] = []
+    perf: list[dict[str, int]] = []
+    perf_counters = ""
     with tempfile.TemporaryDirectory(prefix="kperf-bench-") as bindir:
         # The commands name binaries by program name, as in the initramfs.
         for name, path in binaries.items():
@@ -223,10 +313,16 @@ def bench_command(args: argparse.Namespace) -> int:
             # The host's counters around the command, as init reads the
             # guest's; system-wide, so whatever else runs here counts too.
             before = read_vmstat()
+            # Instructions and cycles of the command alone (perf.py), where the PMU is reachable.
+            hardware = CommandCounters()
+            perf_counters = hardware.description
             status, output = _run_streaming(argv, echo=not args.json)
+            counts = hardware.read()
             after = read_vmstat()
             if before is not None and after is not None:
                 vmstat.append(vmstat_delta(before, after))
+            if counts is not None:
+                perf.append(counts)
             outputs.append(output)
             if status != 0:
                 print(
@@ -251,7 +347,9 @@ def bench_command(args: argparse.Namespace) -> int:
             },
             "samples": sample_dicts,
             "raw_output": raw,
-            "counters": boot_counters(vmstat),
+            "counters": boot_counters(vmstat, perf),
+            # As init records it: "instructions,cycles user+kernel", or "unsupported (why)".
+            "perf_counters": perf_counters,
         }
         print(json.dumps(document, indent=2))
     else:

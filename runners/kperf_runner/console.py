@@ -9,6 +9,10 @@ of it: firmware leaves escape codes without a newline):
     KPERF-VMSTAT <n> <name>=<delta> ...
                                 /proc/vmstat deltas across command n, after
                                 its END; one or more lines (counters.py)
+    KPERF-PERF <n> <name>=<count> ...
+                                hardware counters across command n
+                                (instructions, cycles), after its VMSTAT;
+                                "KPERF-PERF <n> unsupported" without a PMU
     KPERF-DONE                  init finished the job and powers off
     KPERF-ERROR <what>          init itself failed and powers off
 
@@ -37,7 +41,10 @@ ENVIRONMENT_KEYS = (
     "cpufreq_governor",
     "clocksource",
 )
-_INTEGER_KEYS = ("cpus", "mem_total_kb")
+# The machine's tuning facts (boost, swap_total_kb, aslr, isolated_cpus,
+# drop_caches, perf_counters; csrc/init_tuning.h) come in as printed: every
+# init that tunes prints each, "absent" where the kernel lacks the setting.
+_INTEGER_KEYS = ("cpus", "mem_total_kb", "swap_total_kb")
 
 _ENV = re.compile(r"KPERF-ENV (?P<key>[a-z_]+)=(?P<value>.*)")
 _BEGIN = re.compile(r"KPERF-BEGIN (?P<n>\d+)")
@@ -46,6 +53,7 @@ _ERROR = re.compile(r"KPERF-ERROR (?P<what>.*)")
 # A whole line or nothing: a line a kernel message cut short does not match,
 # so a counter is dropped rather than read with half its digits.
 _VMSTAT = re.compile(rf"KPERF-VMSTAT (?P<n>\d+)(?P<fields>(?: {NAME_RE}=-?\d+)*)")
+_PERF = re.compile(rf"KPERF-PERF (?P<n>\d+)(?: unsupported|(?P<fields>(?: {NAME_RE}=\d+)*))")
 
 
 @dataclass
@@ -55,6 +63,8 @@ class CommandRun:
     status: int | None = None  # None: BEGIN seen, END never came
     # /proc/vmstat deltas across the command; None: init printed none (no /proc/vmstat)
     vmstat: dict[str, int] | None = None
+    # Hardware counters across the command; None: unsupported or not printed
+    perf: dict[str, int] | None = None
 
 
 @dataclass
@@ -103,10 +113,13 @@ def parse_console(text: str) -> ConsoleRecord:
         marker = line[start:] if start >= 0 else ""
         env, begin, end = _ENV.fullmatch(marker), _BEGIN.fullmatch(marker), _END.fullmatch(marker)
         error, vmstat = _ERROR.fullmatch(marker), _VMSTAT.fullmatch(marker)
+        perf = _PERF.fullmatch(marker)
         if end and (current is None or int(end["n"]) != current.index):
             end = None  # an END that closes nothing is not ours
         # Init prints VMSTAT between commands; inside one it is the command's output.
         if vmstat and current is None and _add_vmstat(record, vmstat):
+            continue
+        if perf and current is None and _add_perf(record, perf):
             continue
         if not (env or begin or end or error or marker == "KPERF-DONE"):
             # Output, kernel noise, or an unknown marker: keep it, never lose it.
@@ -150,9 +163,23 @@ def _add_vmstat(record: ConsoleRecord, match: re.Match[str]) -> bool:
     return True
 
 
+def _add_perf(record: ConsoleRecord, match: re.Match[str]) -> bool:
+    """A PERF line's counts for its command; "unsupported" (no fields group) leaves perf None."""
+    index = int(match["n"])
+    command = next((c for c in reversed(record.commands) if c.index == index), None)
+    if command is None:
+        return False
+    if match["fields"] is not None:
+        command.perf = {name: int(value) for name, _, value in (f.partition("=") for f in match["fields"].split())}
+    return True
+
+
 def command_counters(commands: list[CommandRun]) -> dict[str, dict[str, int]]:
-    """{"vmstat": {name: total delta}} over the commands that reported counters, or {}."""
-    return boot_counters([c.vmstat for c in commands if c.vmstat is not None])
+    """{"vmstat": {name: total delta}, "perf": {name: total}} over the commands that reported them, or {}."""
+    return boot_counters(
+        [c.vmstat for c in commands if c.vmstat is not None],
+        [c.perf for c in commands if c.perf is not None],
+    )
 
 
 def _env_value(key: str, value: str) -> Any:

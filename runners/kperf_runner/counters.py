@@ -7,6 +7,9 @@ bracketed by two reads of /proc/vmstat: in the guest by init
 `kperf-runner bench`. A boot uploads the sum over its commands as
 `{"vmstat": {name: delta}}` (docs/runner-protocol.md, "counters").
 
+Hardware counters (instructions, cycles; perf.py and KPERF-PERF) go up
+beside them as `{"perf": {name: count}}` where the machine can count them.
+
 They are secondary data: stored and shown beside the verdicts, never
 judged. Most fields are event counters that only grow (pgfault,
 pgalloc_normal); the nr_* fields are gauges (nr_free_pages), and their delta
@@ -63,10 +66,15 @@ def total(deltas: Iterable[Mapping[str, int]]) -> dict[str, int]:
     return {name: value for name, value in out.items() if value != 0}
 
 
-def boot_counters(vmstat: list[dict[str, int]]) -> dict[str, dict[str, int]]:
-    """A boot's "counters" upload from the deltas of the commands that had them.
+def boot_counters(vmstat: list[dict[str, int]], perf: list[dict[str, int]] | None = None) -> dict[str, dict[str, int]]:
+    """A boot's "counters" upload from the readings of the commands that had them.
 
     No command with a reading (a kernel without /proc/vmstat) gives {}: no
     "vmstat" at all, which the service tells apart from "read, none moved".
+    Hardware counters (perf.py) go in as "perf", summed the same way, and
+    only where the machine could count them.
     """
-    return {"vmstat": total(vmstat)} if vmstat else {}
+    out = {"vmstat": total(vmstat)} if vmstat else {}
+    if perf:
+        out["perf"] = total(perf)
+    return out

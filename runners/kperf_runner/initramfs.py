@@ -127,6 +127,10 @@ def _record(name: str, ino: int, mode: int, nlink: int, data: bytes, rmajor: int
 # Where things live inside the initramfs the qemu backend boots.
 GUEST_BINDIR = "/kperf/bin"
 GUEST_JOB = "/kperf/job"
+# How init ends the boot: "reboot" (bare metal: back to the machine's own
+# kernel) or, without the file, a power-off (QEMU: the VM ends).
+GUEST_END = "/kperf/end"
+END_CHOICES = ("poweroff", "reboot")
 
 
 def job_file(commands: Sequence[Sequence[str]]) -> bytes:
@@ -149,8 +153,17 @@ def job_file(commands: Sequence[Sequence[str]]) -> bytes:
     return "".join(lines).encode()
 
 
-def job_initramfs(init: bytes, binaries: dict[str, bytes], commands: Sequence[Sequence[str]]) -> Initramfs:
-    """The initramfs for one boot: /init, the binaries in /kperf/bin, /kperf/job."""
+def job_initramfs(
+    init: bytes, binaries: dict[str, bytes], commands: Sequence[Sequence[str]], end: str = "poweroff"
+) -> Initramfs:
+    """The initramfs for one boot: /init, the binaries in /kperf/bin, /kperf/job, and /kperf/end for a reboot.
+
+    init reads /kperf/end before anything that can fail, so that even its
+    earliest failure reboots a bare-metal machine rather than leaving it
+    powered off, out of reach of its watchdog.
+    """
+    if end not in END_CHOICES:
+        raise ValueError(f"initramfs: end must be one of {', '.join(END_CHOICES)}, not {end!r}")
     archive = Initramfs()
     for directory in ("dev", "proc", "sys", "tmp", "kperf", "kperf/bin"):
         archive.add_dir(directory, 0o1777 if directory == "tmp" else 0o755)
@@ -160,4 +173,6 @@ def job_initramfs(init: bytes, binaries: dict[str, bytes], commands: Sequence[Se
     for name, data in sorted(binaries.items()):
         archive.add_file(f"{GUEST_BINDIR}/{name}", data, 0o755)
     archive.add_file(GUEST_JOB, job_file(commands), 0o644)
+    if end == "reboot":
+        archive.add_file(GUEST_END, b"reboot\n", 0o644)
     return archive

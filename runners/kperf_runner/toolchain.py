@@ -126,8 +126,9 @@ def compile_static(source: str, arch: str, state_dir: Path) -> Path:
     key = hashlib.sha256()
     for part in (
         text,
-        # Every program may include the shared header: it is part of the source.
-        _read_if_exists(CSRC / COMMON_HEADER),
+        # Every program may include the headers (kperf_bench.h, init's
+        # init_tuning.h): they are part of its source.
+        *(_read_if_exists(header) for header in sorted(CSRC.glob("*.h"))),
         compiler.path.encode(),
         compiler.version.encode(),
         compiler.arch.encode(),

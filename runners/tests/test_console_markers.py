@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import gzip
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from namespace_init import run_init
 
 from kperf_runner.backends import BenchmarkFailure, BootFailure, parse_boot
 from kperf_runner.benchmarks import get_benchmark, resolve_params
 from kperf_runner.console import parse_console
 from kperf_runner.counters import boot_counters, parse_vmstat, read_vmstat, vmstat_delta
-from kperf_runner.initramfs import GUEST_BINDIR, job_initramfs
+from kperf_runner.initramfs import GUEST_BINDIR
 
 CONSOLE = """\
 [    0.000000] Linux version 6.1.0 (kernel noise before init)\r
@@ -116,34 +114,7 @@ def test_chunks_split_anywhere_give_the_same_record() -> None:
 
 
 def _run_init(tmp_path: Path, init: Path, binaries: dict[str, Path], commands: list[list[str]]) -> str:
-    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("cpio") is None:
-        pytest.skip("running init as PID 1 of a namespace needs root, unshare and cpio")
-    archive = job_initramfs(
-        init.read_bytes(),
-        {name: path.read_bytes() for name, path in binaries.items()},
-        commands,
-    )
-    root = tmp_path / "root"
-    root.mkdir()
-    subprocess.run(
-        ["cpio", "-idm", "--quiet"],
-        input=gzip.decompress(archive.to_gzip()),
-        cwd=root,
-        check=True,
-    )
-    # KPERF_INIT_NO_POWER_OFF makes init exit instead of calling reboot():
-    # the namespace alone would already contain it, this is belt and braces.
-    run = subprocess.run(
-        ["unshare", "--mount", "--pid", "--fork", f"--root={root}", "/init"],
-        env={"KPERF_INIT_NO_POWER_OFF": "1"},
-        # One stream, as on a serial console.
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    return run.stdout
+    return run_init(tmp_path / "root", init, binaries, commands).stdout.decode("utf-8", "replace")
 
 
 def test_init_reports_the_environment_and_runs_the_job(tmp_path: Path, init_binary: Path, spawn_binary: Path) -> None:

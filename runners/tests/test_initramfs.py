@@ -113,3 +113,17 @@ def test_the_job_file_is_one_command_per_line_with_single_spaces() -> None:
         job_file([["/a", "two words"]])
     with pytest.raises(ValueError, match="empty"):
         job_file([["/a", ""]])
+
+
+def test_a_job_initramfs_that_ends_by_rebooting_says_so_in_kperf_end(tmp_path: Path) -> None:
+    # The kexec backend's: init reads it before anything that can fail.
+    archive = job_initramfs(b"INIT", {}, [["/kperf/bin/spawn"]], end="reboot")
+    assert "kperf/end" in _cpio(["-t", "--quiet"], archive.to_gzip(), tmp_path).split()
+    _cpio(["-idm", "--quiet", "--no-absolute-filenames"], archive.to_gzip(), tmp_path)
+    assert (tmp_path / "kperf/end").read_bytes() == b"reboot\n"
+    # QEMU's VM powers off: no file, and the archive is what it always was.
+    plain = job_initramfs(b"INIT", {}, [["/kperf/bin/spawn"]])
+    assert "kperf/end" not in _cpio(["-t", "--quiet"], plain.to_gzip(), tmp_path).split()
+    assert plain.to_gzip() == job_initramfs(b"INIT", {}, [["/kperf/bin/spawn"]], end="poweroff").to_gzip()
+    with pytest.raises(ValueError, match="end must be one of poweroff, reboot"):
+        job_initramfs(b"INIT", {}, [], end="halt")

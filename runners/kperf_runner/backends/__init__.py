@@ -1,21 +1,35 @@
 """Boot backends: how a runner gets a job's kernel running with the benchmarks.
 
-A backend boots one kernel once per `boot()` call, runs the job's commands in
-it and returns what the console said. Two outcomes are facts about the kernel
-under test, not about the runner, and have their own exceptions: the kernel
-never got through the job (`BootFailure`), or a benchmark command failed
-(`BenchmarkFailure`). Anything else a backend raises is the runner's problem
-(an infrastructure fault).
+A boot has two phases, because on bare metal it spans a reboot of the
+machine the agent runs on:
 
-`qemu` is the only backend so far; `kexec` (bare metal: the agent resumes
-from its state directory after the reboot) fits the same interface.
+- `start()` gets the boot going. Just before the point of no return it calls
+  the agent's `commit(state, quiet_seconds)`: the agent persists the job in
+  flight with the backend's `state` (what `resume()` needs, JSON) in its
+  state directory, and tells the service it will be quiet that long.
+- `resume(job, state)` gives the boot's outcome: a BootResult, or one of the
+  failures below.
+
+`qemu` runs the whole boot inside `start()` and keeps the outcome in memory;
+`resume()` hands it over, and cannot after the agent itself restarted
+(`CannotResume`). `kexec` jumps into the kernel under test inside `start()`
+and never returns there; the agent started again on the machine's own
+kernel calls `resume()`, which reads the outcome from pstore.
+`boot()` is both phases in one call, for tests and `kperf-runner bench`.
+
+Two outcomes are facts about the kernel under test, not about the runner,
+and have their own exceptions: the kernel never got through the job
+(`BootFailure`), or a benchmark command failed (`BenchmarkFailure`).
+Anything else a backend raises is the runner's problem (an infrastructure
+fault).
 """
 
 from __future__ import annotations
 
 import re
 import signal
-from abc import ABC, abstractmethod
+import uuid
+from abc import ABC
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +40,10 @@ from ..console import CommandRun, ConsoleRecord, command_counters, parse_console
 # Called with new console text (possibly empty) at least once a second while
 # a boot runs, so the caller can stream it and keep its lease alive.
 ConsoleCallback = Callable[[str], None]
+# Called by start() right before the boot begins: the backend's state for
+# resume() (JSON-serialisable) and how many seconds the agent will be unable
+# to call the service (0 when it stays up while the kernel runs).
+CommitCallback = Callable[[dict[str, Any], float], None]
 
 
 @dataclass(frozen=True)
@@ -77,6 +95,37 @@ class BenchmarkFailure(BackendFailure):
     """The kernel booted and a benchmark command failed."""
 
 
+class CannotResume(RuntimeError):
+    """resume() has nothing to go on: the outcome of the boot is lost (an infrastructure fault)."""
+
+
+# Switched off for every benchmark boot, because each moves numbers between
+# two builds (or two boots) of code the benchmarks never run
+# (docs/runners.md "The boot command line"; every backend puts it on the kernel under test's command line):
+# - nokaslr: the kernel's own address, so a change that moves no hot code
+#   does not move its cache and TLB footprint, and under the instruction
+#   clock no address-dependent branch takes another path;
+# - norandmaps: userspace ASLR (stack, mmap base, brk), which set the shape
+#   of every benchmark's VMA tree;
+# - randomize_kstack_offset=off: a random stack offset on every syscall;
+# - page_alloc.shuffle=0: the page allocator's free-list shuffle at boot,
+#   which sets the order in which pages come out;
+# - random.trust_cpu=off, random.trust_bootloader=off: the entropy pool is
+#   not seeded from RDRAND or a boot-loader seed, so on a given machine the
+#   pool (and what draws on it: hash seeds, SLUB freelist randomisation)
+#   is the same from boot to boot.
+BENCHMARK_CMDLINE = " ".join(
+    [
+        "nokaslr",
+        "norandmaps",
+        "randomize_kstack_offset=off",
+        "page_alloc.shuffle=0",
+        "random.trust_cpu=off",
+        "random.trust_bootloader=off",
+    ]
+)
+
+
 # The clocks a benchmark can be timed with. Numbers from two clocks are
 # different metrics and are never compared (docs/benchmarks.md).
 CLOCKS = ("instructions", "wall")
@@ -104,9 +153,54 @@ class Backend(ABC):
                 f"(it gives {', '.join(self.clocks())})"
             )
 
-    @abstractmethod
+    def start(
+        self,
+        job: BootJob,
+        kernel: Path,
+        commit: CommitCallback,
+        on_console: ConsoleCallback | None = None,
+    ) -> dict[str, Any]:
+        """Start one boot of kernel running job; the state resume() takes.
+
+        This default is for backends whose boot ends within the call (they
+        implement `run_boot()`): the boot runs here, and its outcome waits in
+        this process for resume(). A failure may also be raised here.
+        """
+        commit({}, 0.0)
+        result = self.run_boot(job, kernel, on_console)
+        key = uuid.uuid4().hex
+        self._outcomes[key] = result
+        return {"outcome": key}
+
+    def resume(self, job: BootJob, state: dict[str, Any]) -> BootResult:
+        """The outcome of the boot start() began: BootResult, or BootFailure / BenchmarkFailure."""
+        result = self._outcomes.pop(str(state.get("outcome")), None)
+        if result is None:
+            raise CannotResume(
+                f"the {self.name} backend cannot pick up a boot started by an earlier run of the agent: "
+                "the machine it ran on went away with it"
+            )
+        return result
+
+    def run_boot(self, job: BootJob, kernel: Path, on_console: ConsoleCallback | None = None) -> BootResult:
+        """One whole boot in one call, for backends that do not span a reboot."""
+        if type(self).boot is not Backend.boot:
+            # A backend written against the one-call interface (tests' stand-ins).
+            return self.boot(job, kernel, on_console)
+        raise NotImplementedError(f"the {self.name} backend implements neither run_boot() nor start()/resume()")
+
     def boot(self, job: BootJob, kernel: Path, on_console: ConsoleCallback | None = None) -> BootResult:
-        """Boot kernel once, run job; BootFailure / BenchmarkFailure as above."""
+        """Both phases in one call: boot kernel once, run job; BootFailure / BenchmarkFailure as above."""
+        state = self.start(job, kernel, lambda _state, _quiet: None, on_console)
+        return self.resume(job, state)
+
+    @property
+    def _outcomes(self) -> dict[str, BootResult]:
+        # Created on first use: subclasses need not call Backend.__init__.
+        outcomes: dict[str, BootResult] | None = self.__dict__.get("_kperf_outcomes")
+        if outcomes is None:
+            outcomes = self.__dict__["_kperf_outcomes"] = {}
+        return outcomes
 
     def timeout(self, expected_seconds: float, commands: int) -> float:
         """A whole boot's time limit for commands expected to run that long."""
@@ -190,6 +284,7 @@ def _last_line(console: str) -> str:
 
 
 __all__ = [
+    "BENCHMARK_CMDLINE",
     "CLOCKS",
     "Backend",
     "BackendFailure",
@@ -197,6 +292,8 @@ __all__ = [
     "BootFailure",
     "BootJob",
     "BootResult",
+    "CannotResume",
+    "CommitCallback",
     "ConsoleCallback",
     "UnsupportedClock",
     "check_complete",

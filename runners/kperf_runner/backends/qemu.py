@@ -25,7 +25,7 @@ from typing import IO, Any
 
 from ..initramfs import GUEST_BINDIR, job_initramfs
 from ..toolchain import compile_static, host_arch, normalize_arch
-from . import Backend, BootFailure, BootJob, BootResult, ConsoleCallback, parse_boot
+from . import BENCHMARK_CMDLINE, Backend, BootFailure, BootJob, BootResult, ConsoleCallback, parse_boot
 
 log = logging.getLogger(__name__)
 
@@ -46,32 +46,6 @@ _CONSOLE = {"x86_64": "ttyS0", "arm64": "ttyAMA0"}
 # instructions per operation. Only TCG has it: KVM runs the guest on the
 # host CPU, whose clock is real time.
 ICOUNT = "shift=0,sleep=off"
-
-# Switched off for every benchmark boot, because each moves numbers between
-# two builds (or two boots) of code the benchmarks never run
-# (docs/runners.md "The boot command line"):
-# - nokaslr: the kernel's own address, so a change that moves no hot code
-#   does not move its cache and TLB footprint, and under the instruction
-#   clock no address-dependent branch takes another path;
-# - norandmaps: userspace ASLR (stack, mmap base, brk), which set the shape
-#   of every benchmark's VMA tree;
-# - randomize_kstack_offset=off: a random stack offset on every syscall;
-# - page_alloc.shuffle=0: the page allocator's free-list shuffle at boot,
-#   which sets the order in which pages come out;
-# - random.trust_cpu=off, random.trust_bootloader=off: the entropy pool is
-#   not seeded from RDRAND or a boot-loader seed, so on a given machine the
-#   pool (and what draws on it: hash seeds, SLUB freelist randomisation)
-#   is the same from boot to boot.
-BENCHMARK_CMDLINE = " ".join(
-    [
-        "nokaslr",
-        "norandmaps",
-        "randomize_kstack_offset=off",
-        "page_alloc.shuffle=0",
-        "random.trust_cpu=off",
-        "random.trust_bootloader=off",
-    ]
-)
 
 
 def running_nested() -> bool:
@@ -262,7 +236,8 @@ class QemuBackend(Backend):
     def init_binary(self) -> Path:
         return compile_static("init.c", self.arch, self.state_dir)
 
-    def boot(self, job: BootJob, kernel: Path, on_console: ConsoleCallback | None = None) -> BootResult:
+    def run_boot(self, job: BootJob, kernel: Path, on_console: ConsoleCallback | None = None) -> BootResult:
+        # The whole boot runs here, inside start(); resume() hands over its outcome.
         self.check_clock(job.clock)
         if not kernel.is_file():
             # Our file went missing: a runner problem, not the kernel's.

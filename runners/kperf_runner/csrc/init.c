@@ -14,12 +14,26 @@
  *                               the nonzero deltas, one or more lines; a line
  *                               with no fields says none moved; no line at
  *                               all, that the kernel has no /proc/vmstat
+ *   KPERF-PERF <n> <name>=<count> ...
+ *                               hardware counters across command n (after its
+ *                               END and VMSTAT): instructions and cycles,
+ *                               user+kernel (perf_counters says which);
+ *                               "KPERF-PERF <n> unsupported" without a PMU
  *   KPERF-DONE                  every command ran (or one failed: see below)
- *   KPERF-ERROR <what>          init itself failed; it powers off next
+ *   KPERF-ERROR <what>          init itself failed; it powers off (or reboots) next
+ *
+ * The machine is tuned as benchmark labs tune theirs before the job runs,
+ * and every setting is a KPERF-ENV fact (init_tuning.h); caches are dropped
+ * before every command.
  *
  * /kperf/job holds one command per line, argv separated by single spaces.
  * Init stops at the first command that fails: that failure is what the runner
  * reports, and the remaining commands would only spend the boot's time.
+ *
+ * On bare metal (the kexec backend) everything init prints, the commands'
+ * output included, also goes to /dev/pmsg0, which pstore keeps in RAM across
+ * the reboot for the runner to read; /kperf/end (or kperf.end=reboot on the
+ * kernel command line) makes init reboot instead of powering off.
  *
  * Static, libc only, no shell: the kernels under test are tinyconfig builds
  * and the initramfs holds nothing else.
@@ -27,6 +41,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/perf_event.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +49,7 @@
 #include <sys/mount.h>
 #include <sys/reboot.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -66,6 +82,23 @@ static struct vmstat vmstat_before, vmstat_after;
 /* Set by tests that run init in a PID namespace: exit instead of powering off. */
 static int no_power_off;
 
+/*
+ * On bare metal the console is not read by anyone while the kernel under test
+ * runs: the runner reads what init wrote to /dev/pmsg0 (pstore's userspace
+ * log, kept in RAM across the reboot) once the machine is back on its own
+ * kernel.  So everything init prints, and every command's output, goes to
+ * pmsg_fd as well, the same bytes in the same order.  -1: no pmsg.
+ */
+#define PMSG_DEVICE "/dev/pmsg0"
+static int pmsg_fd = -1;
+/*
+ * End by rebooting (back to the machine's own kernel) rather than powering
+ * off: /kperf/end holding "reboot" (the kexec backend's initramfs), or
+ * kperf.end=reboot on the kernel command line.
+ */
+#define END_FILE "/kperf/end"
+static int reboot_at_end;
+
 static void write_all(int fd, const char *buf, size_t len)
 {
 	while (len > 0) {
@@ -78,6 +111,14 @@ static void write_all(int fd, const char *buf, size_t len)
 		buf += n;
 		len -= (size_t)n;
 	}
+}
+
+/* Everything init prints: the console, and pmsg when there is one. */
+static void emit(const char *buf, size_t len)
+{
+	write_all(1, buf, len);
+	if (pmsg_fd >= 0)
+		write_all(pmsg_fd, buf, len);
 }
 
 /*
@@ -99,19 +140,24 @@ static void say(const char *fmt, ...)
 	if ((size_t)n > sizeof(buf) - 2)
 		n = (int)sizeof(buf) - 2;
 	buf[n++] = '\n';
-	write_all(1, buf, (size_t)n);
+	emit(buf, (size_t)n);
 }
 
 static void power_off(int status) __attribute__((noreturn));
 static void power_off(int status)
 {
 	sync();
-	if (no_power_off)
+	if (no_power_off) {
+		/* What the machine would do, for the tests that run init in a namespace. */
+		if (reboot_at_end)
+			say("kperf-init: would reboot now");
 		exit(status);
-	reboot(RB_POWER_OFF);
+	}
+	reboot(reboot_at_end ? RB_AUTOBOOT : RB_POWER_OFF);
 	/*
 	 * reboot() only returns on error.  PID 1 exiting panics the kernel;
-	 * with panic=-1 and QEMU's -no-reboot that still ends the run.
+	 * with panic=-1 and QEMU's -no-reboot that still ends the run, and on
+	 * bare metal panic=N reboots the machine.
 	 */
 	say("KPERF-ERROR reboot: %s", strerror(errno));
 	exit(1);
@@ -273,6 +319,9 @@ static void report_environment(void)
 	env_from_file("cpufreq_governor", "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor");
 }
 
+/* Machine tuning and hardware counters: tune_machine(), before_command(), after_command(). */
+#include "init_tuning.h"
+
 /* A counter name as the console parser takes it: no spaces, no '='. */
 static int vmstat_name_ok(const char *name, size_t len)
 {
@@ -367,24 +416,64 @@ static void report_vmstat(int n)
 	say("%s", line);
 }
 
+/* Whether word (e.g. "kperf.end=reboot") is one of the kernel command line's words. */
+static int cmdline_has(const char *word)
+{
+	char buf[MAX_LINE];
+	size_t len = strlen(word);
+
+	if (read_line_file("/proc/cmdline", buf, sizeof(buf)) != 0)
+		return 0;
+	for (char *p = buf; (p = strstr(p, word)) != NULL; p += len)
+		if ((p == buf || p[-1] == ' ') && (p[len] == ' ' || p[len] == '\0'))
+			return 1;
+	return 0;
+}
+
+static void end_by_reboot(void)
+{
+	char end[32];
+
+	if (read_line_file(END_FILE, end, sizeof(end)) == 0 && strcmp(end, "reboot") == 0)
+		reboot_at_end = 1;
+}
+
+/* Where a command's output goes: open_pmsg(), copy_output(). */
+#include "init_output.h"
+
 static int run_command(int n, char **argv)
 {
-	int status, have_vmstat;
+	int status, have_vmstat, exited = 0;
+	int out[2] = { -1, -1 }; /* the command's output, when it must reach pmsg too */
 	pid_t pid, w;
 
+	before_command(n);
 	say("KPERF-BEGIN %d", n);
 	have_vmstat = read_vmstat(&vmstat_before) == 0;
+	if (pmsg_fd >= 0 && pipe2(out, O_CLOEXEC) != 0)
+		fail("pipe for command %d: %s", n, strerror(errno));
 	pid = fork();
 	if (pid < 0)
 		fail("fork for command %d: %s", n, strerror(errno));
 	if (pid == 0) {
+		if (out[1] >= 0) {
+			/* dup2 clears close-on-exec on 1 and 2; the pipe's own ends close at exec. */
+			dup2(out[1], 1);
+			dup2(out[1], 2);
+			/* Its own messages reach pmsg through the pipe, not twice. */
+			pmsg_fd = -1;
+		}
 		execvp(argv[0], argv);
 		/* Not a marker: this is the command's own failure, reported by END. */
 		say("kperf-init: cannot execute %s: %s", argv[0], strerror(errno));
 		_exit(127);
 	}
+	if (out[1] >= 0) {
+		close(out[1]);
+		exited = copy_output(out[0], pid, &status);
+	}
 	/* PID 1 inherits every orphan: reap them too until our child ends. */
-	for (;;) {
+	while (!exited) {
 		w = waitpid(-1, &status, 0);
 		if (w == pid)
 			break;
@@ -402,6 +491,7 @@ static int run_command(int n, char **argv)
 	/* After END, outside the command's output, so it never reaches the benchmark's parser. */
 	if (have_vmstat)
 		report_vmstat(n);
+	after_command(n);
 	return status;
 }
 
@@ -453,12 +543,22 @@ static void run_job(void)
 
 int main(void)
 {
+	const char *pmsg_path;
+
 	/* Never mount over or power off a running system by accident. */
 	if (getpid() != 1) {
 		fprintf(stderr, "kperf-init: must run as PID 1 (the initramfs's /init)\n");
 		return 2;
 	}
+	/*
+	 * First, before anything can fail: a machine that powers itself off
+	 * stays off, where one that reboots comes back to its own kernel.
+	 */
+	end_by_reboot();
 	no_power_off = getenv("KPERF_INIT_NO_POWER_OFF") != NULL;
+	pmsg_path = getenv("KPERF_INIT_PMSG");
+	if (pmsg_path)
+		pmsg_path = strdup(pmsg_path); /* clearenv() below frees the environment */
 	/* The kernel hands init unknown boot parameters as environment. */
 	clearenv();
 	setenv("PATH", "/kperf/bin:/bin:/sbin", 1);
@@ -470,12 +570,15 @@ int main(void)
 	mount_fs("sysfs", "/sys", 0);
 	mount_fs("devtmpfs", "/dev", 0);
 	ensure_console();
+	open_pmsg(pmsg_path);
+	reboot_at_end = reboot_at_end || cmdline_has("kperf.end=reboot");
 	if (access("/sys/kernel/debug", F_OK) == 0)
 		mount_fs("debugfs", "/sys/kernel/debug", 0);
 
 	/* Firmware and the kernel may leave a partial line on the console. */
-	write_all(1, "\n", 1);
+	emit("\n", 1);
 	report_environment();
+	tune_machine();
 	run_job();
 	say("KPERF-DONE");
 	power_off(0);
