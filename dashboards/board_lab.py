@@ -56,6 +56,11 @@ RUNNERS = sql(
     SELECT r.name AS runner,
       m.name AS "machine class",
       r.health,
+      r.health_reason AS reason,
+      r.health_since AS since,
+      r.last_calibration AS "last calibration",
+      nullif(r.last_calibration_result, '') AS "calibration result",
+      r.last_good_calibration AS "last good calibration",
       r.last_heartbeat AS "last heartbeat",
       extract(epoch FROM now() - r.last_heartbeat)::float8 AS "since heartbeat",
       (SELECT count(*) FROM core_job j WHERE j.runner_id = r.id AND j.status = 'leased') AS "leased jobs",
@@ -64,6 +69,19 @@ RUNNERS = sql(
     FROM core_runner r
     JOIN core_machineclass m ON m.id = r.machine_class_id
     ORDER BY m.name, r.name
+    """
+)
+
+CALIBRATIONS = sql(
+    """
+    SELECT $__time(e.created),
+      kv.value::float8 AS value,
+      r.name || ' ' || kv.key AS metric
+    FROM core_runnerevent e
+    JOIN core_runner r ON r.id = e.runner_id
+    CROSS JOIN LATERAL jsonb_each_text(e.summary) AS kv
+    WHERE e.kind = 'calibration' AND $__timeFilter(e.created)
+    ORDER BY 1
     """
 )
 
@@ -167,7 +185,9 @@ def lab() -> dashboard.Dashboard:
         .title("Runners")
         .description(
             "Every registered runner; an idle runner polls every few seconds, so a heartbeat older than a "
-            "few minutes means it is down or cannot reach the service."
+            "few minutes means it is down or cannot reach the service. A quarantined runner claims nothing: "
+            "reason and since say why and since when (a failed health check, a calibration that drifted "
+            "beyond its learned noise, or an admin); an admin releases it (docs/calibration.md)."
         )
         .with_target(Sql(RUNNERS))
         .with_override(
@@ -187,7 +207,21 @@ def lab() -> dashboard.Dashboard:
                 },
             )
         )
-        .with_override(*by_name("health", colored_words(STATUS_COLORS))),
+        .with_override(*by_name("health", colored_words(STATUS_COLORS)))
+        .with_override(*by_name("calibration result", colored_words(STATUS_COLORS))),
+        24,
+        8,
+    )
+    layout.add(
+        timeseries.Panel()
+        .title("Calibrations per runner")
+        .description(
+            "Each calibration's median per metric (the reference kernel, the class's calibration set), per "
+            "runner: a step away from a runner's own line is what quarantines it (docs/calibration.md)."
+        )
+        .with_target(Sql(CALIBRATIONS, format_val="time_series"))
+        .draw_style(common.GraphDrawStyle.LINE)
+        .show_points(common.VisibilityMode.ALWAYS),
         24,
         8,
     )

@@ -21,6 +21,7 @@ GRANT SELECT ON core_kernelbuild TO kperf_grafana;
 GRANT SELECT ON core_machineclass TO kperf_grafana;
 GRANT SELECT ON core_metricdef TO kperf_grafana;
 GRANT SELECT ON core_runner TO kperf_grafana;
+GRANT SELECT ON core_runnerevent TO kperf_grafana;
 GRANT SELECT ON core_sample TO kperf_grafana;
 GRANT SELECT ON core_submission TO kperf_grafana;
 GRANT SELECT ON core_trackedbranch TO kperf_grafana;

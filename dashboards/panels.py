@@ -36,6 +36,7 @@ READ_TABLES = (
     "core_machineclass",
     "core_metricdef",
     "core_runner",
+    "core_runnerevent",
     "core_sample",
     "core_submission",
     "core_trackedbranch",
@@ -167,6 +168,8 @@ STATUS_COLORS = {
     "no-recipient": "text",
     "good": "green",
     "quarantined": "red",
+    "learning": "blue",
+    "drift": "red",
     "regression": "red",
     "improvement": "green",
 }

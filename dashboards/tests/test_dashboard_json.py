@@ -29,6 +29,7 @@ LAB_PANELS = {
     "Jobs waiting and running per machine class": "barchart",
     "Queue per machine class": "table",
     "Runners": "table",
+    "Calibrations per runner": "timeseries",
     "Kernel build durations": "timeseries",
     "Submissions per status": "barchart",
     "Alerts waiting": "stat",
@@ -143,7 +144,7 @@ def test_time_macros_only_where_the_x_axis_is_time() -> None:
     for v in boards["kperf-branch"]["templating"]["list"]:
         assert "$__" not in v["query"]
     timed = {p["title"] for p in boards["kperf-lab"]["panels"] if "$__" in p["targets"][0]["rawSql"]}
-    assert timed == {"Kernel build durations", "Submissions per status"}
+    assert timed == {"Calibrations per runner", "Kernel build durations", "Submissions per status"}
 
 
 def test_the_provisioning_files_fit_together() -> None:

@@ -10,14 +10,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 from grafana_sql import dashboards, expand_macros, panel_result, rfc3339nano, run
 from tests.conftest import Api, git
 from tests.test_tracking import finish_builds, track
 
-from kperf.core import alerts, building, tracking
-from kperf.core.models import Alert, Job, KernelBuild, MachineClass, Runner, Submission, TrackedBranch
+from kperf.core import alerts, building, runner_state, tracking
+from kperf.core.models import (
+    Alert,
+    Job,
+    KernelBuild,
+    MachineClass,
+    Runner,
+    RunnerEvent,
+    Submission,
+    TrackedBranch,
+)
 from kperf.core.workflow import advance_submission, prepare_submission
 from kperf_kbuild.driver import BuildRequest, BuildResult
 
@@ -77,8 +86,10 @@ def busy_lab(
     tracked branch waiting for a runner, one mail failed and one waiting."""
     _, runner_http = runner_api
     arm = MachineClass.objects.create(name="arm64-lab", arch="arm64")
-    arm_runner, _ = Runner.register("arm-1", arm)
-    Runner.objects.filter(pk=arm_runner.pk).update(health=Runner.Health.QUARANTINED)  # what the admin does
+    Runner.register("arm-1", arm)
+    # What an admin's quarantine does (kperf.core.runner_state).
+    with transaction.atomic():
+        runner_state.quarantine(runner_state.locked("arm-1"), "quarantined by lab-admin: fan failure")
     # A branch whose kernel does not compile.
     git(small_tree, "checkout", "-q", "-b", "broken", "master")
     (small_tree / "mm.c").write_text("int x = ;\n")
@@ -157,6 +168,11 @@ def test_the_lab_dashboard_shows_queues_runners_builds_submissions_and_mail(
         "runner",
         "machine class",
         "health",
+        "reason",
+        "since",
+        "last calibration",
+        "calibration result",
+        "last good calibration",
         "last heartbeat",
         "since heartbeat",
         "leased jobs",
@@ -166,6 +182,11 @@ def test_the_lab_dashboard_shows_queues_runners_builds_submissions_and_mail(
     rows = {r["runner"]: r for r in got.rows}
     assert [r["runner"] for r in got.rows] == ["arm-1", "qemu-1", "qemu-2"]
     assert rows["arm-1"]["health"] == "quarantined" and rows["arm-1"]["last heartbeat"] is None
+    arm = Runner.objects.get(name="arm-1")
+    assert rows["arm-1"]["reason"] == "quarantined by lab-admin: fan failure"
+    assert rows["arm-1"]["since"] == arm.health_since and arm.health_since is not None
+    assert rows["qemu-1"]["reason"] == "" and rows["qemu-1"]["since"] is None
+    assert rows["qemu-1"]["calibration result"] is None and rows["qemu-1"]["last good calibration"] is None
     seen = Runner.objects.get(name="qemu-1")
     # (now() is when the transaction began: Grafana's query is a transaction
     # of its own, the test's began before the heartbeat.)
@@ -245,3 +266,23 @@ def test_a_new_lab_shows_zeros_and_empty_tables(db: Any) -> None:
     assert results["Alerts waiting"].rows == [{"pending": 0, "failed": 0}]
     assert set(results["Submissions per status"].column("submissions")) == {0}
     assert all(not r.rows for title, r in results.items() if title not in ("Alerts waiting", "Submissions per status"))
+
+
+def test_the_calibration_panel_shows_each_runners_medians_over_time(db: Any) -> None:
+    mclass = MachineClass.objects.create(name="native-x86_64", arch="x86_64")
+    runner, _ = Runner.register("native-1", mclass)
+    now = timezone.now()
+    for hours, value in ((2, 1000.0), (1, 990.0)):
+        RunnerEvent.objects.create(
+            runner=runner,
+            kind="calibration",
+            result="good",
+            summary={"spawn-vmas-0": value},
+            created=now - timedelta(hours=hours),
+        )
+    RunnerEvent.objects.create(runner=runner, kind="quarantine", reason="by hand", created=now)
+    got = panel_result(dashboards()["kperf-lab"], "Calibrations per runner", {}, (now - timedelta(days=1), now))
+    assert [(r["value"], r["metric"]) for r in got.rows] == [
+        (1000.0, "native-1 spawn-vmas-0"),
+        (990.0, "native-1 spawn-vmas-0"),
+    ]

@@ -356,10 +356,11 @@ def build_parser() -> argparse.ArgumentParser:
     nz.add_argument("--json", action="store_true")
     nz.set_defaults(func=cmd_noise)
 
-    from kperf import cli_mmtests, cli_track
+    from kperf import cli_mmtests, cli_runners, cli_track
 
     cli_mmtests.add_parsers(sub)
     cli_track.add_parsers(sub)
+    cli_runners.add_parsers(sub)
     return p
 
 

@@ -262,6 +262,18 @@ KPERF_BUILD_RETRY_MAX_SECONDS = env_float("KPERF_BUILD_RETRY_MAX_SECONDS", 600.0
 KPERF_REDRIVE_SECONDS = env_int("KPERF_REDRIVE_SECONDS", 60, minimum=1)
 KPERF_REDRIVE_AFTER_SECONDS = env_int("KPERF_REDRIVE_AFTER_SECONDS", 300, minimum=1)
 KPERF_CONSOLE_LOG_MAX_BYTES = env_int("KPERF_CONSOLE_LOG_MAX_BYTES", 2 * 1024 * 1024, minimum=1024)
+# --- Calibration and quarantine (docs/calibration.md) ------------------------
+# Every runner of a class with a reference build calibrates this often (0: never
+# queued by the schedule); the beat task looks for what is due every CHECK_SECONDS.
+KPERF_CALIBRATION_EVERY_HOURS = env_float("KPERF_CALIBRATION_EVERY_HOURS", 24.0)
+KPERF_CALIBRATION_CHECK_SECONDS = env_int("KPERF_CALIBRATION_CHECK_SECONDS", 600, minimum=10)
+# A calibration drifted when a metric's median moved more than K times the
+# runner's learned noise AND more than FLOOR_PCT percent, against its last
+# WINDOW good calibrations; nothing is judged before MIN_HISTORY of them.
+KPERF_CALIBRATION_K = env_float("KPERF_CALIBRATION_K", 4.0)
+KPERF_CALIBRATION_FLOOR_PCT = env_float("KPERF_CALIBRATION_FLOOR_PCT", 5.0)
+KPERF_CALIBRATION_MIN_HISTORY = env_int("KPERF_CALIBRATION_MIN_HISTORY", 3, minimum=2)
+KPERF_CALIBRATION_WINDOW = env_int("KPERF_CALIBRATION_WINDOW", 10, minimum=2)
 # --- Alerts by email (docs/alerts.md) ----------------------------------------
 # No SMTP host, no mail: alerts are still written to the outbox (and shown in
 # the admin) so nothing is lost, and go out once a host is configured.
@@ -285,6 +297,8 @@ CELERY_BEAT_SCHEDULE = {
     "redrive": {"task": "kperf.redrive", "schedule": float(KPERF_REDRIVE_SECONDS)},
     # Alerts that could not be sent (SMTP down, no host yet) are retried.
     "send-alerts": {"task": "kperf.send_alerts", "schedule": float(env_int("KPERF_ALERT_RETRY_SECONDS", 120))},
+    # Runners whose calibration is due get a calibration job (kperf.core.calibration).
+    "queue-calibrations": {"task": "kperf.queue_calibrations", "schedule": float(KPERF_CALIBRATION_CHECK_SECONDS)},
     # How often tracked branches are fetched to see whether they moved.
     "poll-tracked-branches": {
         "task": "kperf.poll_tracked_branches",

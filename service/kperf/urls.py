@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from kperf.core import views
+from kperf.core import lab_views, views
 from kperf.core.api import api
 
 urlpatterns = [
@@ -19,4 +19,7 @@ urlpatterns = [
     path("branches/<int:branch_id>", views.branch_detail, name="branch-detail"),
     path("builds/<int:build_id>/log", views.build_log, name="build-log"),
     path("jobs/<int:job_id>/console", views.job_console, name="job-console"),
+    path("lab/", lab_views.lab, name="lab"),
+    path("lab/runners/<str:name>/release", lab_views.release, name="lab-release"),
+    path("lab/runners/<str:name>/quarantine", lab_views.quarantine, name="lab-quarantine"),
 ]

@@ -2,56 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
 from typing import Any
 
-from kperf.core.models import KernelBuild, MachineClass, Submission, SubmissionBuild, Tree
-from kperf.core.workflow import schedule_jobs
+from kperf.testing.lab import built, submission_ready_for_testing
 
-
-def built(tree: Tree, sha: str, tmp: Path) -> KernelBuild:
-    kernel = tmp / f"bzImage-{sha[:6]}"
-    kernel.write_bytes(b"not really a kernel " + sha.encode())
-    return KernelBuild.objects.create(
-        tree=tree,
-        sha=sha,
-        arch="x86_64",
-        config_digest="d" * 64,
-        status=KernelBuild.Status.DONE,
-        artifacts={
-            "kernel": {
-                "path": str(kernel),
-                "sha256": hashlib.sha256(kernel.read_bytes()).hexdigest(),
-                "size": kernel.stat().st_size,
-            }
-        },
-    )
-
-
-def submission_ready_for_testing(
-    owner: Any, mclass: MachineClass, tmp: Path, benchmarks: tuple[str, ...] = ("spawn",), grid: str = "quick"
-) -> Submission:
-    tree = Tree.objects.create(url=str(tmp / "tree"))
-    sub = Submission.objects.create(
-        owner=owner,
-        tree=tree,
-        head_ref="feature",
-        base_ref="master",
-        head_sha="b" * 40,
-        base_sha="a" * 40,
-        benchmarks=list(benchmarks),
-        grid=grid,
-        arches=["x86_64"],
-        status=Submission.Status.TESTING,
-    )
-    base, head = built(tree, "a" * 40, tmp), built(tree, "b" * 40, tmp)
-    links = [
-        SubmissionBuild.objects.create(submission=sub, build=base, side="base"),
-        SubmissionBuild.objects.create(submission=sub, build=head, side="head"),
-    ]
-    schedule_jobs(sub, links)
-    return sub
+__all__ = ["built", "results_body", "submission_ready_for_testing"]
 
 
 def results_body(job: dict[str, Any], value: float = 1000.0) -> dict[str, Any]:

@@ -239,6 +239,20 @@ ROUTES: dict[str, tuple[str, str, Body, tuple[int, ...]]] = {
     # Lab-level: what any signed-in user needs to choose and judge.
     "api-v1:list_benchmarks": ("GET", "/api/v1/benchmarks", None, SIGNED_IN),
     "api-v1:list_runners": ("GET", "/api/v1/runners", None, SIGNED_IN),
+    # One runner's health history; only staff change its health (docs/calibration.md).
+    "api-v1:runner_checks": ("GET", "/api/v1/runners/qemu-1/checks", None, SIGNED_IN),
+    "api-v1:release_runner": (
+        "POST",
+        "/api/v1/runners/qemu-1/release",
+        lambda lab: {"note": "fixed"},
+        (401, 403, 403, 200, 401),
+    ),
+    "api-v1:quarantine_runner": (
+        "POST",
+        "/api/v1/runners/qemu-1/quarantine",
+        lambda lab: {"note": "fan"},
+        (401, 403, 403, 200, 401),
+    ),
     "api-v1:noise": ("GET", "/api/v1/noise?machine_class=qemu-x86_64", None, SIGNED_IN),
     "api-v1:create_submission": (
         "POST",
@@ -305,6 +319,10 @@ ROUTES: dict[str, tuple[str, str, Body, tuple[int, ...]]] = {
     "branch-detail": ("GET", "/branches/{branch}", None, OWNER_PAGE),
     "build-log": ("GET", "/builds/{build}/log", None, OWNER_PAGE),
     "job-console": ("GET", "/jobs/{job}/console", None, OWNER_PAGE),
+    # The lab page: every signed-in user reads it; staff release and quarantine (then back to the page).
+    "lab": ("GET", "/lab/", None, PAGE),
+    "lab-release": ("POST", "/lab/runners/qemu-1/release", None, (302, 403, 403, 302, 302)),
+    "lab-quarantine": ("POST", "/lab/runners/qemu-1/quarantine", None, (302, 403, 403, 302, 302)),
 }
 
 

@@ -162,6 +162,37 @@ def test_progress_extends_the_lease_and_keeps_the_console(sub: Submission, runne
     assert j.progress == "boot 1 of 1" and "Linux version" in j.console_log
 
 
+def test_quiet_seconds_extend_the_lease_and_no_later_call_shortens_it(sub: Submission, runner_api: Any) -> None:
+    _, api = runner_api
+    job = claim(api)
+    lease = leases.settings.KPERF_LEASE_SECONDS
+    before = timezone.now()
+    resp = api.post(f"/runner/jobs/{job['id']}/progress", {"attempt": 1, "phase": "booting", "quiet_seconds": 3600})
+    assert resp.status_code == 200, resp.content
+    expires = Job.objects.get(pk=job["id"]).lease_expires
+    assert expires is not None
+    assert before + timedelta(seconds=lease + 3600) <= expires <= timezone.now() + timedelta(seconds=lease + 3600)
+    # Out of bounds (over 6 h, negative, not an integer): refused, the lease untouched.
+    for bad in (21601, -1, "1h"):
+        resp = api.post(f"/runner/jobs/{job['id']}/progress", {"attempt": 1, "quiet_seconds": bad})
+        assert resp.status_code == 422, (bad, resp.content)
+        assert Job.objects.get(pk=job["id"]).lease_expires == expires
+    # A keepalive after it (the agent still waiting for the jump) never
+    # shortens the quiet lease ...
+    resp = api.post(f"/runner/jobs/{job['id']}/progress", {"attempt": 1, "phase": "booting"})
+    assert resp.status_code == 200, resp.content
+    assert Job.objects.get(pk=job["id"]).lease_expires == expires
+    # ... nor does a shorter quiet spell announced later.
+    api.post(f"/runner/jobs/{job['id']}/progress", {"attempt": 1, "phase": "booting", "quiet_seconds": 60})
+    assert Job.objects.get(pk=job["id"]).lease_expires == expires
+    # Once that time has passed (the machine is back), a call extends from now again.
+    Job.objects.filter(pk=job["id"]).update(lease_expires=timezone.now() + timedelta(seconds=5))
+    before = timezone.now()
+    api.post(f"/runner/jobs/{job['id']}/progress", {"attempt": 1, "phase": "running"})
+    after = Job.objects.get(pk=job["id"]).lease_expires
+    assert after is not None and before + timedelta(seconds=lease) <= after <= timezone.now() + timedelta(seconds=lease)
+
+
 def test_an_expired_lease_goes_back_to_the_queue_then_fails_as_infra(
     sub: Submission, runner_api: Any, other_runner_api: Any
 ) -> None:

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
 
-from kperf.core import models
+from kperf.core import models, runner_state
 
 
 @admin.register(models.Submission)
@@ -25,11 +27,63 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 @admin.register(models.Runner)
 class RunnerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ("name", "machine_class", "health", "last_heartbeat", "version")
+    list_display = (
+        "name",
+        "machine_class",
+        "health",
+        "health_reason",
+        "health_since",
+        "last_calibration_result",
+        "last_good_calibration",
+        "last_heartbeat",
+        "version",
+    )
+    list_filter = ("health", "machine_class")
     exclude = ("token_hash",)
+    # Health changes only through the actions: they keep the history and mark jobs (kperf.core.runner_state).
+    readonly_fields = (
+        "health",
+        "health_reason",
+        "health_since",
+        "last_calibration",
+        "last_calibration_result",
+        "last_good_calibration",
+        "calibration_baseline_since",
+        "identity_changed",
+    )
+    actions = ["release", "quarantine"]
+
+    @admin.action(description="Release (back to work; a calibration is queued)")
+    def release(self, request: Any, queryset: Any) -> None:
+        for runner in queryset:
+            runner_state.release_by_name(runner.name, request.user, "released in the admin")
+
+    @admin.action(description="Quarantine (claims nothing until released)")
+    def quarantine(self, request: Any, queryset: Any) -> None:
+        for runner in queryset:
+            runner_state.quarantine_by_name(runner.name, request.user, "quarantined in the admin")
 
 
-admin.site.register(models.MachineClass)
+@admin.register(models.RunnerEvent)
+class RunnerEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """A runner's history: calibrations, quarantines, releases; written by kperf, read here."""
+
+    list_display = ("created", "runner", "kind", "result", "reason", "by", "note")
+    list_filter = ("kind", "result", "runner")
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(models.MachineClass)
+class MachineClassAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("name", "arch", "clock", "reference_build", "calibration_benchmark", "calibration_grid")
+    raw_id_fields = ("reference_build",)
+
+
 admin.site.register(models.Tree)
 admin.site.register(models.MetricDef)
 

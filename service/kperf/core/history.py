@@ -230,7 +230,9 @@ def summarise(jobs: QuerySet[Job]) -> int:
     (the jobs a read covers), so a job stored by any path is in before it counts.
     """
     pending = list(
-        jobs.filter(status=Job.Status.DONE)
+        # Calibrations measure the runner, not a kernel: they stay out of the
+        # noise pools (a drifted one would inflate the class's noise).
+        jobs.filter(status=Job.Status.DONE, pinned_runner__isnull=True)
         # NOT EXISTS: an anti-join probing SummarisedJob's key, not a NOT IN over all of it.
         .exclude(Exists(SummarisedJob.objects.filter(job_id=OuterRef("pk"))))
         .values_list("pk", "machine_class_id", "clock", "benchmark", "grid", "build__sha", "branch_commit_id")

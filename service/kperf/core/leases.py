@@ -12,9 +12,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
-from kperf.core import dispatch, sharing, states
+from kperf.core import calibration, dispatch, sharing, states
 from kperf.core.models import BootRecord, Clock, Job, KernelBuild, MetricDef, Runner, Sample
 from kperf.core.models.accounts import hash_token
 from kperf_runner import benchmarks as registry
@@ -78,6 +79,16 @@ def claim(runner: Runner) -> Job | None:
     ):
         return None
     with transaction.atomic():
+        # The runner's row first, then the job: the order a quarantine takes
+        # (kperf.core.runner_state), so the two never deadlock; and its health
+        # read under the lock, so a quarantine that committed after this
+        # request authenticated hands out nothing. NO KEY UPDATE: rows that
+        # only reference the runner (its events, jobs) are not held up.
+        health = (
+            Runner.objects.select_for_update(no_key=True).filter(pk=runner.pk).values_list("health", flat=True).first()
+        )
+        if health != Runner.Health.GOOD:
+            return None
         # SKIP LOCKED: two runners claiming at once each get a different job
         # instead of queueing behind each other's lock.
         job = (
@@ -85,9 +96,13 @@ def claim(runner: Runner) -> Job | None:
             # The payload the runner gets names the build and class: one query, not three.
             .select_related("build", "machine_class")
             .filter(status=Job.Status.QUEUED, machine_class=runner.machine_class, clock__in=runner_clocks(runner))
-            # Developers' submissions first, oldest first (NULLs sort last:
-            # tracked-branch jobs run when no submission waits).
-            .order_by("submission_id", "branch_commit_id", "seq", "id")
+            # A job pinned to a runner (a calibration) is that runner's alone.
+            .filter(Q(pinned_runner__isnull=True) | Q(pinned_runner=runner))
+            # The runner's own calibration first (its health check decides
+            # whether it should measure anything else), then developers'
+            # submissions, oldest first (NULLs sort last: tracked-branch jobs
+            # run when no submission waits).
+            .order_by(F("pinned_runner_id").asc(nulls_last=True), "submission_id", "branch_commit_id", "seq", "id")
             .first()
         )
         if job is None:
@@ -139,7 +154,15 @@ def _append_console(job: Job, text: str) -> None:
 def progress(runner: Runner, job_id: int, data: dict[str, Any]) -> Job:
     with transaction.atomic():
         job = _held(runner, job_id, data.get("attempt"))
-        job.lease_expires = timezone.now() + timedelta(seconds=settings.KPERF_LEASE_SECONDS)
+        # quiet_seconds (checked 0..21600 by the schema): the runner will not
+        # call again for that long (a kexec into the test kernel and back).
+        quiet = data.get("quiet_seconds") or 0
+        quiet = quiet if isinstance(quiet, int) and 0 <= quiet <= 21600 else 0
+        wanted = timezone.now() + timedelta(seconds=settings.KPERF_LEASE_SECONDS + quiet)
+        # Never shortened: a keepalive sent after the call that announced a
+        # quiet spell (the agent still waiting for the kexec to happen) must
+        # not cut the time the machine was promised for the boot and the way back.
+        job.lease_expires = max(job.lease_expires, wanted) if job.lease_expires else wanted
         job.phase = str(data.get("phase", ""))[:32]
         boot, boots = data.get("boot"), data.get("boots")
         message = str(data.get("message", ""))
@@ -269,6 +292,9 @@ def record_results(runner: Runner, job_id: int, data: dict[str, Any]) -> Job:
         # a summary the task has not written yet is caught up by the next read.
         dispatch.after_commit("kperf.summarise_job", job.pk)
         _advance_owner(job)
+        # Judges a calibration (and may quarantine), or marks a job a
+        # quarantined runner finished: in this transaction, so never lost.
+        calibration.job_done(runner, job)
     log.info("job %s: results recorded from %s", job_id, runner.name)
     return job
 
@@ -295,6 +321,7 @@ def record_failure(runner: Runner, job_id: int, data: dict[str, Any]) -> Job:
         job.save()
         if job.status == Job.Status.FAILED:
             _advance_owner(job)
+            calibration.job_failed(job)  # a failed calibration is a failed health check
     log.warning("job %s: %s failure reported by %s: %s", job_id, kind, runner.name, message)
     return job
 
@@ -311,12 +338,42 @@ def _advance_owner(job: Job) -> None:
 
 
 def _requeue(job: Job, why: str) -> None:
+    """Back to the queue for another attempt (the caller saves); a calibration
+    its runner cannot take again is cancelled instead."""
     states.set_status(job, Job.Status.QUEUED)
     job.attempt += 1
     job.runner = None
     job.lease_expires = None
     job.phase = "requeued"
     job.progress = why[:200]
+    if job.pinned_runner_id is None:
+        return
+    # Locked: a quarantine committing now cancels only the jobs it sees
+    # queued, and this one is not yet; so it waits for the quarantine or the
+    # quarantine for it, and either way the job does not stay queued. (A
+    # quarantine never waits for a leased job, so job-then-runner is safe.)
+    pinned = (
+        Runner.objects.select_for_update(of=("self",))
+        .select_related("machine_class")
+        .filter(pk=job.pinned_runner_id)
+        .first()
+    )
+    if pinned is None:
+        return
+    if pinned.health != Runner.Health.GOOD:
+        cancel = (
+            f"cancelled after {why}: runner {pinned.name} is quarantined ({pinned.health_reason}); "
+            "releasing it queues a fresh calibration"
+        )
+    elif pinned.machine_class_id != job.machine_class_id or job.clock not in runner_clocks(pinned):
+        cancel = f"{calibration.stale_reason(pinned, job)} (after {why})"
+    else:
+        return
+    states.set_status(job, Job.Status.CANCELLED)
+    job.finished = timezone.now()
+    job.phase = "cancelled"
+    job.failure_message = cancel[:2000]
+    job.progress = cancel[:200]
 
 
 def expire_leases() -> int:
@@ -342,6 +399,7 @@ def expire_leases() -> int:
                 job.lease_expires = None
                 _advance_owner(job)
             job.save()
+            calibration.job_failed(job)
             changed += 1
             log.warning("job %s: lease of %s expired, now %s", job.pk, holder, job.status)
     return changed

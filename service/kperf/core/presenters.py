@@ -10,7 +10,7 @@ import numpy as np
 from django.db.models import Exists, F, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 
-from kperf.core import sharing, workflow
+from kperf.core import sharing, tuning, workflow
 from kperf.core.models import BootRecord, ChangePoint, Clock, Job, SharedJob, Submission, TrackedBranch
 from kperf.stats import abtest
 
@@ -61,6 +61,9 @@ def job_dict(j: Job) -> dict[str, Any]:
         "failure_message": j.failure_message,
         "started": _iso(j.started),
         "finished": _iso(j.finished),
+        # Measured on a runner after its last good calibration, before it was
+        # quarantined (docs/calibration.md); None for a job nothing is known against.
+        "suspect": j.suspect_note or None,
     }
 
 
@@ -119,16 +122,22 @@ def _estimates(values: dict[str, list[list[float]]]) -> dict[str, float | None]:
 _SideKey = tuple[int, str, str, str]
 
 
-def _counters_per_boot(sub: Submission) -> tuple[dict[_SideKey, dict[str, float]], dict[_SideKey, int]]:
-    """Mean /proc/vmstat delta per boot of every counter, and the boots it is over, per side.
+# Counter sources a boot uploads: /proc/vmstat deltas, and hardware counters
+# (instructions, cycles) where the machine could count them.
+_COUNTER_SOURCES = ("vmstat", "perf")
+_PerBoot = tuple[dict[_SideKey, dict[str, float]], dict[_SideKey, int]]
 
-    One query for the whole submission. A boot without counters (an older
+
+def _counters_per_boot(sub: Submission) -> dict[str, _PerBoot]:
+    """Per source: the mean per boot of every counter, and the boots it is over, per side.
+
+    One query for the whole submission, every source. A boot without counters (an older
     runner, a kernel without /proc/vmstat) is left out rather than counted
     as a boot where nothing moved; a counter missing from a boot that has
     counters did not move in it (init prints nonzero deltas only).
     """
-    sums: dict[_SideKey, dict[str, float]] = {}
-    boots: dict[_SideKey, int] = {}
+    sums: dict[str, dict[_SideKey, dict[str, float]]] = {source: {} for source in _COUNTER_SOURCES}
+    boots: dict[str, dict[_SideKey, int]] = {source: {} for source in _COUNTER_SOURCES}
     # Shared base boots count on the side they are shared for (kperf.core.sharing).
     link = SharedJob.objects.filter(job=OuterRef("job_id"), submission=sub)
     rows = (
@@ -137,15 +146,31 @@ def _counters_per_boot(sub: Submission) -> tuple[dict[_SideKey, dict[str, float]
         .values_list("job__machine_class_id", "job__benchmark", "job__clock", "side", "counters")
     )
     for mclass, benchmark, clock, side, counters in rows:
-        vmstat = counters.get("vmstat") if isinstance(counters, dict) else None
-        if not isinstance(vmstat, dict):
-            continue
         key = (mclass, benchmark, clock, side)
-        boots[key] = boots.get(key, 0) + 1
-        acc = sums.setdefault(key, {})
-        for name, value in vmstat.items():
-            acc[name] = acc.get(name, 0.0) + float(value)
-    return {key: {n: v / boots[key] for n, v in acc.items()} for key, acc in sums.items()}, boots
+        for source in _COUNTER_SOURCES:
+            values = counters.get(source) if isinstance(counters, dict) else None
+            if not isinstance(values, dict):
+                continue
+            boots[source][key] = boots[source].get(key, 0) + 1
+            acc = sums[source].setdefault(key, {})
+            for name, value in values.items():
+                acc[name] = acc.get(name, 0.0) + float(value)
+    return {
+        source: (
+            {key: {n: v / boots[source][key] for n, v in acc.items()} for key, acc in sums[source].items()},
+            boots[source],
+        )
+        for source in _COUNTER_SOURCES
+    }
+
+
+def perf_rows(base: dict[str, float], head: dict[str, float]) -> list[dict[str, Any]]:
+    """Hardware counters per boot as counter_rows, with instructions per cycle where both were counted."""
+    with_ipc = []
+    for side in (base, head):
+        ipc = side["instructions"] / side["cycles"] if side.get("instructions") and side.get("cycles") else None
+        with_ipc.append({**side, "instructions_per_cycle": ipc} if ipc is not None else side)
+    return counter_rows(*with_ipc)
 
 
 def counter_rows(base: dict[str, float], head: dict[str, float]) -> list[dict[str, Any]]:
@@ -163,11 +188,14 @@ def counter_rows(base: dict[str, float], head: dict[str, float]) -> list[dict[st
 
 def comparisons(sub: Submission) -> list[dict[str, Any]]:
     out = []
-    per_boot, counter_boots = _counters_per_boot(sub)
+    counted = _counters_per_boot(sub)
+    per_boot, counter_boots = counted["vmstat"]
+    perf_per_boot, perf_boots = counted["perf"]
     for comp in sub.comparisons.select_related("machine_class").prefetch_related("metrics"):
         side = {s: (comp.machine_class_id, comp.benchmark, comp.clock, s) for s in ("base", "head")}
         # Both sides need boots with counters, or there is nothing to set side by side.
         both = all(counter_boots.get(key) for key in side.values())
+        both_perf = all(perf_boots.get(key) for key in side.values())
         out.append(
             {
                 "machine_class": comp.machine_class.name,
@@ -195,6 +223,11 @@ def comparisons(sub: Submission) -> list[dict[str, Any]]:
                 # /proc/vmstat deltas per boot beside the verdicts, never judged (docs/benchmarks.md).
                 "counters": counter_rows(per_boot[side["base"]], per_boot[side["head"]]) if both else [],
                 "counter_boots": {s: counter_boots.get(key, 0) for s, key in side.items()},
+                # Instructions and cycles per boot where the machines could count them; not judged either.
+                "perf_counters": (
+                    perf_rows(perf_per_boot[side["base"]], perf_per_boot[side["head"]]) if both_perf else []
+                ),
+                "perf_boots": {s: perf_boots.get(key, 0) for s, key in side.items()},
             }
         )
     return out
@@ -257,6 +290,22 @@ def submission_detail(sub: Submission) -> dict[str, Any]:
             "comparisons": comparisons(sub),
         }
     )
+    # Boots of one comparison that ran with different machine tuning (kperf.core.tuning).
+    differences = tuning.differences(sub)
+    for comp in data["comparisons"]:
+        comp["tuning_differences"] = differences.get((comp["machine_class"], comp["benchmark"], comp["clock"]), [])
+    # Each comparison that used a suspect boot says so, with the runners' notes.
+    for comp in data["comparisons"]:
+        comp["suspect"] = sorted(
+            {
+                j["suspect"]
+                for j in jobs
+                if j["suspect"]
+                and j["machine_class"] == comp["machine_class"]
+                and j["benchmark"] == comp["benchmark"]
+                and j["clock"] == comp["clock"]
+            }
+        )
     return data
 
 

@@ -14,7 +14,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from kperf.core import alerts, building, history, leases, owners, sweeper, tracking, workflow
+from kperf.core import alerts, building, calibration, history, leases, owners, sweeper, tracking, workflow
 
 # Options shared by every task. soft_time_limit raises inside the task
 # (builds stop their compiler, analyses fail their owner with a message);
@@ -99,3 +99,8 @@ def reanalyse_branch(branch_id: int) -> None:
 @shared_task(name="kperf.send_alerts", **_DEFAULT)
 def send_alerts() -> int:
     return alerts.send_pending()
+
+
+@shared_task(name="kperf.queue_calibrations", **_DEFAULT)
+def queue_calibrations() -> int:
+    return calibration.queue_due()

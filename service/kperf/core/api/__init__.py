@@ -13,6 +13,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from kperf.core.api.errors import ApiError, too_large_detail
+from kperf.core.api.lab import router as lab_router
 from kperf.core.api.parsing import BodyError, KperfParser
 from kperf.core.api.runner import router as runner_router
 from kperf.core.api.users import router as users_router
@@ -27,6 +28,7 @@ api = NinjaAPI(
 )
 log = logging.getLogger("kperf.api")
 api.add_router("/", users_router)
+api.add_router("/", lab_router)
 api.add_router("/runner/", runner_router)
 
 

@@ -71,6 +71,11 @@ def _object(what: str) -> Callable[[Any], Any]:
 def _at_most_counters(counters: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     if sum(map(len, counters.values())) > COUNTERS_MAX:
         raise _invalid(f"has more than {COUNTERS_MAX} counters")
+    # Hardware counters (instructions, cycles) count events: whole and never
+    # negative, unlike a vmstat gauge's delta.
+    for name, value in counters.get("perf", {}).items():
+        if value < 0 or value != int(value):
+            raise _invalid(f"has perf counter {name!r} = {value!r}: hardware counts are whole numbers >= 0")
     return counters
 
 
@@ -81,7 +86,7 @@ SourceName = Annotated[str, AfterValidator(_name_check("source"))]
 CounterSource = Annotated[dict[CounterName, CounterValue], BeforeValidator(_object(" of counter names to numbers"))]
 Counters = Annotated[
     dict[SourceName, CounterSource],
-    BeforeValidator(_object(": counter source (vmstat) to its counters")),
+    BeforeValidator(_object(": counter source (vmstat, perf) to its counters")),
     AfterValidator(_at_most_counters),
 ]
 Attempt = Annotated[int, Field(strict=True, ge=1, le=INT_MAX, description="the attempt the claim named")]
@@ -112,6 +117,11 @@ class ProgressIn(Schema):
     boots: int | None = None
     message: str = ""
     console: str = ""
+    # A runner about to go quiet (a bare-metal runner jumping into the test
+    # kernel cannot call until the machine is back) asks for this much more
+    # lease on top of lease_seconds. Bounded at 6 h: a runner that never
+    # comes back must not hold the job for long.
+    quiet_seconds: int = Field(default=0, strict=True, ge=0, le=21600)
 
 
 class ProgressOut(Schema):

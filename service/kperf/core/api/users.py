@@ -8,7 +8,7 @@ from django.contrib.auth import authenticate
 from django.http import HttpRequest
 from ninja import Router, Schema, Status
 
-from kperf.core import access, analysis, benchmarks, imports, presenters, throttle, tracking, workflow
+from kperf.core import access, analysis, benchmarks, imports, presenters, runner_state, throttle, tracking, workflow
 from kperf.core.api import history as history_api
 from kperf.core.api.auth import USER_AUTH
 from kperf.core.api.errors import ApiError, responses
@@ -150,20 +150,8 @@ def submission_mmtests(
 
 @router.get("/runners", auth=USER_AUTH, tags=["lab"], response=responses(200, list[dict[str, Any]], 401))
 def list_runners(request: HttpRequest) -> list[dict[str, Any]]:
-    return [
-        {
-            "name": r.name,
-            "machine_class": r.machine_class.name,
-            "arch": r.machine_class.arch,
-            # The clock the class's new jobs are timed with; capabilities.clocks is what the runner gives.
-            "clock": r.machine_class.clock,
-            "health": r.health,
-            "last_heartbeat": r.last_heartbeat.isoformat() if r.last_heartbeat else None,
-            "version": r.version,
-            "capabilities": r.capabilities,
-        }
-        for r in Runner.objects.select_related("machine_class").order_by("name")
-    ]
+    """Every runner: health, why and since when it is quarantined, its last calibrations (docs/calibration.md)."""
+    return [runner_state.runner_dict(r) for r in Runner.objects.select_related("machine_class").order_by("name")]
 
 
 class MmtestsImportIn(Schema):

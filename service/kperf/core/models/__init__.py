@@ -3,6 +3,7 @@
 from kperf.core.models.accounts import ApiToken
 from kperf.core.models.alerts import Alert
 from kperf.core.models.builds import KernelBuild
+from kperf.core.models.calibration import RunnerEvent
 from kperf.core.models.history import (
     CommitSummary,
     NoisePool,
@@ -35,6 +36,7 @@ __all__ = [
     "NoisePool",
     "RunSummary",
     "Runner",
+    "RunnerEvent",
     "Sample",
     "SeriesPool",
     "SeriesState",

@@ -36,6 +36,15 @@ class MachineClass(models.Model):
     # The clock its jobs are timed with from now on; each job keeps the one
     # it was queued with, so changing this never mixes clocks in a series.
     clock = models.CharField(max_length=16, choices=Clock.choices, default=Clock.INSTRUCTIONS)
+    # Calibration (docs/calibration.md): every runner of the class measures
+    # this kernel with this short benchmark set on a schedule; no reference
+    # build, no calibration (and no automatic quarantine by drift).
+    reference_build = models.ForeignKey(
+        KernelBuild, on_delete=models.SET_NULL, null=True, blank=True, related_name="reference_for"
+    )
+    calibration_benchmark = models.CharField(max_length=64, default="spawn")
+    calibration_grid = models.CharField(max_length=32, default="quick")
+    calibration_boots = models.PositiveIntegerField(default=2)
 
     def __str__(self) -> str:
         return self.name
@@ -83,6 +92,18 @@ class Runner(models.Model):
     # class. Boots it measured before then are not shared with submissions
     # that measure their head on it now (kperf.core.sharing).
     identity_changed = models.DateTimeField(default=timezone.now)
+    # Why the runner is quarantined and since when (health_since: when the
+    # current health began). Changed only through kperf.core.runner_state,
+    # which also writes the history (RunnerEvent).
+    health_reason = models.TextField(blank=True, default="")
+    health_since = models.DateTimeField(null=True, blank=True)
+    # Its calibrations (kperf.core.calibration): the last one and its result,
+    # the last one judged good, and where the series it is judged against
+    # begins (an admin's release with relearn moves it).
+    last_calibration = models.DateTimeField(null=True, blank=True)
+    last_calibration_result = models.CharField(max_length=16, blank=True, default="")
+    last_good_calibration = models.DateTimeField(null=True, blank=True)
+    calibration_baseline_since = models.DateTimeField(null=True, blank=True)
 
     # What a runner is, for sharing measurements: any change starts a new identity.
     IDENTITY = ("token_hash", "version", "hostname", "health", "machine_class_id")
@@ -173,6 +194,13 @@ class Job(models.Model):
     progress = models.CharField(max_length=200, blank=True, default="")
     failure_kind = models.CharField(max_length=16, choices=FailureKind.choices, blank=True, default="")
     failure_message = models.TextField(blank=True, default="")
+    # A calibration job: only this runner may claim it (kperf.core.calibration).
+    pinned_runner = models.ForeignKey(
+        Runner, on_delete=models.CASCADE, null=True, blank=True, related_name="pinned_jobs"
+    )
+    # Set when the runner that measured this job was quarantined and the job
+    # finished after its last good calibration: the numbers may be off.
+    suspect_note = models.CharField(max_length=500, blank=True, default="")
     console_log = models.TextField(blank=True, default="")
     # {"key", "sha256", "size"} once `kperf-manage archive` moved the console
     # log to the artifact storage (console_log is then empty); read it

@@ -1,0 +1,59 @@
+"""The lab page: every runner's state, why and since when, and its calibrations (docs/calibration.md).
+
+Signed-in users read it (they choose and judge runs by it); only staff
+release or quarantine a runner, by a POST with the CSRF token, as the API
+(kperf.core.api.lab) does.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from kperf.core import access, calibration, runner_state
+from kperf.core.models import Runner
+
+
+@login_required
+def lab(request: HttpRequest) -> HttpResponse:
+    runners = list(
+        Runner.objects.select_related("machine_class", "machine_class__reference_build").order_by(
+            "machine_class__name", "name"
+        )
+    )
+    rows = [{"r": r, "series": calibration.series_table(r, limit=6)} for r in runners]
+    return render(request, "kperf/lab.html", {"rows": rows, "staff": access.is_staff(request.user)})
+
+
+def _forbidden(what: str) -> HttpResponse:
+    return HttpResponse(
+        f"only an admin may {what} a runner: ask an admin", status=403, content_type="text/plain; charset=utf-8"
+    )
+
+
+@login_required
+@require_POST
+def release(request: HttpRequest, name: str) -> HttpResponse:
+    if not access.is_staff(request.user):
+        return _forbidden("release")
+    try:
+        runner_state.release_by_name(
+            name, request.user, request.POST.get("note", "")[:2000], relearn=bool(request.POST.get("relearn"))
+        )
+    except runner_state.NoSuchRunner as e:
+        return HttpResponse(str(e), status=404, content_type="text/plain; charset=utf-8")
+    return redirect("lab")
+
+
+@login_required
+@require_POST
+def quarantine(request: HttpRequest, name: str) -> HttpResponse:
+    if not access.is_staff(request.user):
+        return _forbidden("quarantine")
+    try:
+        runner_state.quarantine_by_name(name, request.user, request.POST.get("note", "")[:2000])
+    except runner_state.NoSuchRunner as e:
+        return HttpResponse(str(e), status=404, content_type="text/plain; charset=utf-8")
+    return redirect("lab")
