@@ -9,6 +9,8 @@ runs reuse them.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,3 +44,37 @@ def x86_64_kernel(kernel_tree: Path, kperf_cache: Path):  # type: ignore[no-unty
     from kperf_kbuild.testing import build_fixture_kernel
 
     return build_fixture_kernel(kernel_tree, "base", "x86_64", kperf_cache)
+
+
+# The Debian image the kexec test boots (kperf.testing.baremetal) is mostly
+# downloading and unpacking packages: made in a process of its own from the
+# start of the run, it overlaps the kernel builds instead of adding its
+# minutes at the end. The test takes the same lock and finds it done (or
+# waits for it); a failed build here only means the test builds it itself.
+_image_builder: subprocess.Popen[bytes] | None = None
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    global _image_builder
+    wanted = any(item.nodeid.startswith("tests/test_kexec_runner.py") for item in session.items)
+    if not wanted or os.geteuid() != 0 or _image_builder is not None:
+        return
+    cache = cache_dir()
+    log = (cache / "baremetal-prepare.log").open("wb")
+    _image_builder = subprocess.Popen(
+        [sys.executable, "-m", "kperf.testing.baremetal", "prepare", str(cache)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _image_builder is not None and _image_builder.poll() is None:
+        # Interrupted runs leave no half image: the builder removes its
+        # scratch directory when terminated.
+        _image_builder.terminate()
+        try:
+            _image_builder.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            _image_builder.kill()
