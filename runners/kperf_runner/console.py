@@ -42,9 +42,9 @@ ENVIRONMENT_KEYS = (
     "clocksource",
 )
 # The machine's tuning facts (boost, swap_total_kb, aslr, isolated_cpus,
-# drop_caches, perf_counters; csrc/init_tuning.h) come in as printed: every
+# drop_caches, settle_ms, perf_counters; csrc/init_tuning.h) come in as printed: every
 # init that tunes prints each, "absent" where the kernel lacks the setting.
-_INTEGER_KEYS = ("cpus", "mem_total_kb", "swap_total_kb")
+_INTEGER_KEYS = ("cpus", "mem_total_kb", "swap_total_kb", "settle_ms")
 
 _ENV = re.compile(r"KPERF-ENV (?P<key>[a-z_]+)=(?P<value>.*)")
 _BEGIN = re.compile(r"KPERF-BEGIN (?P<n>\d+)")

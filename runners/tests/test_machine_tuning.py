@@ -21,7 +21,16 @@ from kperf_runner.initramfs import GUEST_BINDIR
 from kperf_runner.perf import SOFTWARE, CommandCounters
 from kperf_runner.toolchain import compile_all
 
-TUNING_FACTS = ("cpufreq_governor", "boost", "thp", "swap_total_kb", "aslr", "isolated_cpus", "drop_caches")
+TUNING_FACTS = (
+    "cpufreq_governor",
+    "boost",
+    "thp",
+    "swap_total_kb",
+    "aslr",
+    "isolated_cpus",
+    "drop_caches",
+    "settle_ms",
+)
 
 
 def _pmu_counts() -> bool:
@@ -58,6 +67,7 @@ def test_init_records_every_tuning_fact_and_counts_or_says_unsupported(
     isolated = Path("/sys/devices/system/cpu/isolated").read_text().strip()
     assert env["isolated_cpus"] == (isolated or "none")
     assert env["drop_caches"] == "before every command"
+    assert env["settle_ms"] == 100  # the default: no kperf.settle_ms= on this machine's command line
     assert "KPERF-PERF 1 " in console
     if _pmu_counts():
         assert env["perf_counters"] == "instructions,cycles user+kernel"
@@ -176,7 +186,14 @@ def test_a_qemu_boot_is_tuned_and_records_it(runner_state: Path, x86_64_kernel: 
     spawn = get_benchmark("spawn")
     params = resolve_params("spawn", "quick", {"duration": 0.05, "iterations": 1, "extra_vmas": "0"})
     commands = spawn.command(params, QemuBackend.bindir)
-    job = BootJob(commands, compile_all(spawn.sources(), "x86_64", runner_state), timeout=300, clock="instructions")
+    # kperf.settle_ms= sets the pause after dropping the caches (docs/machine-tuning.md).
+    job = BootJob(
+        commands,
+        compile_all(spawn.sources(), "x86_64", runner_state),
+        timeout=300,
+        clock="instructions",
+        cmdline="kperf.settle_ms=250",
+    )
     result = QemuBackend("x86_64", runner_state, accel="tcg").boot(job, x86_64_kernel.artifacts["kernel"])
     env = result.environment
     assert "tuning" not in env  # applied, not merely read
@@ -185,7 +202,7 @@ def test_a_qemu_boot_is_tuned_and_records_it(runner_state: Path, x86_64_kernel: 
     # QEMU's virtual CPU has no cpufreq and no boost: absent, not invented.
     assert env["cpufreq_governor"] == "absent" and env["boost"] == "absent"
     assert env["swap_total_kb"] == 0 and env["aslr"] == "0"  # no swap; norandmaps
-    assert env["drop_caches"] == "before every command"
+    assert env["drop_caches"] == "before every command" and env["settle_ms"] == 250
     assert env["perf_counters"].startswith("unsupported (")
     assert "KPERF-PERF 0 unsupported" in result.console and "KPERF-PERF" not in result.raw_output
     assert "perf" not in result.counters

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from kperf.core import tuning
 from kperf.core.analysis import analyse_submission
 from kperf.core.models import BootRecord, Job, Submission
 from kperf.core.workflow import advance_submission
@@ -29,6 +30,7 @@ TUNED = {
     "isolated_cpus": "none",
     "clocksource": "tsc",
     "drop_caches": "before every command",
+    "settle_ms": 100,
     "perf_counters": "instructions,cycles user+kernel",
 }
 
@@ -121,8 +123,8 @@ def test_a_boot_that_recorded_no_tuning_is_a_difference_not_a_match(
     [comp] = alice_api.get(f"/submissions/{sub.pk}").json()["comparisons"]
     drop = next(t for t in comp["tuning_differences"] if t["fact"] == "drop_caches")
     assert drop["values"]["base"] == {"before every command": 3, "not recorded": 1}
-    # The old boot lacks every fact, so all eight are named.
-    assert len(comp["tuning_differences"]) == 8
+    # The old boot lacks every fact, so all nine are named.
+    assert len(comp["tuning_differences"]) == len(tuning.TUNING_FACTS) == 9
 
 
 def test_hardware_counters_are_shown_per_boot_with_instructions_per_cycle(

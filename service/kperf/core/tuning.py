@@ -28,6 +28,7 @@ TUNING_FACTS = {
     "isolated_cpus": "isolated CPUs",
     "clocksource": "clock source",
     "drop_caches": "drop caches",
+    "settle_ms": "settle after drop caches (ms)",
 }
 # What a boot that did not record a fact (an older runner, an imported run) shows.
 NOT_RECORDED = "not recorded"
