@@ -354,6 +354,8 @@ class Agent:
             commands=commands,
             binaries=binaries,
             cmdline=str((job.get("kernel") or {}).get("cmdline") or ""),
+            # A service from before THP modes sends none: the kernel's default.
+            thp=str((job.get("kernel") or {}).get("thp") or ""),
             timeout=self.backend.timeout(bench.expected_seconds(params), len(commands)),
             # A service from before clocks sends none: it meant the wall clock.
             clock=str(job.get("clock") or "wall"),
@@ -439,6 +441,7 @@ class Agent:
         """The boot's upload record (with its console), or BenchmarkFailure for output that does not parse."""
         try:
             samples = bench.parse(result.raw_output, params)
+            operations = bench.operations(result.raw_output, params)
         except ValueError as error:
             raise BenchmarkFailure(f"boot {index + 1} of {boots}: {error}", result.console) from error
         log.info("%s: boot %d finished in %.1f s, %d samples", label, index + 1, result.seconds, len(samples))
@@ -449,6 +452,7 @@ class Agent:
             boot_job.clock,
             bench,
             [{"metric": s.metric, "iteration": s.iteration, "value": s.value} for s in samples],
+            operations,
         )
 
     def _download_bench_artifacts(

@@ -38,7 +38,7 @@ from .benchmarks import (
     resolve_params,
 )
 from .client import Client
-from .counters import boot_counters, read_vmstat, vmstat_delta
+from .counters import boot_counters, per_command_counters, read_vmstat, vmstat_delta
 from .perf import CommandCounters
 from .toolchain import ToolchainError, compile_all, host_arch, normalize_arch
 
@@ -302,13 +302,13 @@ def bench_command(args: argparse.Namespace) -> int:
     binaries.update(extra)
     outputs: list[str] = []
     vmstat: list[dict[str, int]] = []
-    perf: list[dict[str, int]] = []
+    perf: dict[int, dict[str, int]] = {}  # command index -> its counts
     perf_counters = ""
     with tempfile.TemporaryDirectory(prefix="kperf-bench-") as bindir:
         # The commands name binaries by program name, as in the initramfs.
         for name, path in binaries.items():
             os.symlink(path, Path(bindir) / name)
-        for argv in bench.command(params, bindir):
+        for n, argv in enumerate(bench.command(params, bindir)):
             log.info("running %s", " ".join(argv))
             # The host's counters around the command, as init reads the
             # guest's; system-wide, so whatever else runs here counts too.
@@ -322,7 +322,7 @@ def bench_command(args: argparse.Namespace) -> int:
             if before is not None and after is not None:
                 vmstat.append(vmstat_delta(before, after))
             if counts is not None:
-                perf.append(counts)
+                perf[n] = counts
             outputs.append(output)
             if status != 0:
                 print(
@@ -333,6 +333,7 @@ def bench_command(args: argparse.Namespace) -> int:
     raw = "".join(outputs)
     try:
         samples = bench.parse(raw, params)
+        operations = bench.operations(raw, params)
     except ValueError as error:
         print(f"kperf-runner: {error}", file=sys.stderr)
         return 1
@@ -347,7 +348,8 @@ def bench_command(args: argparse.Namespace) -> int:
             },
             "samples": sample_dicts,
             "raw_output": raw,
-            "counters": boot_counters(vmstat, perf),
+            # Per command too, with the operations each performed (counts per operation).
+            "counters": {**boot_counters(vmstat, list(perf.values())), **per_command_counters(perf, operations)},
             # As init records it: "instructions,cycles user+kernel", or "unsupported (why)".
             "perf_counters": perf_counters,
         }

@@ -8,7 +8,9 @@ bracketed by two reads of /proc/vmstat: in the guest by init
 `{"vmstat": {name: delta}}` (docs/runner-protocol.md, "counters").
 
 Hardware counters (instructions, cycles; perf.py and KPERF-PERF) go up
-beside them as `{"perf": {name: count}}` where the machine can count them.
+beside them as `{"perf": {name: count}}` where the machine can count them,
+and per command with the operations the benchmark's output says that
+command performed (per_command_counters), for counts per operation.
 
 They are secondary data: stored and shown beside the verdicts, never
 judged. Most fields are event counters that only grow (pgfault,
@@ -64,6 +66,24 @@ def total(deltas: Iterable[Mapping[str, int]]) -> dict[str, int]:
         for name, value in delta.items():
             out[name] = out.get(name, 0) + value
     return {name: value for name, value in out.items() if value != 0}
+
+
+def per_command_counters(
+    perf: Mapping[int, Mapping[str, int]], operations: Mapping[int, Mapping[str, int]]
+) -> dict[str, dict[str, int]]:
+    """The per-operation sources of a boot's upload: each command's counts and the operations it performed.
+
+    {"perf_by_command": {"<n>.<counter>": count}, "operations": {"<n>.<operation>": count}}
+    for the commands with hardware (or software) counts: counter / operations
+    of the same command n is the per-operation value the service shows
+    (docs/runner-protocol.md). Operations of a command without counts would
+    divide nothing and stay out; no counts at all give {}.
+    """
+    if not perf:
+        return {}
+    ops = {f"{n}.{name}": count for n, named in operations.items() if n in perf for name, count in named.items()}
+    by_command = {f"{n}.{name}": count for n, counts in sorted(perf.items()) for name, count in counts.items()}
+    return {"perf_by_command": by_command, **({"operations": ops} if ops else {})}
 
 
 def boot_counters(vmstat: list[dict[str, int]], perf: list[dict[str, int]] | None = None) -> dict[str, dict[str, int]]:

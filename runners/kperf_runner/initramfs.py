@@ -131,6 +131,10 @@ GUEST_JOB = "/kperf/job"
 # kernel) or, without the file, a power-off (QEMU: the VM ends).
 GUEST_END = "/kperf/end"
 END_CHOICES = ("poweroff", "reboot")
+# The transparent huge page mode init sets before the first command (its
+# tune_thp); without the file the kernel's default stays.
+GUEST_THP = "/kperf/thp"
+THP_CHOICES = ("always", "madvise", "never")
 
 
 def job_file(commands: Sequence[Sequence[str]]) -> bytes:
@@ -154,9 +158,14 @@ def job_file(commands: Sequence[Sequence[str]]) -> bytes:
 
 
 def job_initramfs(
-    init: bytes, binaries: dict[str, bytes], commands: Sequence[Sequence[str]], end: str = "poweroff"
+    init: bytes,
+    binaries: dict[str, bytes],
+    commands: Sequence[Sequence[str]],
+    end: str = "poweroff",
+    thp: str = "",
 ) -> Initramfs:
-    """The initramfs for one boot: /init, the binaries in /kperf/bin, /kperf/job, and /kperf/end for a reboot.
+    """The initramfs for one boot: /init, the binaries in /kperf/bin, /kperf/job, /kperf/end
+    for a reboot, and /kperf/thp when the job asks for a THP mode.
 
     init reads /kperf/end before anything that can fail, so that even its
     earliest failure reboots a bare-metal machine rather than leaving it
@@ -164,6 +173,8 @@ def job_initramfs(
     """
     if end not in END_CHOICES:
         raise ValueError(f"initramfs: end must be one of {', '.join(END_CHOICES)}, not {end!r}")
+    if thp and thp not in THP_CHOICES:
+        raise ValueError(f"initramfs: thp must be one of {', '.join(THP_CHOICES)} or empty, not {thp!r}")
     archive = Initramfs()
     for directory in ("dev", "proc", "sys", "tmp", "kperf", "kperf/bin"):
         archive.add_dir(directory, 0o1777 if directory == "tmp" else 0o755)
@@ -175,4 +186,6 @@ def job_initramfs(
     archive.add_file(GUEST_JOB, job_file(commands), 0o644)
     if end == "reboot":
         archive.add_file(GUEST_END, b"reboot\n", 0o644)
+    if thp:
+        archive.add_file(GUEST_THP, f"{thp}\n".encode(), 0o644)
     return archive

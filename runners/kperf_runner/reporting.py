@@ -9,8 +9,9 @@ from typing import Any
 
 from . import __version__
 from .backends import BootResult
-from .benchmarks import Benchmark
+from .benchmarks import Benchmark, Operations
 from .client import BadAnswer, BadToken, Client, NotHeld, ProtocolError, ServerUnavailable, TooLarge
+from .counters import per_command_counters
 from .toolchain import COMMON_HEADER, CSRC
 
 log = logging.getLogger("kperf_runner")
@@ -161,8 +162,13 @@ def boot_record(
     clock: str,
     bench: Benchmark,
     samples: list[dict[str, Any]],
+    operations: Operations | None = None,
 ) -> dict[str, Any]:
-    """One boot as the results upload carries it, plus its "console" (taken out before the upload)."""
+    """One boot as the results upload carries it, plus its "console" (taken out before the upload).
+
+    operations: what each command performed (Benchmark.operations), sent
+    with the commands' own hardware counts for counts per operation.
+    """
     # What ran, as well as where: a change to the runner or to a
     # benchmark's C source, or a different accelerator, must show in the
     # data rather than silently shift it.
@@ -183,7 +189,10 @@ def boot_record(
         "samples": samples,
         # The kernel's own account of the run (/proc/vmstat deltas): shown
         # beside the verdicts, never judged.
-        "counters": result.counters,
+        "counters": {
+            **result.counters,
+            **per_command_counters({c.index: c.perf for c in result.commands if c.perf}, operations or {}),
+        },
         "console": result.console,
     }
 

@@ -127,3 +127,15 @@ def test_a_job_initramfs_that_ends_by_rebooting_says_so_in_kperf_end(tmp_path: P
     assert plain.to_gzip() == job_initramfs(b"INIT", {}, [["/kperf/bin/spawn"]], end="poweroff").to_gzip()
     with pytest.raises(ValueError, match="end must be one of poweroff, reboot"):
         job_initramfs(b"INIT", {}, [], end="halt")
+
+
+def test_a_job_that_asks_for_a_thp_mode_gets_it_in_kperf_thp(tmp_path: Path) -> None:
+    # init's tune_thp writes the mode from /kperf/thp before the first command.
+    archive = job_initramfs(b"INIT", {}, [["/kperf/bin/spawn"]], thp="never")
+    _cpio(["-idm", "--quiet", "--no-absolute-filenames"], archive.to_gzip(), tmp_path)
+    assert (tmp_path / "kperf/thp").read_bytes() == b"never\n"
+    # No mode asked: no file, and the kernel's default stays.
+    plain = job_initramfs(b"INIT", {}, [["/kperf/bin/spawn"]], thp="")
+    assert "kperf/thp" not in _cpio(["-t", "--quiet"], plain.to_gzip(), tmp_path).split()
+    with pytest.raises(ValueError, match="thp must be one of always, madvise, never or empty, not 'sometimes'"):
+        job_initramfs(b"INIT", {}, [], thp="sometimes")

@@ -53,6 +53,7 @@ class BootJob:
     commands: list[list[str]]
     binaries: dict[str, Path]  # name in bindir -> file on this host
     cmdline: str = ""  # appended to the backend's kernel command line
+    thp: str = ""  # THP mode init sets (/kperf/thp in the initramfs); "": the kernel's default
     timeout: float = 600.0  # seconds for the whole boot, power-off included
     # Which clock the benchmarks' timers read (CLOCKS): "wall" is real time;
     # "instructions" is a guest clock that advances per executed instruction.

@@ -280,7 +280,7 @@ class KexecBackend(Backend):
         binaries = {name: path.read_bytes() for name, path in job.binaries.items()}
         # init reboots at its end, and at any failure before it: a machine
         # that powered itself off would stay off.
-        job_initramfs(init, binaries, job.commands, end="reboot").write(initrd)
+        job_initramfs(init, binaries, job.commands, end="reboot", thp=job.thp).write(initrd)
         boot = secrets.token_hex(16)
         cmdline = self.kernel_cmdline(job.cmdline, boot)
         self.load(kernel, initrd, cmdline)

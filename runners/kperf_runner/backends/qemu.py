@@ -246,6 +246,7 @@ class QemuBackend(Backend):
             self.init_binary().read_bytes(),
             {name: path.read_bytes() for name, path in job.binaries.items()},
             job.commands,
+            thp=job.thp,
         )
         tmp_root = self.state_dir / "tmp"
         tmp_root.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,16 @@ import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from kperf_runner.benchmarks.base import Benchmark, Grid, Metric, MmtestsRuns, Param, Sample, fmt_number
+from kperf_runner.benchmarks.base import (
+    Benchmark,
+    Grid,
+    Metric,
+    MmtestsRuns,
+    Operations,
+    Param,
+    Sample,
+    fmt_number,
+)
 
 AIM9_TESTS = ("page_test", "brk_test", "exec_test", "fork_test")
 # Field 2 is the name, field 6 ops/sec (what mmtests' extractor reads).
@@ -14,6 +23,8 @@ _AIM9_ROW = re.compile(
     r"\s*(?P<number>\d+)\s+(?P<name>\S+)\s+(?P<elapsed>\d+\.\d+)\s+(?P<count>\d+)\s+"
     r"(?P<loops>\d+\.\d+)\s+(?P<ops>\d+\.\d+)\s+(?P<units>\S.*)"
 )
+# Operations per call of each test (aim9.c's tests[]): a row's ops/sec over its loops/sec.
+AIM9_OPS_PER_CALL = {"page_test": 1700, "brk_test": 17000, "exec_test": 5, "fork_test": 100}
 _AIM9_ITERATION = re.compile(r"aim9 iteration=(?P<iteration>\d+) testtime=(?P<testtime>\d+\.\d+)")
 
 
@@ -116,6 +127,33 @@ class Aim9(Benchmark):
     def metrics(self, params: Mapping[str, Any]) -> list[Metric]:
         self.validate(params)
         return [Metric(name, "ops/s", True) for name in AIM9_TESTS]
+
+    def operations(self, raw_output: str, params: Mapping[str, Any]) -> Operations:
+        """The one command's operations per test: each row's iteration count times its ops per call.
+
+        The operation is the test's own (page_test: a brk move, brk_test: a
+        brk move, exec_test: a fork+exec, fork_test: a fork), so the command
+        holds four kinds and has no single per-operation value. Ops per call
+        is aim9.c's, checked against the row's ops/sec over loops/sec; a row
+        that disagrees (another aim9) leaves the command's count out.
+        """
+        self.parse(raw_output, params)  # the same checks: a complete run or ValueError
+        ops: dict[str, int] = {}
+        for line in raw_output.splitlines():
+            row = _AIM9_ROW.fullmatch(line.strip())
+            if not row:
+                continue
+            per_call = AIM9_OPS_PER_CALL[row["name"]]
+            loops_rate = float(row["loops"])
+            # Both rates are rounded in print: 1% is far above that, far below any other test's ratio.
+            if loops_rate <= 0 or abs(float(row["ops"]) / loops_rate / per_call - 1) > 0.01:
+                return {}
+            ops[row["name"]] = ops.get(row["name"], 0) + int(row["count"]) * per_call
+        return {0: ops}
+
+    def command_labels(self, params: Mapping[str, Any]) -> list[str]:
+        self.validate(params)
+        return [", ".join(AIM9_TESTS)]
 
     def mmtests_runs(self, raw_output: str, params: Mapping[str, Any]) -> MmtestsRuns:
         """One mmtests run, aim9, with one file per iteration.

@@ -12,6 +12,9 @@ from typing import Any, ClassVar
 
 Params = dict[str, Any]
 
+# Operations per command: {command index: {operation name ("fork", "fault", "alloc"): count}}.
+Operations = dict[int, dict[str, int]]
+
 # mmtests' files for one run: {mmtests run name: {file in iter-0/<benchmark>/logs/: its text}}.
 MmtestsRuns = dict[str, dict[str, str]]
 
@@ -159,6 +162,21 @@ class Benchmark:
         as the binaries.
         """
         return []
+
+    def operations(self, raw_output: str, params: Mapping[str, Any]) -> Operations:
+        """The operations each command performed, as the benchmark's own output counts them.
+
+        {command index n (in `command()` order): {operation name: count}},
+        e.g. {0: {"fork": 3570}}; a command whose output states no count is
+        left out rather than estimated. Hardware counts of command n divided
+        by these give the per-operation values (docs/machine-tuning.md). Call
+        it on output `parse` accepted: it assumes a complete run.
+        """
+        return {}
+
+    def command_labels(self, params: Mapping[str, Any]) -> list[str]:
+        """A short name for each command, in `command()` order: what tells them apart."""
+        return [f"command {n}" for n in range(len(self.command(params, "")))]
 
     def environment(self, raw_output: str) -> dict[str, Any]:
         """Facts about the run the output states, added to the boot's environment."""

@@ -18,13 +18,14 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
-from kperf_runner.benchmarks.base import Benchmark, Grid, Metric, MmtestsRuns, Param, Sample
+from kperf_runner.benchmarks.base import Benchmark, Grid, Metric, MmtestsRuns, Operations, Param, Sample
 
 PAGEALLOC_PROC = "/proc/kperf_pagealloc"
 _PAGEALLOC_ROW = re.compile(
     r"order\s+(?P<order>\d+)\s+batch\s+(?P<batch>\d+)\s+alloc\s+(?P<alloc>\d+)\s+free\s+(?P<free>\d+)"
 )
 _PAGEALLOC_CLOCK = re.compile(r"clock: (?P<clock>\S+)")
+_PAGEALLOC_INNER = re.compile(r"pagealloc-info: .*\binner=(?P<inner>\d+)\b.*")
 # ExtractPagealloc.pm (lines 41-49) counts the rows of each batch size, whatever
 # their order, and keeps a row from the third on: the first two rounds of each
 # batch size are warm-up. kperf reports the same rows.
@@ -175,6 +176,24 @@ class Pagealloc(Benchmark):
                     value = {"alloc": alloc, "free": free, "total": alloc + free}[kind]
                     samples.append(Sample(f"{kind}-odr{order}-{batch}", iteration, float(value)))
         return samples
+
+    def operations(self, raw_output: str, params: Mapping[str, Any]) -> Operations:
+        """Allocations of the one command: inner x (batch + 1) blocks per result row.
+
+        Each round (one row) allocates and frees batch + 1 blocks of 2^order
+        pages, inner times (the module's measure()); inner is the one the
+        module states on its pagealloc-info line. Warm-up rounds count: they
+        ran inside the counted command. No info line, no count.
+        """
+        rounds = self.rounds(raw_output, params)  # the same checks: a complete run or ValueError
+        inner = next((m for m in map(_PAGEALLOC_INNER.fullmatch, map(str.strip, raw_output.splitlines())) if m), None)
+        if inner is None:
+            return {}
+        return {0: {"alloc": sum(int(inner["inner"]) * (batch + 1) for _, batch, _, _ in rounds)}}
+
+    def command_labels(self, params: Mapping[str, Any]) -> list[str]:
+        params = self.validate(params)
+        return [f"orders={','.join(map(str, params['orders']))} batch_limit_kb={params['batch_limit_kb']}"]
 
     def mmtests_runs(self, raw_output: str, params: Mapping[str, Any]) -> MmtestsRuns:
         """One mmtests run, pagealloc: pagealloc.log and the per-order files made from it.

@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from kperf_runner.benchmarks.base import Benchmark, Grid, Metric, MmtestsRuns, Param, Sample
+from kperf_runner.benchmarks.base import Benchmark, Grid, Metric, MmtestsRuns, Operations, Param, Sample
 
 PFT_MODES = ("threads", "processes")
 # mmtests' line: " %3ld %4ld %3ld %8.2fs %8.2fs %8.2fs  %10.3f %10.3f"
@@ -16,6 +16,7 @@ _PFT_ROW = re.compile(
 )
 _PFT_INFO = re.compile(r"pft-info: mode=(?P<mode>\w+) clients=(?P<clients>\d+) .*")
 _PFT_BYTES = re.compile(r".* bytes=(?P<bytes>\d+) .*")
+_PFT_PAGES = re.compile(r".* pages=(?P<pages>\d+) .*")
 _PFT_SKIP = re.compile(r"pft-skip: mode=(?P<mode>\w+) clients=(?P<clients>\d+) .*")
 
 
@@ -163,6 +164,40 @@ class Pft(Benchmark):
             per_sec, per_cpu = self.metric_names(params["mode"], clients)
             out += [Metric(per_sec, "faults/s", True), Metric(per_cpu, "faults/cpu-s", True)]
         return out
+
+    def operations(self, raw_output: str, params: Mapping[str, Any]) -> Operations:
+        """Faults per command (one per client count): pft-info's pages= times its result rows.
+
+        Every iteration faults in each page of the region once (pft.c's rates
+        are pages / seconds). A skipped client count faulted nothing and an
+        info line without pages= states no count: both are left out.
+        """
+        params = self.validate(params)
+        self.parse(raw_output, params)  # the same checks: a complete run or ValueError
+        pages: dict[int, int] = {}
+        rows: dict[int, int] = {}
+        current: int | None = None
+        for line in raw_output.splitlines():
+            text = line.strip()
+            info = _PFT_INFO.fullmatch(text)
+            if info:
+                current = int(info["clients"])
+                size = _PFT_PAGES.fullmatch(text)
+                if size:
+                    pages[current] = int(size["pages"])
+            elif text.startswith("pft-skip:"):
+                current = None
+            elif current is not None and _PFT_ROW.fullmatch(text):
+                rows[current] = rows.get(current, 0) + 1
+        return {
+            n: {"fault": pages[clients] * rows[clients]}
+            for n, clients in enumerate(params["clients"])
+            if clients in pages and rows.get(clients)
+        }
+
+    def command_labels(self, params: Mapping[str, Any]) -> list[str]:
+        params = self.validate(params)
+        return [f"{params['mode']} clients={clients}" for clients in params["clients"]]
 
     def mmtests_runs(self, raw_output: str, params: Mapping[str, Any]) -> MmtestsRuns:
         """One mmtests run, pft, with one file per client count.

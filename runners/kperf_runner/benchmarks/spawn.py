@@ -7,7 +7,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from kperf_runner.benchmarks.base import Benchmark, Grid, Metric, MmtestsRuns, Param, Sample, fmt_number
+from kperf_runner.benchmarks.base import (
+    Benchmark,
+    Grid,
+    Metric,
+    MmtestsRuns,
+    Operations,
+    Param,
+    Sample,
+    fmt_number,
+)
 
 _SPAWN_LINE = re.compile(
     r"spawn vmas=(?P<vmas>\d+) iteration=(?P<iteration>\d+) "
@@ -187,6 +196,21 @@ class Spawn(Benchmark):
             for vmas in params["extra_vmas"]
             for iteration in range(params["iterations"])
         ]
+
+    def operations(self, raw_output: str, params: Mapping[str, Any]) -> Operations:
+        """Forks per command: the sum of its iterations' count= (one command per extra_vmas value).
+
+        A fork here is UnixBench's loop: fork, the child exits, the parent waits.
+        """
+        found = self._passes(raw_output, params)
+        params = self.validate(params)
+        return {
+            n: {"fork": sum(found[(vmas, iteration)].count for iteration in range(params["iterations"]))}
+            for n, vmas in enumerate(params["extra_vmas"])
+        }
+
+    def command_labels(self, params: Mapping[str, Any]) -> list[str]:
+        return [f"extra_vmas={extra}" for extra in self.validate(params)["extra_vmas"]]
 
     def mmtests_runs(self, raw_output: str, params: Mapping[str, Any]) -> MmtestsRuns:
         """One mmtests run per extra_vmas value, named spawn-vmas-<extra>.
