@@ -13,8 +13,10 @@ works through three jobs of a bare-metal machine class, one VM session:
 (c) a kernel that hangs after its panic (panic=0) comes back through the
     watchdog's reset: `boot` again, with its console, and the runner goes on.
 
-The service has no per-job kernel command line yet (claims send an empty
-one), so the test puts one on the claim answer of jobs (b) and (c).
+Jobs (b) and (c) belong to submissions with boot parameters of their own
+(Submission.boot_params), which their claims carry to the runner. rdinit=
+and panic= are words kperf refuses from people (kperf.core.boot_params), so
+the test sets them on the submissions directly, as an operator could.
 """
 
 from __future__ import annotations
@@ -70,10 +72,8 @@ def test_a_bare_metal_runner_kexecs_into_each_job_and_comes_back(
     kperf_cache: Path,
     kernel_tree: Path,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
     django_user_model: Any,
 ) -> None:
-    from kperf.core import leases
     from kperf.core.artifacts import sha256_file
     from kperf.core.models import BootRecord, Job, KernelBuild, MachineClass, Runner, Sample, Submission, Tree
     from kperf.core.models.lab import Clock
@@ -108,35 +108,25 @@ def test_a_bare_metal_runner_kexecs_into_each_job_and_comes_back(
         status=KernelBuild.Status.DONE,
         artifacts={"kernel": {"path": str(kernel), "sha256": sha256_file(kernel), "size": kernel.stat().st_size}},
     )
-    sub = Submission.objects.create(
-        owner=owner,
-        tree=tree,
-        head_ref="base",
-        base_ref="base",
-        head_sha=build.sha,
-        base_sha=build.sha,
-        benchmarks=["spawn"],
-        grid="quick",
-        arches=["x86_64"],
-        status=Submission.Status.TESTING,
-    )
     params = {"duration": 0.2, "iterations": 2, "extra_vmas": [0]}
 
-    # Jobs (b) and (c) get their kernel command line on the claim answer.
-    cmdlines: dict[int, str] = {}
-    real_payload = leases.job_payload
-
-    def payload_with_cmdline(job: Job) -> dict[str, Any]:
-        answer = real_payload(job)
-        answer["kernel"]["cmdline"] = cmdlines.get(job.pk, "")
-        return answer
-
-    monkeypatch.setattr(leases, "job_payload", payload_with_cmdline)
-
-    def queue(seq: int, cmdline: str = "") -> Job:
+    def queue(seq: int, boot_params: str = "") -> Job:
+        # One submission per job: its boot parameters are every one of its boots'.
+        sub = Submission.objects.create(
+            owner=owner,
+            tree=tree,
+            head_ref="base",
+            base_ref="base",
+            head_sha=build.sha,
+            base_sha=build.sha,
+            benchmarks=["spawn"],
+            grid="quick",
+            arches=["x86_64"],
+            boot_params=boot_params,
+            status=Submission.Status.TESTING,
+        )
         job = Job.queue_one_boot(build, mclass, "spawn", "quick", params, seq, submission=sub, side="base")
-        if cmdline:
-            cmdlines[job.pk] = cmdline
+        assert job.boot_params == boot_params
         return job
 
     def final(job: Job, vm: Machine) -> Job:
