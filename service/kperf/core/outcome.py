@@ -1,0 +1,60 @@
+"""A submission's outcome in words, said the same way by the mail, the page, the API and the CLI.
+
+The mail's subject, the line at the top of the page and `verdict` in the API
+are one sentence made here; so are the notes on boots kperf added after an
+inconclusive look, which read as pending while those boots run and in the
+past tense once they ran.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from kperf.core.models import MetricComparison, Submission
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def verdict_line(sub: Submission) -> str:
+    """'2 regressions, 1 improvement', 'no regression', 'failed', or what is still to come."""
+    if sub.status == Submission.Status.FAILED:
+        return "failed"
+    counts = Counter(
+        MetricComparison.objects.filter(comparison__submission=sub).values_list("verdict", flat=True).order_by()
+    )
+    reg, imp = counts[MetricComparison.Verdict.REGRESSION], counts[MetricComparison.Verdict.IMPROVEMENT]
+    found = ", ".join(_plural(n, word) for n, word in ((reg, "regression"), (imp, "improvement")) if n)
+    if sub.status == Submission.Status.DONE:
+        return found or "no regression"
+    # An interim look already decided these, but more boots can still change them.
+    return f"no verdict yet ({sub.status})" + (f"; so far {found}" if found else "")
+
+
+def rerun_notes(sub: Submission) -> list[str]:
+    """One sentence per time kperf added boots, in order.
+
+    Boots added at a look are pending until the comparison's next look
+    (or the end of the submission) shows they ran.
+    """
+    if not sub.reruns:
+        return []
+    # The last look each comparison has had (a comparison is stored per look).
+    looked: dict[tuple[str, str], int] = {}
+    for mclass, bench, look in sub.comparisons.values_list("machine_class__name", "benchmark", "look"):
+        looked[(mclass, bench)] = max(look, looked.get((mclass, bench), 0))
+    return [
+        rerun_note(r, sub.is_final or looked.get((r["machine_class"], r["benchmark"]), 0) > r["look"])
+        for r in sub.reruns
+    ]
+
+
+def rerun_note(r: dict[str, Any], ran: bool) -> str:
+    boots = _plural(r["more_boots"], "more boot")
+    what = f"kperf added {boots} per side" if ran else f"kperf queued {boots} per side; they are running"
+    return (
+        f"Look {r['look']} of {r['benchmark']} on {r['machine_class']} was inconclusive for "
+        f"{', '.join(r['inconclusive'])}: {what}."
+    )
