@@ -1,0 +1,32 @@
+"""Template helpers for the pictures (kperf.core.plot_views serves them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import template
+
+from kperf.core import plot_data
+from kperf.core.models import TrackedBranch
+
+register = template.Library()
+
+
+@register.filter
+def has_shape(benchmark: str) -> bool:
+    """Whether the benchmark's metrics are drawn as one sweep (spawn's extra VMAs)."""
+    return benchmark in plot_data.SHAPES
+
+
+@register.simple_tag
+def series_index(branch: TrackedBranch) -> list[dict[str, Any]]:
+    """The branch's series per machine class, benchmark and clock, metrics with a change point first."""
+    changed = set(branch.change_points.values_list("machine_class_id", "benchmark", "clock", "metric"))
+    groups = plot_data.series_index(branch)
+    for g in groups:
+        key = (g["machine_class_id"], g["benchmark"], g["clock"])
+        g["metrics"] = sorted(
+            ({"metric": m, "changed": (*key, m) in changed} for m in g["metrics"]),
+            key=lambda m: (not m["changed"], m["metric"]),
+        )
+    return groups
