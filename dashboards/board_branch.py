@@ -5,7 +5,18 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import common as common_builders
 from grafana_foundation_sdk.builders import dashboard, table, trend
 from grafana_foundation_sdk.models import common
-from panels import BRANCH_UID, STATUS_COLORS, Layout, Sql, by_name, colored_words, kperf_dashboard, sql, variable
+from panels import (
+    BRANCH_UID,
+    STATUS_COLORS,
+    TRIAGE_COLORS,
+    Layout,
+    Sql,
+    by_name,
+    colored_words,
+    kperf_dashboard,
+    sql,
+    variable,
+)
 
 # ---------------------------------------------------------------------------
 # Dashboard "kperf: tracked branch"
@@ -125,7 +136,12 @@ CHANGE_POINT_COLUMNS = """
       cp.p_value AS "p",
       CASE WHEN p.id IS NULL THEN 0 ELSE greatest(0, c.position - p.position - 1) END AS "untested between",
       left(d.sha, 12) AS "detected at",
-      cp.first_seen AS "first seen\""""
+      cp.first_seen AS "first seen",
+      tr.state AS "triage",
+      tr.note AS "triage note\""""
+
+# A regression's triage (docs/triage.md); improvements have none.
+TRIAGE_JOIN = "LEFT JOIN core_triage tr ON tr.change_point_id = cp.id"
 
 CHANGE_POINTS = sql(
     f"""
@@ -134,6 +150,7 @@ CHANGE_POINTS = sql(
     JOIN core_branchcommit c ON c.id = cp.commit_id
     LEFT JOIN core_branchcommit p ON p.id = cp.previous_id
     JOIN core_branchcommit d ON d.id = cp.detected_at_id
+    {TRIAGE_JOIN}
     WHERE cp.branch_id = {BRANCH_ID} AND cp.machine_class_id = {CLASS_ID} AND cp.clock = '$clock'
       AND cp.benchmark = '$benchmark' AND cp.metric = '$metric'
     ORDER BY c.position DESC
@@ -149,6 +166,7 @@ ALL_CHANGE_POINTS = sql(
     JOIN core_branchcommit c ON c.id = cp.commit_id
     LEFT JOIN core_branchcommit p ON p.id = cp.previous_id
     JOIN core_branchcommit d ON d.id = cp.detected_at_id
+    {TRIAGE_JOIN}
     WHERE cp.branch_id = {BRANCH_ID}
     ORDER BY c.position DESC, m.name, cp.benchmark, cp.metric
     """
@@ -211,6 +229,7 @@ def change_point_overrides(panel: table.Panel) -> table.Panel:
         panel.with_override(*by_name("change %", {"unit": "percent", "decimals": 2}))
         .with_override(*by_name("p", {"decimals": 4}))
         .with_override(*by_name("direction", colored_words(STATUS_COLORS)))
+        .with_override(*by_name("triage", colored_words(TRIAGE_COLORS)))
     )
 
 
@@ -284,7 +303,8 @@ def tracked_branch() -> dashboard.Dashboard:
             .description(
                 "At the first commit after the change; previous is the last measured commit before it, "
                 "'untested between' the unmeasured commits between them (0: the culprit is known). "
-                "Change % is negative when worse."
+                "Change % is negative when worse. Triage: what people decided about a regression "
+                "(new until someone does; docs/triage.md)."
             )
             .with_target(Sql(CHANGE_POINTS))
         ),

@@ -26,3 +26,4 @@ GRANT SELECT ON core_sample TO kperf_grafana;
 GRANT SELECT ON core_submission TO kperf_grafana;
 GRANT SELECT ON core_trackedbranch TO kperf_grafana;
 GRANT SELECT ON core_tree TO kperf_grafana;
+GRANT SELECT ON core_triage TO kperf_grafana;

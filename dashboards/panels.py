@@ -41,6 +41,7 @@ READ_TABLES = (
     "core_submission",
     "core_trackedbranch",
     "core_tree",
+    "core_triage",
 )
 
 # Submission.Status in the order a submission goes through them (checked
@@ -172,4 +173,14 @@ STATUS_COLORS = {
     "drift": "red",
     "regression": "red",
     "improvement": "green",
+}
+
+# Triage states (Triage.State, docs/triage.md): undecided stands out, decided recedes.
+TRIAGE_COLORS = {
+    "new": "red",
+    "confirmed": "orange",
+    "expected": "text",
+    "invalid": "text",
+    "fixed": "green",
+    "wont-fix": "text",
 }

@@ -83,6 +83,8 @@ def test_a_bisected_regression_on_the_tracked_branch_dashboard(
         "untested between",
         "detected at",
         "first seen",
+        "triage",
+        "triage note",
     ]
     (row,) = got.rows
     (cp,) = [c for c in cps if c.metric == metric]
@@ -95,6 +97,8 @@ def test_a_bisected_regression_on_the_tracked_branch_dashboard(
     assert row["p"] == pytest.approx(reported["p_value"])
     assert row["detected at"] == reported["detected_at_sha"][:12]
     assert row["first seen"] == cp.first_seen
+    # Found and not yet decided on: kperf opened its triage (docs/triage.md).
+    assert row["triage"] == "new" == reported["triage"] and row["triage note"] == ""
 
     got = panel_result(board, "Every change point", chosen)
     assert {(r["machine class"], r["benchmark"], r["metric"], r["commit"]) for r in got.rows} == {
