@@ -104,6 +104,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
     }
     if args.min_effect is not None:
         body["min_effect_pct"] = args.min_effect
+    if args.boot_params:
+        body["boot_params"] = args.boot_params
+    if args.thp:
+        body["thp"] = args.thp
     sub = client.call("POST", "/submissions", body)
     print(f"submission {sub['id']}: {client.server}/submissions/{sub['id']}")
     if args.wait:
@@ -134,15 +138,20 @@ def render_status(d: dict[str, Any]) -> str:
     lines = [
         f"#{d['id']} {d['branch']} ({(d['head_sha'] or '?')[:12]}) vs {d['base']} ({(d['base_sha'] or '?')[:12]})",
         f"tree {d['tree']}  benchmarks {', '.join(d['benchmarks'])} ({d['grid']})  arches {', '.join(d['arches'])}",
+    ]
+    if d.get("boot_params") or d.get("thp"):
+        lines.append(f"boot params: {d.get('boot_params') or '(none)'}  thp: {d.get('thp') or 'kernel default'}")
+    lines += [
         f"status: {d['status']}" + (f"  queue position {d['queue_position']}" if d.get("queue_position") else ""),
     ]
+    if d.get("verdict"):
+        lines.insert(1, f"verdict: {d['verdict']}")
+    if d.get("waiting_for"):
+        lines.append(f"  {d['waiting_for']}")
     if d.get("error"):
         lines.append(f"error: {d['error']}")
-    for r in d.get("reruns", []):
-        lines.append(
-            f"look {r['look']} of {r['benchmark']} on {r['machine_class']} inconclusive for "
-            f"{', '.join(r['inconclusive'])}: {r['more_boots']} more boots per side queued"
-        )
+    # The page's and the mail's sentences (a server without them sends none).
+    lines.extend(d.get("rerun_notes", []))
     for b in d.get("builds", []):
         extra = f" {b['phase']} {b['progress']}".rstrip() if b["status"] == "building" else ""
         lines.append(f"  build {b['side']:4} {b['sha'][:12]} {b['arch']}: {b['status']}{extra}")
@@ -320,6 +329,16 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: 0.5 on the instruction clock, 3 on the wall clock)",
     )
     s.add_argument("--arch", action="append", help="x86_64 or arm64 (repeat for both)")
+    s.add_argument(
+        "--boot-params",
+        metavar="WORDS",
+        help='kernel command line words added last to every boot, e.g. "mitigations=off nosmt"',
+    )
+    s.add_argument(
+        "--thp",
+        metavar="MODE",
+        help="transparent huge pages for every boot: always, madvise or never (default: the kernel's)",
+    )
     s.add_argument("--wait", action="store_true", help="follow the submission until it finishes")
     s.add_argument("--json", action="store_true", help="with --wait: print the final result as JSON")
     s.set_defaults(func=cmd_submit)
@@ -356,11 +375,12 @@ def build_parser() -> argparse.ArgumentParser:
     nz.add_argument("--json", action="store_true")
     nz.set_defaults(func=cmd_noise)
 
-    from kperf import cli_mmtests, cli_runners, cli_track
+    from kperf import cli_mmtests, cli_runners, cli_track, cli_triage
 
     cli_mmtests.add_parsers(sub)
     cli_track.add_parsers(sub)
     cli_runners.add_parsers(sub)
+    cli_triage.add_parsers(sub)
     return p
 
 

@@ -25,9 +25,10 @@ def render_branch(d: dict[str, Any]) -> str:
                 if not cp["untested_between"]
                 else (f"{(cp['previous_sha'] or '')[:12]}..{cp['sha'][:12]} ({cp['untested_between']} untested)")
             )
+            triage = f" [{cp['triage']}]" if cp.get("triage") else ""
             lines.append(
-                f"  {cp['metric']:<24} {cp['change_pct']:+8.2f}% {cp['direction']:<11} at {where} "
-                f"on {cp['machine_class']} p={cp['p_value']:.2g}  {cp['subject']}"
+                f"  #{cp.get('id', '?'):<4} {cp['metric']:<24} {cp['change_pct']:+8.2f}% {cp['direction']:<11} "
+                f"at {where} on {cp['machine_class']} p={cp['p_value']:.2g}{triage}  {cp['subject']}"
             )
     elif "change_points" in d:
         lines.append("no change points in the measured commits")

@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from kperf.core import lab_views, views
+from kperf.core import lab_views, plot_views, triage_views, views
 from kperf.core.api import api
 
 urlpatterns = [
@@ -17,8 +17,12 @@ urlpatterns = [
     path("submissions/<int:sub_id>", views.submission_detail, name="submission-detail"),
     path("branches/", views.branch_list, name="branch-list"),
     path("branches/<int:branch_id>", views.branch_detail, name="branch-detail"),
+    path("submissions/<int:sub_id>/plots/metric.svg", plot_views.submission_metric, name="submission-plot-metric"),
+    path("submissions/<int:sub_id>/plots/shape.svg", plot_views.submission_shape, name="submission-plot-shape"),
+    path("branches/<int:branch_id>/plots/series.svg", plot_views.branch_series, name="branch-plot-series"),
     path("builds/<int:build_id>/log", views.build_log, name="build-log"),
     path("jobs/<int:job_id>/console", views.job_console, name="job-console"),
+    path("triage/<int:triage_id>", triage_views.change, name="triage-change"),
     path("lab/", lab_views.lab, name="lab"),
     path("lab/runners/<str:name>/release", lab_views.release, name="lab-release"),
     path("lab/runners/<str:name>/quarantine", lab_views.quarantine, name="lab-quarantine"),

@@ -22,11 +22,13 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 
-from kperf.core import access, dispatch, imports, tracking
+from kperf.core import access, dispatch, imports, tracking, triage
 from kperf.core.models import (
     ApiToken,
     BootRecord,
     BranchCommit,
+    ChangePoint,
+    Comparison,
     Job,
     KernelBuild,
     MachineClass,
@@ -37,6 +39,7 @@ from kperf.core.models import (
     SubmissionBuild,
     TrackedBranch,
     Tree,
+    Triage,
 )
 from kperf_runner.benchmarks import resolve_params
 
@@ -176,6 +179,39 @@ def lab(django_user_model: Any, alice: User, staff: User, qemu_class: MachineCla
     branch, _, _ = _branch(alice, tree, "alice-branch", qemu_class)
     bob_branch, bob_build, bob_job = _branch(bob, tree, "bob-branch", qemu_class)
     ref, ref_build, ref_job = _branch(staff, tree, "ref-branch", qemu_class)
+    # A regression of each kind, as kperf opens them: alice's submission and a change point of her branch.
+    cp = ChangePoint.objects.create(
+        branch=branch,
+        machine_class=qemu_class,
+        benchmark="spawn",
+        metric="spawn-vmas-0",
+        clock=qemu_class.clock,
+        commit=branch.commits.get(),
+        detected_at=branch.commits.get(),
+        direction="regression",
+        change_pct=-10.0,
+        p_value=0.001,
+        statistic=5.0,
+    )
+    cp_triage = triage.open_for_change_point(cp)
+    sub_triage = Triage.objects.create(kind="submission", submission=sub, title="alice's regression")
+    assert cp_triage is not None
+    # A comparison of alice's submission, so that its plots have something to draw for those who may see it.
+    comparison = Comparison.objects.create(
+        submission=sub, machine_class=qemu_class, benchmark="spawn", clock=qemu_class.clock, method="t", alpha=0.05
+    )
+    comparison.metrics.create(
+        metric="spawn-vmas-0",
+        unit="forks/s",
+        higher_is_better=True,
+        verdict="no-change",
+        min_effect_pct=0.5,
+        base_boots=1,
+        head_boots=1,
+        base_samples=1,
+        head_samples=1,
+        values={"base": [[100.0]], "head": [[90.0]]},
+    )
     lab.ids = {
         "sub": sub.pk,
         "bob_sub": bob_sub.pk,
@@ -190,6 +226,10 @@ def lab(django_user_model: Any, alice: User, staff: User, qemu_class: MachineCla
         "ref_build": ref_build.pk,
         "ref_job": ref_job.pk,
         "runner": runner.pk,
+        "cp": cp.pk,
+        "sub_triage": sub_triage.pk,
+        "plot": f"class={qemu_class.name}&benchmark=spawn&clock={qemu_class.clock}",
+        "class_id": qemu_class.pk,
     }
     return lab
 
@@ -293,6 +333,22 @@ ROUTES: dict[str, tuple[str, str, Body, tuple[int, ...]]] = {
         None,
         OWNER_API,
     ),
+    # Triage: the owner (and a branch's watchers) and staff decide; others are told nothing (docs/triage.md).
+    "api-v1:get_submission_triage": ("GET", "/api/v1/submissions/{sub}/triage", None, OWNER_API),
+    "api-v1:triage_submission": (
+        "POST",
+        "/api/v1/submissions/{sub}/triage",
+        lambda lab: {"state": "expected", "note": "a trade-off"},
+        OWNER_API,
+    ),
+    "api-v1:get_change_point_triage": ("GET", "/api/v1/change-points/{cp}/triage", None, OWNER_API),
+    "api-v1:triage_change_point": (
+        "POST",
+        "/api/v1/change-points/{cp}/triage",
+        lambda lab: {"state": "fixed", "fixed_by": "abcdef1"},
+        OWNER_API,
+    ),
+    "api-v1:list_regressions": ("GET", "/api/v1/regressions", None, SIGNED_IN),
     # The runner protocol: runner tokens only, and only the runner's own jobs and builds.
     "api-v1:heartbeat": ("POST", "/api/v1/runner/heartbeat", lambda lab: {}, RUNNER),
     "api-v1:claim": ("POST", "/api/v1/runner/claim", None, RUNNER),
@@ -319,10 +375,26 @@ ROUTES: dict[str, tuple[str, str, Body, tuple[int, ...]]] = {
     "branch-detail": ("GET", "/branches/{branch}", None, OWNER_PAGE),
     "build-log": ("GET", "/builds/{build}/log", None, OWNER_PAGE),
     "job-console": ("GET", "/jobs/{job}/console", None, OWNER_PAGE),
+    # Pictures follow their page (docs/plots.md).
+    "submission-plot-metric": (
+        "GET",
+        "/submissions/{sub}/plots/metric.svg?{plot}&metric=spawn-vmas-0",
+        None,
+        OWNER_PAGE,
+    ),
+    "submission-plot-shape": ("GET", "/submissions/{sub}/plots/shape.svg?{plot}", None, OWNER_PAGE),
+    "branch-plot-series": (
+        "GET",
+        "/branches/{branch}/plots/series.svg?class={class_id}&benchmark=spawn&clock=instructions&metric=spawn-vmas-0",
+        None,
+        OWNER_PAGE,
+    ),
     # The lab page: every signed-in user reads it; staff release and quarantine (then back to the page).
     "lab": ("GET", "/lab/", None, PAGE),
     "lab-release": ("POST", "/lab/runners/qemu-1/release", None, (302, 403, 403, 302, 302)),
     "lab-quarantine": ("POST", "/lab/runners/qemu-1/quarantine", None, (302, 403, 403, 302, 302)),
+    # The triage form (no state given: back to the page saying so).
+    "triage-change": ("POST", "/triage/{sub_triage}", None, (302, 302, 404, 302, 302)),
 }
 
 

@@ -10,6 +10,7 @@ controls the layout, as mail on kernel lists is.
 from __future__ import annotations
 
 import logging
+import textwrap
 from collections import Counter
 
 from django.conf import settings
@@ -17,7 +18,7 @@ from django.core.mail import EmailMessage, get_connection
 from django.db import transaction
 from django.utils import timezone
 
-from kperf.core import dispatch
+from kperf.core import dispatch, outcome
 from kperf.core.models import Alert, ChangePoint, MetricComparison, Submission
 
 log = logging.getLogger("kperf.alerts")
@@ -72,20 +73,16 @@ def submission_mail(sub: Submission) -> tuple[str, str]:
     base = f"{sub.base_ref} ({sub.base_sha[:12] or 'unresolved'})"
     benches = f"{', '.join(sub.benchmarks)} ({sub.grid} grid)"
     intro = f"kperf compared {head}\nagainst {base}\nof {sub.tree.url}\non {benches}."
+    # The same words as the top of the page (kperf.core.outcome).
+    subject = f"{title}: {outcome.verdict_line(sub)}"
     if sub.status == Submission.Status.FAILED:
-        return f"{title}: failed", f"{intro}\n\nIt failed: {sub.error}\n\nDetails: {link}\n"
+        return subject, f"{intro}\n\nIt failed: {sub.error}\n\nDetails: {link}\n"
     metrics = list(
         MetricComparison.objects.filter(comparison__submission=sub)
         .select_related("comparison__machine_class")
         .order_by("comparison__benchmark", "metric")
     )
     counts = Counter(m.verdict for m in metrics)
-    reg, imp = counts[MetricComparison.Verdict.REGRESSION], counts[MetricComparison.Verdict.IMPROVEMENT]
-    if reg or imp:
-        parts = [f"{n} {word}{'s' if n != 1 else ''}" for n, word in ((reg, "regression"), (imp, "improvement")) if n]
-        subject = f"{title}: {', '.join(parts)}"
-    else:
-        subject = f"{title}: no regression"
     sections = [intro]
     for verdict, heading in (
         (MetricComparison.Verdict.REGRESSION, "Regressions (negative is worse):"),
@@ -105,11 +102,15 @@ def submission_mail(sub: Submission) -> tuple[str, str]:
     ):
         if counts[verdict]:
             rest.append(f"{counts[verdict]} metric{'s' if counts[verdict] != 1 else ''}: {words}.")
-    if sub.reruns:
-        boots = sum(r["more_boots"] for r in sub.reruns)
-        rest.append(f"kperf added {boots} boots per side where a first look was inconclusive.")
     if rest:
         sections.append("\n".join(rest))
+    # Each time boots were added, as the page says it (wrapped: the
+    # sentences name metrics and run long).
+    notes = [
+        textwrap.fill(note, WRAP, break_on_hyphens=False, break_long_words=False) for note in outcome.rerun_notes(sub)
+    ]
+    if notes:
+        sections.append("\n".join(notes))
     for comp in sub.comparisons.select_related("machine_class").order_by("benchmark", "machine_class__name"):
         table = comp.table.rstrip()
         if not table:

@@ -13,7 +13,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from kperf import stats
-from kperf.core import alerts, benchmarks, history, noise_pools, presenters, series_pools, states
+from kperf.core import alerts, benchmarks, history, noise_pools, presenters, series_pools, states, triage
 from kperf.core.models import (
     Clock,
     Comparison,
@@ -161,6 +161,7 @@ def analyse_submission(sub_id: int) -> None:
             return
         states.move(sub, Submission.Status.DONE, finished=timezone.now())
         alerts.submission_finished(sub)
+        triage.open_for_submission(sub)
     log.info("submission %s analysed", sub_id)
 
 
@@ -259,10 +260,12 @@ def compare_kernels(
 ) -> dict[str, Any]:
     """Compare every finished boot of two kernels on one machine class and
     clock, whatever produced them (kperf submissions, tracked branches,
-    mmtests imports). Without a clock: the one both kernels were measured
-    with, the machine class's own if that is more than one. `jobs` limits
-    the boots to those (the ones the asking user may see, kperf.core.access)."""
-    jobs = (Job.objects.all() if jobs is None else jobs).filter(
+    mmtests imports), booted as kperf boots every kernel: boots a submission
+    made with its own boot parameters or THP mode are that submission's
+    comparison, not the kernel's. Without a clock: the one both kernels were
+    measured with, the machine class's own if that is more than one. `jobs`
+    limits the boots to those (the ones the asking user may see, kperf.core.access)."""
+    jobs = history.default_boots(Job.objects.all() if jobs is None else jobs).filter(
         status=Job.Status.DONE, machine_class__name=machine_class, benchmark=benchmark
     )
     clock = _choose_clock(jobs, machine_class, base_sha, head_sha, clock)
@@ -335,10 +338,10 @@ def learned_priors(
     submission's own boots (they are the data, not the history)."""
     if not settings.KPERF_LEARNED_NOISE:
         return {}
+    # Like the pools, only boots with no boot parameters of their own (history.default_boots).
     jobs = (
-        Job.objects.filter(
-            status=Job.Status.DONE, machine_class_id=mclass_id, benchmark=bench, grid=sub.grid, clock=clock
-        )
+        history.default_boots(Job.objects.all())
+        .filter(status=Job.Status.DONE, machine_class_id=mclass_id, benchmark=bench, grid=sub.grid, clock=clock)
         .exclude(submission=sub)
         .exclude(sharers__submission=sub)
     )

@@ -20,7 +20,7 @@ import numpy as np
 from django.conf import settings
 from django.db import transaction
 
-from kperf.core import alerts, benchmarks, history, series_pools
+from kperf.core import alerts, benchmarks, history, series_pools, triage
 from kperf.core.models import BranchCommit, ChangePoint, Job, MetricDef, SeriesState, TrackedBranch
 from kperf.stats import history as sh
 from kperf.stats.changepoints import DEFAULT_WINDOW, OnlineDetector, drift_window, threshold_for_drift
@@ -228,6 +228,9 @@ def _store(branch: TrackedBranch, mclass_id: int, bench: str, clock: str, answer
         clock=clock,
         commit__position__gte=first.position if first is not None else 0,
     ).exclude(pk__in=[c.pk for c in kept]).delete()
+    # After the stale rows went: a change point that moved takes over the triage its old row left.
+    for row in kept:
+        triage.open_for_change_point(row)
     series_pools.store_branch_sums(branch.pk, mclass_id, bench, clock, answer.sums, len(answer.ids), answer.detectors)
     if kept:
         log.info("branch %s, %s on class %s: %d change points", branch.pk, bench, mclass_id, len(kept))

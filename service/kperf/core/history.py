@@ -68,9 +68,21 @@ def _boots_by_metric(samples: QuerySet[Sample], order: tuple[str, ...]) -> dict[
     return dict(out)
 
 
+def default_boots(jobs: QuerySet[Job]) -> QuerySet[Job]:
+    """The jobs booted as kperf boots every kernel: no extra command line words, the kernel's THP mode.
+
+    Only those make a kernel's run and the class's noise pools: a submission
+    that asked for other boot parameters measured the kernel another way,
+    and its boots would widen the spread between boots of one kernel.
+    """
+    return jobs.filter(boot_params="", thp="")
+
+
 def run_jobs(mclass_id: int, clock: str, bench: str, grid: str, sha: str) -> QuerySet[Job]:
-    return Job.objects.filter(
-        status=Job.Status.DONE, machine_class_id=mclass_id, clock=clock, benchmark=bench, grid=grid, build__sha=sha
+    return default_boots(
+        Job.objects.filter(
+            status=Job.Status.DONE, machine_class_id=mclass_id, clock=clock, benchmark=bench, grid=grid, build__sha=sha
+        )
     )
 
 
@@ -232,7 +244,8 @@ def summarise(jobs: QuerySet[Job]) -> int:
     pending = list(
         # Calibrations measure the runner, not a kernel: they stay out of the
         # noise pools (a drifted one would inflate the class's noise).
-        jobs.filter(status=Job.Status.DONE, pinned_runner__isnull=True)
+        # Boots with a submission's own boot parameters stay out too (default_boots).
+        default_boots(jobs.filter(status=Job.Status.DONE, pinned_runner__isnull=True))
         # NOT EXISTS: an anti-join probing SummarisedJob's key, not a NOT IN over all of it.
         .exclude(Exists(SummarisedJob.objects.filter(job_id=OuterRef("pk"))))
         .values_list("pk", "machine_class_id", "clock", "benchmark", "grid", "build__sha", "branch_commit_id")

@@ -419,7 +419,9 @@ def job_payload(job: Job) -> dict[str, Any]:
         "arch": build.arch,
         "machine_class": job.machine_class.name,
         "clock": job.clock,
-        "kernel": {"build_id": build.pk, "sha": build.sha, "cmdline": ""},
+        # cmdline: words the runner appends last to its own command line; thp:
+        # the mode the runner asks init to set ('': leave the kernel's default).
+        "kernel": {"build_id": build.pk, "sha": build.sha, "cmdline": job.boot_params, "thp": job.thp},
         "artifacts": [
             {
                 "name": name,

@@ -10,7 +10,7 @@ import numpy as np
 from django.db.models import Exists, F, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 
-from kperf.core import sharing, tuning, workflow
+from kperf.core import outcome, per_op, sharing, tuning, waiting, workflow
 from kperf.core.models import BootRecord, ChangePoint, Clock, Job, SharedJob, Submission, TrackedBranch
 from kperf.stats import abtest
 
@@ -59,8 +59,10 @@ def job_dict(j: Job) -> dict[str, Any]:
         "progress": j.progress,
         "failure_kind": j.failure_kind,
         "failure_message": j.failure_message,
+        "queued": _iso(j.created),
         "started": _iso(j.started),
         "finished": _iso(j.finished),
+        "duration_s": (j.finished - j.started).total_seconds() if j.started and j.finished else None,
         # Measured on a runner after its last good calibration, before it was
         # quarantined (docs/calibration.md); None for a job nothing is known against.
         "suspect": j.suspect_note or None,
@@ -128,13 +130,14 @@ _COUNTER_SOURCES = ("vmstat", "perf")
 _PerBoot = tuple[dict[_SideKey, dict[str, float]], dict[_SideKey, int]]
 
 
-def _counters_per_boot(sub: Submission) -> dict[str, _PerBoot]:
+def _counters_per_boot(sub: Submission, per_op_sides: dict[_SideKey, per_op.Side]) -> dict[str, _PerBoot]:
     """Per source: the mean per boot of every counter, and the boots it is over, per side.
 
     One query for the whole submission, every source. A boot without counters (an older
     runner, a kernel without /proc/vmstat) is left out rather than counted
     as a boot where nothing moved; a counter missing from a boot that has
-    counters did not move in it (init prints nonzero deltas only).
+    counters did not move in it (init prints nonzero deltas only). The same
+    pass fills per_op_sides with the counts per command (kperf.core.per_op).
     """
     sums: dict[str, dict[_SideKey, dict[str, float]]] = {source: {} for source in _COUNTER_SOURCES}
     boots: dict[str, dict[_SideKey, int]] = {source: {} for source in _COUNTER_SOURCES}
@@ -143,10 +146,11 @@ def _counters_per_boot(sub: Submission) -> dict[str, _PerBoot]:
     rows = (
         BootRecord.objects.filter(Q(job__submission=sub) | Exists(link))
         .annotate(side=Coalesce(Subquery(link.values("side")[:1]), F("job__side")))
-        .values_list("job__machine_class_id", "job__benchmark", "job__clock", "side", "counters")
+        .values_list("job__machine_class_id", "job__benchmark", "job__clock", "side", "counters", "job__params")
     )
-    for mclass, benchmark, clock, side, counters in rows:
+    for mclass, benchmark, clock, side, counters, params in rows:
         key = (mclass, benchmark, clock, side)
+        per_op.add_boot(per_op_sides, key, params, counters)
         for source in _COUNTER_SOURCES:
             values = counters.get(source) if isinstance(counters, dict) else None
             if not isinstance(values, dict):
@@ -188,7 +192,8 @@ def counter_rows(base: dict[str, float], head: dict[str, float]) -> list[dict[st
 
 def comparisons(sub: Submission) -> list[dict[str, Any]]:
     out = []
-    counted = _counters_per_boot(sub)
+    per_op_sides: dict[_SideKey, per_op.Side] = {}
+    counted = _counters_per_boot(sub, per_op_sides)
     per_boot, counter_boots = counted["vmstat"]
     perf_per_boot, perf_boots = counted["perf"]
     for comp in sub.comparisons.select_related("machine_class").prefetch_related("metrics"):
@@ -228,6 +233,14 @@ def comparisons(sub: Submission) -> list[dict[str, Any]]:
                     perf_rows(perf_per_boot[side["base"]], perf_per_boot[side["head"]]) if both_perf else []
                 ),
                 "perf_boots": {s: perf_boots.get(key, 0) for s, key in side.items()},
+                # The same per operation of each command, where its output counted them (kperf.core.per_op).
+                "perf_per_op": per_op.rows(
+                    per_op_sides.get(side["base"]), per_op_sides.get(side["head"]), comp.benchmark
+                ),
+                "perf_per_op_boots": {s: getattr(per_op_sides.get(key), "boots", 0) for s, key in side.items()},
+                "perf_per_op_mixed": per_op.mixed(
+                    per_op_sides.get(side["base"]), per_op_sides.get(side["head"]), comp.benchmark
+                ),
             }
         )
     return out
@@ -252,8 +265,14 @@ def submission_jobs(sub: Submission) -> list[dict[str, Any]]:
     A shared job shows its boot (status, runner, console) but nothing of the
     submission that owns it: that is another user's (kperf.core.access).
     """
-    own = [{**job_dict(j), "shared": False} for j in sub.jobs.select_related("runner", "machine_class").order_by("seq")]
-    shared = [{**job_dict(link.job), "side": link.side, "shared": True} for link in sharing.links(sub)]
+    own_jobs = list(sub.jobs.select_related("runner", "machine_class").order_by("seq"))
+    links = sharing.links(sub)
+    # Why each queued one waits (a build, a runner, the jobs ahead): kperf.core.waiting.
+    why = waiting.job_reasons([*own_jobs, *(link.job for link in links)])
+    own = [{**job_dict(j), "shared": False, "waiting_for": why.get(j.pk)} for j in own_jobs]
+    shared = [
+        {**job_dict(link.job), "side": link.side, "shared": True, "waiting_for": why.get(link.job_id)} for link in links
+    ]
     return own + shared
 
 
@@ -269,6 +288,9 @@ def submission_summary(sub: Submission) -> dict[str, Any]:
         "grid": sub.grid,
         "arches": sub.arches,
         "min_effect_pct": sub.min_effect_pct,
+        # What every boot was measured with: command line words added last, THP mode ('': kernel default).
+        "boot_params": sub.boot_params,
+        "thp": sub.thp,
         "status": sub.status,
         "error": sub.error,
         "reruns": sub.reruns,
@@ -284,6 +306,11 @@ def submission_detail(sub: Submission) -> dict[str, Any]:
     data.update(
         {
             "queue_position": workflow.queue_position(sub),
+            # What the submission waits for when nothing of it is running (kperf.core.waiting).
+            "waiting_for": waiting.submission_reason(sub, jobs),
+            # The mail's subject line and its notes on added boots, word for word (kperf.core.outcome).
+            "verdict": outcome.verdict_line(sub),
+            "rerun_notes": outcome.rerun_notes(sub),
             "builds": [build_dict(sb) for sb in sub.submission_builds.select_related("build").order_by("side", "id")],
             "jobs": jobs,
             "progress": progress_summary(sub, jobs),
@@ -332,7 +359,11 @@ def branch_summary(b: TrackedBranch) -> dict[str, Any]:
 
 
 def change_point_dict(cp: ChangePoint) -> dict[str, Any]:
+    # A regression's triage (kperf.core.triage); improvements have none.
+    triage = getattr(cp, "triage", None)
     return {
+        "id": cp.pk,
+        "triage": triage.state if triage is not None else None,
         "machine_class": cp.machine_class.name,
         "benchmark": cp.benchmark,
         "clock": cp.clock,

@@ -13,6 +13,8 @@ would measure itself:
 
 - same build, machine class, benchmark, grid, parameters and clock (the
   clock the sharer's own boots there get: never across clocks);
+- same boot parameters and THP mode (Job.boot_params, Job.thp): the kernel
+  is the same, but booted another way it is another measurement;
 - not failed or cancelled;
 - measured (or being measured) by a runner whose identity has not changed
   since it began the boot: `Runner.identity_changed` moves when the runner
@@ -80,6 +82,8 @@ def candidates(
             grid=sub.grid,
             params=params,
             clock=clock,
+            boot_params=sub.boot_params,
+            thp=sub.thp,
             boots=1,
         )
         .exclude(submission=sub)

@@ -11,6 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from kperf.core import access, archive, artifacts, benchmarks, presenters, workflow
+from kperf.core.models.submissions import BOOT_PARAMS_MAX_LENGTH, Thp
 from kperf_kbuild.driver import SUPPORTED_ARCHES
 
 
@@ -27,6 +28,13 @@ class SubmissionForm(forms.Form):
         help_text="a smaller change is shown, never called a regression; "
         "empty: 0.5 on the instruction clock, 3 on the wall clock",
     )
+    boot_params = forms.CharField(
+        label="Boot parameters",
+        required=False,
+        help_text="kernel command line words added last to every boot of both kernels, e.g. mitigations=off "
+        f"(at most {BOOT_PARAMS_MAX_LENGTH} characters)",
+    )
+    thp = forms.ChoiceField(label="Transparent huge pages", required=False, choices=Thp.choices)
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -57,6 +65,8 @@ def submission_new(request: HttpRequest) -> HttpResponse:
                 grid=form.cleaned_data["grid"],
                 arches=form.cleaned_data["arches"],
                 min_effect_pct=form.cleaned_data["min_effect_pct"],
+                boot_params=form.cleaned_data["boot_params"],
+                thp=form.cleaned_data["thp"],
             )
             try:
                 sub = workflow.create_submission(request.user, req)  # type: ignore[arg-type]
@@ -66,7 +76,9 @@ def submission_new(request: HttpRequest) -> HttpResponse:
                 return redirect("submission-detail", sub_id=sub.pk)
     else:
         form = SubmissionForm(
-            initial={"benchmarks": ["spawn"], "grid": "quick", "arches": ["x86_64"], "base": "master"}
+            # The base the docs use (docs/quickstart.md, docs/submitting.md): a
+            # release tag names one kernel in any tree; a `master` branch moves or is absent.
+            initial={"benchmarks": ["spawn"], "grid": "quick", "arches": ["x86_64"], "base": "v6.1"}
         )
     return render(request, "kperf/submission_new.html", {"form": form})
 

@@ -18,6 +18,7 @@ from django.db.models import Exists, Max, OuterRef
 from django.utils import timezone
 
 from kperf.core import alerts, benchmarks, building, dispatch, gitops, sharing, states
+from kperf.core.boot_params import BootParamsError, clean_boot_params, clean_thp
 from kperf.core.models import Job, KernelBuild, MachineClass, SharedJob, Submission, SubmissionBuild, Tree
 from kperf_kbuild.driver import SUPPORTED_ARCHES, config_digest
 
@@ -42,6 +43,9 @@ class SubmissionRequest:
     arches: list[str] = field(default_factory=lambda: ["x86_64"])
     # The practical threshold in percent; None: each metric's default for its clock.
     min_effect_pct: float | None = None
+    # Kernel command line words appended last, and the THP mode (kperf.core.boot_params).
+    boot_params: str = ""
+    thp: str = ""
 
 
 # A practical threshold outside these bounds is a typo: 0 would call any
@@ -91,7 +95,14 @@ def validate(req: SubmissionRequest) -> SubmissionRequest:
                 "(docs/runners.md) or choose another architecture",
                 "arches",
             )
-    return SubmissionRequest(url, head, base, names, req.grid, arches, validate_min_effect(req.min_effect_pct))
+    try:
+        boot_params = clean_boot_params(req.boot_params)
+        thp = clean_thp(req.thp)
+    except BootParamsError as e:
+        raise SubmissionError(str(e), e.field) from None
+    return SubmissionRequest(
+        url, head, base, names, req.grid, arches, validate_min_effect(req.min_effect_pct), boot_params, thp
+    )
 
 
 def create_submission(owner: User, req: SubmissionRequest) -> Submission:
@@ -107,6 +118,8 @@ def create_submission(owner: User, req: SubmissionRequest) -> Submission:
             grid=clean.grid,
             arches=clean.arches,
             min_effect_pct=clean.min_effect_pct,
+            boot_params=clean.boot_params,
+            thp=clean.thp,
         )
         dispatch.after_commit("kperf.prepare_submission", sub.pk)
     log.info("submission %s: %s %s vs %s queued", sub.pk, clean.tree_url, clean.head_ref, clean.base_ref)

@@ -16,6 +16,7 @@ from kperf.core.api.errors import ApiError, too_large_detail
 from kperf.core.api.lab import router as lab_router
 from kperf.core.api.parsing import BodyError, KperfParser
 from kperf.core.api.runner import router as runner_router
+from kperf.core.api.triage import router as triage_router
 from kperf.core.api.users import router as users_router
 from kperf.core.leases import ProtocolError
 
@@ -29,6 +30,7 @@ api = NinjaAPI(
 log = logging.getLogger("kperf.api")
 api.add_router("/", users_router)
 api.add_router("/", lab_router)
+api.add_router("/", triage_router)
 api.add_router("/runner/", runner_router)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -28,6 +29,7 @@ INT_MAX = 2**31 - 1
 # /proc/vmstat (a few hundred fields) stays far below.
 COUNTER_NAME_MAX = 64
 COUNTERS_MAX = 4096
+PER_COMMAND_NAME = re.compile(r"\d{1,6}\.[A-Za-z0-9_]+")
 
 
 def _invalid(detail: str) -> PydanticCustomError:
@@ -76,6 +78,13 @@ def _at_most_counters(counters: dict[str, dict[str, Any]]) -> dict[str, dict[str
     for name, value in counters.get("perf", {}).items():
         if value < 0 or value != int(value):
             raise _invalid(f"has perf counter {name!r} = {value!r}: hardware counts are whole numbers >= 0")
+    # Per command: "<command index>.<counter or operation>", whole counts (kperf.core.per_op).
+    for source in ("perf_by_command", "operations"):
+        for name, value in counters.get(source, {}).items():
+            if not PER_COMMAND_NAME.fullmatch(name):
+                raise _invalid(f"has {source} name {name!r}: per-command names are <command index>.<name>")
+            if value < 0 or value != int(value):
+                raise _invalid(f"has {source} {name!r} = {value!r}: counts are whole numbers >= 0")
     return counters
 
 

@@ -37,6 +37,10 @@ class SubmissionIn(Schema):
     arches: list[str] = ["x86_64"]
     # Practical threshold in percent (0.05-50); leave out for each metric's default for its clock.
     min_effect_pct: float | None = None
+    # Kernel command line words appended last to every boot's (docs/submitting.md, "Boot parameters").
+    boot_params: str = ""
+    # Transparent huge pages: always, madvise or never; empty for the kernel's default.
+    thp: str = ""
 
 
 @router.get("/health", auth=None, tags=["service"])
@@ -77,6 +81,8 @@ def create_submission(request: HttpRequest, payload: SubmissionIn) -> Status[dic
         grid=payload.grid,
         arches=payload.arches,
         min_effect_pct=payload.min_effect_pct,
+        boot_params=payload.boot_params,
+        thp=payload.thp,
     )
     try:
         sub = workflow.create_submission(request.auth, req)  # type: ignore[attr-defined]

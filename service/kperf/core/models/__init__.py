@@ -18,6 +18,7 @@ from kperf.core.models.sharing import SharedJob
 from kperf.core.models.submissions import Submission, SubmissionBuild
 from kperf.core.models.tracking import BranchCommit, ChangePoint, TrackedBranch
 from kperf.core.models.trees import Tree
+from kperf.core.models.triage import Triage, TriageEvent
 
 __all__ = [
     "Alert",
@@ -46,4 +47,6 @@ __all__ = [
     "SummarisedJob",
     "TrackedBranch",
     "Tree",
+    "Triage",
+    "TriageEvent",
 ]

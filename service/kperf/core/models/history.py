@@ -32,6 +32,7 @@ class RunSummary(models.Model):
     dfw_lin = models.PositiveIntegerField()
 
     class Meta:
+        verbose_name_plural = "run summaries"
         constraints = [
             # Its prefix serves the noise report (class, clock) and the learned priors (+ benchmark, grid).
             models.UniqueConstraint(
@@ -104,6 +105,7 @@ class CommitSummary(models.Model):
     ss_lin = models.FloatField()
 
     class Meta:
+        verbose_name_plural = "commit summaries"
         constraints = [
             models.UniqueConstraint(
                 fields=["commit", "machine_class", "benchmark", "clock", "metric"], name="unique_commit_summary"

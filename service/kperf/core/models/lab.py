@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from kperf.core.models.accounts import hash_token
 from kperf.core.models.builds import KernelBuild
-from kperf.core.models.submissions import Submission
+from kperf.core.models.submissions import BOOT_PARAMS_MAX_LENGTH, Submission, Thp
 from kperf.core.models.tracking import BranchCommit
 
 
@@ -45,6 +45,10 @@ class MachineClass(models.Model):
     calibration_benchmark = models.CharField(max_length=64, default="spawn")
     calibration_grid = models.CharField(max_length=32, default="quick")
     calibration_boots = models.PositiveIntegerField(default=2)
+
+    class Meta:
+        # Django only adds an "s": "machine classs".
+        verbose_name_plural = "machine classes"
 
     def __str__(self) -> str:
         return self.name
@@ -177,6 +181,13 @@ class Job(models.Model):
     benchmark = models.CharField(max_length=64)
     grid = models.CharField(max_length=32)
     params = models.JSONField(default=dict)
+    # What the boot was measured with besides the kernel: command line words
+    # the runner appends last and the THP mode init sets ('' for both: the
+    # runner's command line and the kernel's default). Copied from the
+    # submission when queued; boots that differ here are never shared
+    # (kperf.core.sharing) or pooled into the class's history (kperf.core.history).
+    boot_params = models.CharField(max_length=BOOT_PARAMS_MAX_LENGTH, blank=True, default="")
+    thp = models.CharField(max_length=8, choices=Thp.choices, blank=True, default="")
     boots = models.PositiveIntegerField(default=1)
     machine_class = models.ForeignKey(MachineClass, on_delete=models.PROTECT, related_name="jobs")
     # Fixed when queued: only a runner that gives this clock claims the job,
@@ -259,13 +270,18 @@ class Job(models.Model):
         from django.conf import settings
 
         submission = owner.get("submission")
+        sub = submission if isinstance(submission, Submission) else None
         return cls.objects.create(
             build=build,
             machine_class=machine_class,
-            clock=cls.clock_for(machine_class, benchmark, submission if isinstance(submission, Submission) else None),
+            clock=cls.clock_for(machine_class, benchmark, sub),
             benchmark=benchmark,
             grid=grid,
             params=params,
+            # Every boot of a submission, base or head, its own or a
+            # replacement, is measured as the submission asked.
+            boot_params=sub.boot_params if sub is not None else "",
+            thp=sub.thp if sub is not None else "",
             boots=1,
             seq=seq,
             max_attempts=settings.KPERF_JOB_MAX_ATTEMPTS,

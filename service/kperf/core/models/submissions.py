@@ -8,6 +8,17 @@ from django.db import models
 from kperf.core.models.builds import KernelBuild
 from kperf.core.models.trees import Tree
 
+BOOT_PARAMS_MAX_LENGTH = 512
+
+
+class Thp(models.TextChoices):
+    """The transparent huge page mode init sets before the benchmark ('': the kernel's default)."""
+
+    DEFAULT = "", "kernel default"
+    ALWAYS = "always", "always"
+    MADVISE = "madvise", "madvise"
+    NEVER = "never", "never"
+
 
 class Submission(models.Model):
     class Status(models.TextChoices):
@@ -33,6 +44,11 @@ class Submission(models.Model):
     # a smaller difference is shown as a change but never called a
     # regression. None: each metric's default for its clock (settings).
     min_effect_pct = models.FloatField(null=True, blank=True)
+    # Kernel command line words appended last to the runner's, and the THP
+    # mode, for every boot of both sides (kperf.core.boot_params checks what
+    # people give). Boots with other values are never shared or pooled.
+    boot_params = models.CharField(max_length=BOOT_PARAMS_MAX_LENGTH, blank=True, default="")
+    thp = models.CharField(max_length=8, choices=Thp.choices, blank=True, default="")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     error = models.TextField(blank=True, default="")
     # Boots kperf added because a look was inconclusive:

@@ -36,6 +36,7 @@ class TrackedBranch(models.Model):
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name_plural = "tracked branches"
         ordering = ["tree__url", "branch"]
         constraints = [models.UniqueConstraint(fields=["tree", "branch"], name="unique_tracked_branch")]
 
