@@ -11,7 +11,7 @@ redis-server it starts on a free port, with short leases and sweeps
 in-process threads or a child process (`faults.py client ...`) that is
 SIGKILLed (bench/faults_lab.py holds the client, the lab and the
 measurements). Jobs come from submissions whose kernels are already built: the
-rows service/tests/lab_fixtures.py makes (fake artifact files; the protocol
+rows kperf.testing.lab makes (fake artifact files; the protocol
 checks only their sha256), written through `kperf-manage shell`. The
 build scenario builds a real kernel from the fixture tree
 (~/.cache/kperf/linux-test.git, kperf_kbuild.testing).

@@ -4,7 +4,7 @@
 kperf-runner does, minus QEMU; `Lab` holds the running stack
 (kperf.testing.stack), the PostgreSQL this benchmark owns and its Redis,
 makes submissions whose kernels are built (the rows
-service/tests/lab_fixtures.py makes) and measures what was lost, counted
+kperf.testing.lab makes) and measures what was lost, counted
 twice or left stuck.
 """
 
@@ -149,7 +149,7 @@ class Client:
 
 
 def results_body(job: dict[str, Any]) -> dict[str, Any]:
-    """As service/tests/lab_fixtures.py's, with 1% noise so the analysis has variance to judge."""
+    """As service/tests/lab_fixtures.py results_body, with 1% noise so the analysis has variance to judge."""
     rng = random.Random(job["id"] * 1000 + job["attempt"])
     metrics = [f"spawn-vmas-{v}" for v in job["params"]["extra_vmas"]]
     env = {"cpu_model": "fake", "cpus": 1, "kernel_cmdline": "console=ttyS0", "clock": job["clock"]}

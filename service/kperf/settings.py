@@ -210,6 +210,11 @@ KPERF_BUILD_TREES_BUDGET_BYTES = env_int("KPERF_BUILD_TREES_BUDGET_BYTES", 20 * 
 # (`kperf-up` turns them on for the local user).
 KPERF_ALLOW_LOCAL_TREES = env_bool("KPERF_ALLOW_LOCAL_TREES", False)
 KPERF_GIT_TIMEOUT = env_int("KPERF_GIT_TIMEOUT", 1800, minimum=10)
+# Patch series (docs/submitting.md): the largest mbox kperf takes (a big
+# series is well under a megabyte), and the tree a submission without one
+# applies on (a release tag such as v6.1 names the same kernel there).
+KPERF_MAX_MBOX_BYTES = env_int("KPERF_MAX_MBOX_BYTES", 4 * 1024 * 1024, minimum=1024)
+KPERF_DEFAULT_TREE = env_str("KPERF_DEFAULT_TREE", "https://git.kernel.org/pub/scm/linux/kernel/git/torvalds/linux.git")
 KPERF_LEASE_SECONDS = env_int("KPERF_LEASE_SECONDS", 900, minimum=30)
 KPERF_JOB_MAX_ATTEMPTS = env_int("KPERF_JOB_MAX_ATTEMPTS", 3, minimum=1)
 KPERF_RUNNER_POLL_SECONDS = env_int("KPERF_RUNNER_POLL_SECONDS", 5, minimum=1)
@@ -227,6 +232,9 @@ KPERF_MIN_EFFECT_PCT_INSTRUCTIONS = env_float("KPERF_MIN_EFFECT_PCT_INSTRUCTIONS
 # Sequential testing: a comparison that is inconclusive after the grid's K
 # boots per side gets K more, up to this many times K in all.
 KPERF_BOOT_BUDGET_FACTOR = env_int("KPERF_BOOT_BUDGET_FACTOR", 2, minimum=1)
+# Boots per side of a first look under QEMU's instruction clock, whose boots repeat
+# one another (kperf.core.benchmarks.boots_per_side).
+KPERF_INSTRUCTION_CLOCK_BOOTS = env_int("KPERF_INSTRUCTION_CLOCK_BOOTS", 2, minimum=1)
 # Base boots of the same build, machine class, benchmark, grid and clock are
 # measured once and shared by every submission that needs them, if they were
 # measured at most this many seconds ago by a runner that has not changed
@@ -288,6 +296,29 @@ DEFAULT_FROM_EMAIL = env_str("KPERF_MAIL_FROM", "kperf <kperf@localhost>")
 # Links in mails point here.
 KPERF_BASE_URL = env_str("KPERF_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
 KPERF_ALERT_MAX_ATTEMPTS = env_int("KPERF_ALERT_MAX_ATTEMPTS", 10, minimum=1)
+# --- Triage by replying to an alert (docs/triage.md, "By mail") ----------------
+# Alerts of regressions carry Reply-To: <local>+<token>@<domain>; no domain, no
+# Reply-To and nothing is read.
+KPERF_MAIL_DOMAIN = env_str("KPERF_MAIL_DOMAIN", "").strip().lower()
+KPERF_MAIL_LOCAL_PART = env_str("KPERF_MAIL_LOCAL_PART", "kperf").strip().lower()
+# A token stops working this long after its alert was written.
+KPERF_MAIL_REPLY_DAYS = env_int("KPERF_MAIL_REPLY_DAYS", 90, minimum=1)
+# A reply is a line and a quote; a bigger mail is answered "too large" unread.
+KPERF_MAIL_MAX_BYTES = env_int("KPERF_MAIL_MAX_BYTES", 256 * 1024, minimum=4096)
+# At most this many answers to one address a day: two robots cannot loop for long.
+KPERF_MAIL_ANSWERS_PER_DAY = env_int("KPERF_MAIL_ANSWERS_PER_DAY", 10, minimum=1)
+# The SMTP listener (`kperf-manage mail_listener`, `kperf-up --mail-listener`).
+KPERF_MAIL_LISTEN_HOST = env_str("KPERF_MAIL_LISTEN_HOST", "127.0.0.1")
+KPERF_MAIL_LISTEN_PORT = env_int("KPERF_MAIL_LISTEN_PORT", 8025, minimum=1)
+# Or a mailbox polled over IMAP (`kperf-manage poll_mailbox`, the beat task when the host is set).
+KPERF_IMAP_HOST = env_str("KPERF_IMAP_HOST", "")
+KPERF_IMAP_PORT = env_int("KPERF_IMAP_PORT", 993, minimum=1)
+KPERF_IMAP_SSL = env_bool("KPERF_IMAP_SSL", True)
+KPERF_IMAP_STARTTLS = env_bool("KPERF_IMAP_STARTTLS", False)
+KPERF_IMAP_USER = env_str("KPERF_IMAP_USER", "")
+KPERF_IMAP_PASSWORD = env_str("KPERF_IMAP_PASSWORD", "")
+KPERF_IMAP_MAILBOX = env_str("KPERF_IMAP_MAILBOX", "INBOX")
+KPERF_IMAP_POLL_SECONDS = env_int("KPERF_IMAP_POLL_SECONDS", 60, minimum=10)
 
 # Periodic work; django-celery-beat copies these into its tables at start, where
 # operators can change the intervals in the admin.
@@ -297,6 +328,8 @@ CELERY_BEAT_SCHEDULE = {
     "redrive": {"task": "kperf.redrive", "schedule": float(KPERF_REDRIVE_SECONDS)},
     # Alerts that could not be sent (SMTP down, no host yet) are retried.
     "send-alerts": {"task": "kperf.send_alerts", "schedule": float(env_int("KPERF_ALERT_RETRY_SECONDS", 120))},
+    # Replies to alerts waiting in an IMAP mailbox (docs/triage.md); a no-op without KPERF_IMAP_HOST.
+    "poll-mailbox": {"task": "kperf.poll_mailbox", "schedule": float(KPERF_IMAP_POLL_SECONDS)},
     # Runners whose calibration is due get a calibration job (kperf.core.calibration).
     "queue-calibrations": {"task": "kperf.queue_calibrations", "schedule": float(KPERF_CALIBRATION_CHECK_SECONDS)},
     # How often tracked branches are fetched to see whether they moved.

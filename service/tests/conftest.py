@@ -37,6 +37,14 @@ def small_tree(tmp_path: Path) -> Path:
     return repo
 
 
+@pytest.fixture(autouse=True)
+def grid_boots_on_every_clock(settings: Any) -> None:
+    """The service tests count boots as the quick grid gives them (4 per side)
+    on the instruction-clock class they use; the default cap of 2 on that
+    clock (benchmarks.boots_per_side) has tests of its own in test_boots_per_side.py."""
+    settings.KPERF_INSTRUCTION_CLOCK_BOOTS = 99
+
+
 @pytest.fixture
 def settings_dirs(settings: Any, tmp_path: Path) -> Any:
     settings.KPERF_MIRROR_ROOT = tmp_path / "mirrors"

@@ -13,7 +13,17 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from kperf import stats
-from kperf.core import alerts, benchmarks, history, noise_pools, presenters, series_pools, states, triage
+from kperf.core import (
+    alerts,
+    benchmarks,
+    history,
+    mail_replies,
+    noise_pools,
+    presenters,
+    series_pools,
+    states,
+    triage,
+)
 from kperf.core.models import (
     Clock,
     Comparison,
@@ -90,14 +100,16 @@ def shared_base_boots(sub: Submission) -> dict[Group, int]:
     return counts
 
 
-def plan_for(sub: Submission, benchmark: str) -> sequential.Plan:
+def plan_for(sub: Submission, benchmark: str, clock: str) -> sequential.Plan:
     """Looks at K, 2K, ... boots per side, up to the submission's budget.
 
-    K is the grid's boots per side; the budget is KPERF_BOOT_BUDGET_FACTOR x K.
+    K is the grid's boots per side on the clock (benchmarks.boots_per_side);
+    the budget is KPERF_BOOT_BUDGET_FACTOR x K.
     Alpha is spent over the looks (O'Brien-Fleming), so looking again after
     adding boots does not inflate false alarms.
     """
-    first, _ = benchmarks.grid_for(benchmark, sub.grid)
+    grid_boots, _ = benchmarks.grid_for(benchmark, sub.grid)
+    first = benchmarks.boots_per_side(grid_boots, clock)
     budget = max(first, first * settings.KPERF_BOOT_BUDGET_FACTOR)
     if budget == first:
         return sequential.Plan(looks=(first,), alpha=settings.KPERF_ALPHA)
@@ -128,7 +140,7 @@ def analyse_submission(sub_id: int) -> None:
                 )
                 for name, sides in metrics.items()
             }
-            plan = plan_for(sub, bench)
+            plan = plan_for(sub, bench, clock)
             have = min(min(len(s["base"]), len(s["head"])) for s in metrics.values())
             look = sequential.sequential_look(inputs, sequential.look_number(plan, have), plan)
             comp = Comparison.objects.create(
@@ -160,8 +172,9 @@ def analyse_submission(sub_id: int) -> None:
             log.info("submission %s: inconclusive at this look, more boots queued", sub_id)
             return
         states.move(sub, Submission.Status.DONE, finished=timezone.now())
-        alerts.submission_finished(sub)
-        triage.open_for_submission(sub)
+        alert = alerts.submission_finished(sub)
+        # The alert's Reply-To carries a token for this triage (triage by mail, docs/triage.md).
+        mail_replies.issue(alert, triage.open_for_submission(sub))
     log.info("submission %s analysed", sub_id)
 
 

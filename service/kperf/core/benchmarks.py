@@ -55,6 +55,20 @@ def grid_for(benchmark: str, grid: str) -> tuple[int, dict[str, Any]]:
     return bench.grids[grid].boots, registry.resolve_params(benchmark, grid)
 
 
+def boots_per_side(grid_boots: int, clock: str) -> int:
+    """The first look's boots per side on a machine class of `clock`.
+
+    Under QEMU's instruction clock every boot of one build repeats the same
+    numbers (docs/statistics.md, "Two clocks"): the noise left lies between
+    builds, which no number of boots reduces, so boots beyond
+    KPERF_INSTRUCTION_CLOCK_BOOTS (2: enough to see a boot that does not
+    repeat) cost machine time and tell nothing. The wall clock keeps the grid's.
+    """
+    if clock == "instructions":
+        return max(1, min(grid_boots, int(settings.KPERF_INSTRUCTION_CLOCK_BOOTS)))
+    return grid_boots
+
+
 def min_effect_pct(metric: str, clock: str = "wall", chosen: float | None = None) -> float:
     """The practical threshold (in %) for a metric timed with `clock`.
 

@@ -271,9 +271,10 @@ def bisect_gap(branch: TrackedBranch, cp: ChangePoint) -> bool:
     return True
 
 
-def boots_for(branch: TrackedBranch, bench: str) -> int:
+def boots_for(branch: TrackedBranch, bench: str, clock: str) -> int:
+    """The branch's own boots per commit, or the grid's on this clock (benchmarks.boots_per_side)."""
     grid_boots, _ = benchmarks.grid_for(bench, branch.grid)
-    return branch.boots or grid_boots
+    return branch.boots or benchmarks.boots_per_side(grid_boots, clock)
 
 
 def fail_commit(commit: BranchCommit, message: str) -> None:
@@ -311,7 +312,7 @@ def queue_commit_jobs(commit: BranchCommit, builds: list[KernelBuild]) -> None:
         for mclass in MachineClass.objects.filter(arch=build.arch).order_by("name"):
             for bench in branch.benchmarks:
                 _, params = benchmarks.grid_for(bench, branch.grid)
-                for _ in range(boots_for(branch, bench)):
+                for _ in range(boots_for(branch, bench, mclass.clock)):
                     Job.queue_one_boot(build, mclass, bench, branch.grid, params, seq, branch_commit=commit)
                     seq += 1
 

@@ -17,9 +17,18 @@ from django.db import transaction
 from django.db.models import Exists, Max, OuterRef
 from django.utils import timezone
 
-from kperf.core import alerts, benchmarks, building, dispatch, gitops, sharing, states
+from kperf.core import alerts, artifacts, benchmarks, building, dispatch, gitops, series, series_git, sharing, states
 from kperf.core.boot_params import BootParamsError, clean_boot_params, clean_thp
-from kperf.core.models import Job, KernelBuild, MachineClass, SharedJob, Submission, SubmissionBuild, Tree
+from kperf.core.models import (
+    Job,
+    KernelBuild,
+    MachineClass,
+    PatchSeries,
+    SharedJob,
+    Submission,
+    SubmissionBuild,
+    Tree,
+)
 from kperf_kbuild.driver import SUPPORTED_ARCHES, config_digest
 
 log = logging.getLogger("kperf.workflow")
@@ -46,6 +55,12 @@ class SubmissionRequest:
     # Kernel command line words appended last, and the THP mode (kperf.core.boot_params).
     boot_params: str = ""
     thp: str = ""
+    # A patch series instead of a branch (head_ref is then ignored): the mbox
+    # as submitted, and what kperf.core.series read from it once validated.
+    mbox: bytes | None = None
+    series: series.Series | None = None
+    # More addresses for the result mail, besides the owner's.
+    mail_to: list[str] = field(default_factory=list)
 
 
 # A practical threshold outside these bounds is a typo: 0 would call any
@@ -68,15 +83,29 @@ def validate_min_effect(value: float | None) -> float | None:
 
 def validate(req: SubmissionRequest) -> SubmissionRequest:
     """Check everything that can be checked without git; raise SubmissionError."""
+    parsed = None
+    if req.mbox is not None:
+        if req.head_ref:
+            raise SubmissionError("give a branch or an mbox (a patch series), not both", "mbox")
+        try:
+            parsed = series.parse(req.mbox, settings.KPERF_MAX_MBOX_BYTES)
+        except series.SeriesError as e:
+            raise SubmissionError(str(e), "mbox") from None
     try:
-        url = gitops.validate_tree_url(req.tree_url, allow_local=settings.KPERF_ALLOW_LOCAL_TREES)
+        # A series is usually posted against mainline: the service's default tree.
+        tree_url = req.tree_url or (settings.KPERF_DEFAULT_TREE if parsed else "")
+        url = gitops.validate_tree_url(tree_url, allow_local=settings.KPERF_ALLOW_LOCAL_TREES)
     except gitops.GitInputError as e:
         raise SubmissionError(str(e), "tree") from None
     try:
-        head = gitops.validate_ref(req.head_ref, "branch")
+        head = parsed.label if parsed else gitops.validate_ref(req.head_ref, "branch")
         base = gitops.validate_ref(req.base_ref, "base")
     except gitops.GitInputError as e:
         raise SubmissionError(str(e), "branch" if "branch" in str(e) else "base") from None
+    try:
+        mail_to = series.clean_mail_to(list(req.mail_to))
+    except series.SeriesError as e:
+        raise SubmissionError(str(e), "mail_to") from None
     try:
         names = benchmarks.expand(list(req.benchmarks))
         for name in names:
@@ -101,7 +130,18 @@ def validate(req: SubmissionRequest) -> SubmissionRequest:
     except BootParamsError as e:
         raise SubmissionError(str(e), e.field) from None
     return SubmissionRequest(
-        url, head, base, names, req.grid, arches, validate_min_effect(req.min_effect_pct), boot_params, thp
+        url,
+        head,
+        base,
+        names,
+        req.grid,
+        arches,
+        validate_min_effect(req.min_effect_pct),
+        boot_params,
+        thp,
+        mbox=req.mbox,
+        series=parsed,
+        mail_to=mail_to,
     )
 
 
@@ -112,6 +152,8 @@ def create_submission(owner: User, req: SubmissionRequest) -> Submission:
         sub = Submission.objects.create(
             owner=owner,
             tree=tree,
+            kind=Submission.Kind.SERIES if clean.series else Submission.Kind.BRANCH,
+            mail_to=clean.mail_to,
             head_ref=clean.head_ref,
             base_ref=clean.base_ref,
             benchmarks=clean.benchmarks,
@@ -121,9 +163,30 @@ def create_submission(owner: User, req: SubmissionRequest) -> Submission:
             boot_params=clean.boot_params,
             thp=clean.thp,
         )
+        if clean.series is not None and clean.mbox is not None:
+            _store_series(sub, clean.series, clean.mbox)
         dispatch.after_commit("kperf.prepare_submission", sub.pk)
     log.info("submission %s: %s %s vs %s queued", sub.pk, clean.tree_url, clean.head_ref, clean.base_ref)
     return sub
+
+
+def _store_series(sub: Submission, parsed: series.Series, mbox: bytes) -> None:
+    """Keep the mbox as it came (sha256 checked) and what was read from it (caller's transaction).
+
+    ArtifactUnavailable when the storage cannot take it: the transaction
+    rolls back and nothing of the submission is left.
+    """
+    meta = artifacts.put_bytes(f"series/{sub.pk}/series.mbox", mbox)
+    PatchSeries.objects.create(
+        submission=sub,
+        subject=parsed.subject[:300],
+        author=parsed.author,
+        message_id=parsed.message_id,
+        has_cover=parsed.has_cover,
+        patch_count=len(parsed.patches),
+        patches=[p.as_dict() for p in parsed.patches],
+        mbox=meta,
+    )
 
 
 def fail_submission(sub: Submission, message: str) -> None:
@@ -150,13 +213,18 @@ def prepare_submission(sub_id: int) -> None:
     try:
         gitops.update_mirror(tree.url, tree.mirror_path, timeout=settings.KPERF_GIT_TIMEOUT)
         base_sha = _resolve(tree, sub.base_ref, "base")
-        head_sha = _resolve(tree, sub.head_ref, "branch")
+        head_sha = "" if sub.kind == Submission.Kind.SERIES else _resolve(tree, sub.head_ref, "branch")
     except gitops.GitError as e:
         with transaction.atomic():
             locked = Submission.objects.select_for_update().get(pk=sub_id)
             fail_submission(locked, f"could not fetch {tree.url}: {e}")
         return
     Tree.objects.filter(pk=tree.pk).update(last_fetched=timezone.now())
+    if sub.kind == Submission.Kind.SERIES:
+        sub.base_sha = base_sha
+        head_sha = _apply_series(sub)
+        if not head_sha:
+            return
 
     with transaction.atomic():
         locked = Submission.objects.select_for_update().get(pk=sub_id)
@@ -170,6 +238,23 @@ def prepare_submission(sub_id: int) -> None:
                 SubmissionBuild.objects.get_or_create(submission=locked, build=build, side=side)
         states.move(locked, Submission.Status.BUILDING, base_sha=base_sha, head_sha=head_sha)
         dispatch.after_commit("kperf.advance_submission", sub_id)
+
+
+def _apply_series(sub: Submission) -> str:
+    """The head sha of a series applied on base_sha; "" once the submission failed because it did not apply."""
+    failed_patch = None
+    try:
+        return series_git.apply(sub)
+    except series_git.SeriesApplyError as e:
+        message, failed_patch = str(e), e.number
+    except (gitops.GitError, artifacts.ArtifactUnavailable, series.SeriesError) as e:
+        message = f"could not apply the series on {sub.base_ref}: {e}"
+    with transaction.atomic():
+        locked = Submission.objects.select_for_update().get(pk=sub.pk)
+        if locked.status == Submission.Status.QUEUED:
+            PatchSeries.objects.filter(submission=locked).update(failed_patch=failed_patch)
+            fail_submission(locked, message)
+    return ""
 
 
 def _resolve(tree: Tree, ref: str, what: str) -> str:
@@ -193,7 +278,8 @@ def schedule_jobs(sub: Submission, links: list[SubmissionBuild]) -> None:
         head = next(sb.build for sb in links if sb.side == SubmissionBuild.Side.HEAD and sb.build.arch == arch)
         for mclass in MachineClass.objects.filter(arch=arch).order_by("name"):
             for bench in sub.benchmarks:
-                boots, params = benchmarks.grid_for(bench, sub.grid)
+                grid_boots, params = benchmarks.grid_for(bench, sub.grid)
+                boots = benchmarks.boots_per_side(grid_boots, mclass.clock)
                 queue_boots(sub, base, head, mclass, bench, params, boots)
 
 
