@@ -6,8 +6,10 @@ with a fixture patch from kernel-builds/fixtures/: `fork-slow` must be a
 spawn regression and `neutral` (a comment) must not; `broken-build` must
 fail with the compiler's error; `pagefault-slow` must be a pft regression
 and leave the page allocator alone; `pagealloc-slow` must be a pagealloc and
-aim9 page_test regression. One stack serves them all, so the base kernel is
-built once.
+aim9 page_test regression; `fork-slow` and `neutral` as a patch series
+shaped as `b4 am` writes it must be a spawn regression too, and a series
+that does not apply must fail naming its patch. One stack serves them all,
+so the base kernel is built once.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import psycopg
 import pytest
 import requests
 
+from kperf.testing.mbox import b4_mbox, message_id
 from kperf.testing.stack import RunningStack, running_stack
 from kperf_kbuild.testing import FIXTURES_DIR, read_fixture
 
@@ -195,6 +198,61 @@ def test_fork_slowdown_is_a_spawn_regression_and_a_comment_is_not(
     assert "spawn-vmas-0" in status and "regression" in status
     page = web_page(stack, f"/submissions/{slow['id']}")
     assert 'data-metric="spawn-vmas-0"' in page and "verdict-regression" in page
+
+
+def test_a_b4_patch_series_is_applied_built_and_measured_and_one_that_does_not_apply_fails(
+    stack: RunningStack, tmp_path: Path, kernel_tree: Path
+) -> None:
+    """The fork slowdown and the comment as a series posted to a list, fetched with
+    b4 am and submitted with the CLI: a spawn regression like the fork-slow branch."""
+    base_sha = subprocess.run(
+        ["git", "-C", str(kernel_tree), "rev-parse", "refs/heads/base"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    mbox = b4_mbox(
+        kernel_tree, ["base..fork-slow", "base..neutral"], tmp_path / "patches", "fork: slow down every fork", base_sha
+    )
+    cli_env = dict(
+        os.environ, KPERF_SERVER=stack.url, KPERF_TOKEN=stack.creds["api_token"], KPERF_CONFIG=str(tmp_path / "c.json")
+    )
+    kperf = str(Path(sys.executable).parent / "kperf")
+
+    def submit_mbox(data: bytes, name: str) -> dict[str, Any]:
+        path = tmp_path / name
+        path.write_bytes(data)
+        args = ["submit", "--tree", str(kernel_tree), "--base", "base", "--mbox", str(path), "--bench", "spawn"]
+        done = subprocess.run(
+            [kperf, *args, "--reply-to", "linux-mm@example.org"],
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        return wait_final(stack, int(re.search(r"submission (\d+)", done.stdout).group(1)))  # type: ignore[union-attr]
+
+    d = submit_mbox(mbox, "series.mbx")
+    assert d["status"] == "done", d["error"]
+    assert d["kind"] == "series" and d["mail_to"] == ["linux-mm@example.org"]
+    assert d["series"]["subject"] == "fork: slow down every fork" and d["series"]["patch_count"] == 2
+    assert d["series"]["message_id"] == message_id("cover")
+    assert d["base_sha"] == base_sha
+    # The head is the series applied on base, a commit no branch of the tree has.
+    heads = subprocess.run(
+        ["git", "-C", str(kernel_tree), "for-each-ref", "--format=%(objectname)"], capture_output=True, text=True
+    ).stdout
+    head = next(b for b in d["builds"] if b["side"] == "head")
+    assert head["status"] == "done" and head["sha"] == d["head_sha"] and d["head_sha"] not in heads
+    v = verdicts(d)
+    assert v["spawn-vmas-0"] == "regression", d["comparisons"]
+    page = web_page(stack, f"/submissions/{d['id']}")
+    assert "[PATCH 1/2] kperf fixture: fork-slow" in page and message_id("cover") in page
+
+    # The second patch changes a file the base does not have.
+    broken = submit_mbox(mbox.replace(b"mm/mmap.c", b"mm/no-such-file.c"), "broken.mbx")
+    assert broken["status"] == "failed"
+    assert "patch 2/2 '[PATCH 2/2] kperf fixture: neutral' does not apply" in broken["error"], broken["error"]
+    assert "mm/no-such-file.c" in broken["error"] and broken["series"]["failed_patch"] == 2
+    assert not broken["builds"] and not broken["jobs"]
 
 
 def test_a_slower_anonymous_fault_is_a_pft_regression_and_leaves_the_allocator_alone(

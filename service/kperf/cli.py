@@ -21,6 +21,8 @@ from urllib.parse import urlencode
 
 import requests
 
+from kperf import cli_series
+
 FINAL = ("done", "failed")
 
 
@@ -94,9 +96,13 @@ def cmd_login(args: argparse.Namespace) -> int:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     client = client_from_config()
+    try:
+        head = cli_series.head_fields(args)
+    except cli_series.MboxError as e:
+        raise CliError(str(e)) from None
     body = {
-        "tree": args.tree,
-        "branch": args.branch,
+        "tree": args.tree or "",
+        **head,
         "base": args.base,
         "benchmarks": args.bench or ["spawn"],
         "grid": args.grid,
@@ -111,7 +117,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
     sub = client.call("POST", "/submissions", body)
     print(f"submission {sub['id']}: {client.server}/submissions/{sub['id']}")
     if args.wait:
-        return watch(client, sub["id"], args.json)
+        from kperf import cli_progress
+
+        return cli_progress.follow(client, sub["id"], args.json)
     return 0
 
 
@@ -139,6 +147,8 @@ def render_status(d: dict[str, Any]) -> str:
         f"#{d['id']} {d['branch']} ({(d['head_sha'] or '?')[:12]}) vs {d['base']} ({(d['base_sha'] or '?')[:12]})",
         f"tree {d['tree']}  benchmarks {', '.join(d['benchmarks'])} ({d['grid']})  arches {', '.join(d['arches'])}",
     ]
+    if d.get("series"):
+        lines += cli_series.describe(d["series"])
     if d.get("boot_params") or d.get("thp"):
         lines.append(f"boot params: {d.get('boot_params') or '(none)'}  thp: {d.get('thp') or 'kernel default'}")
     lines += [
@@ -148,6 +158,11 @@ def render_status(d: dict[str, Any]) -> str:
         lines.insert(1, f"verdict: {d['verdict']}")
     if d.get("waiting_for"):
         lines.append(f"  {d['waiting_for']}")
+    # When the verdict will come (kperf.core.eta); a server without it sends neither.
+    if d.get("eta"):
+        lines.append(f"  {d['eta']['line']}")
+    elif d.get("eta_reason") and d["status"] not in FINAL:
+        lines.append(f"  no estimate of the verdict's time: {d['eta_reason']}")
     if d.get("error"):
         lines.append(f"error: {d['error']}")
     # The page's and the mail's sentences (a server without them sends none).
@@ -315,9 +330,11 @@ def build_parser() -> argparse.ArgumentParser:
     login.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
     login.set_defaults(func=cmd_login)
 
-    s = sub.add_parser("submit", help="compare a branch against a base")
-    s.add_argument("--tree", required=True, help="git URL (https://, git://, ssh://) or local path")
-    s.add_argument("--branch", required=True, help="the branch (head) to test")
+    s = sub.add_parser("submit", help="compare a branch, or a patch series applied on it, against a base")
+    s.add_argument(
+        "--tree", help="git URL (https://, git://, ssh://) or local path (a series: default, the service's tree)"
+    )
+    cli_series.add_arguments(s)
     s.add_argument("--base", required=True, help="branch, tag or sha to compare against")
     s.add_argument("--bench", action="append", help="benchmark (repeat for more; 'all' for every one)")
     s.add_argument("--grid", default="quick", help="parameter grid: quick or full")
@@ -339,7 +356,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODE",
         help="transparent huge pages for every boot: always, madvise or never (default: the kernel's)",
     )
-    s.add_argument("--wait", action="store_true", help="follow the submission until it finishes")
+    s.add_argument(
+        "--wait",
+        action="store_true",
+        help="follow the submission with a progress bar until it finishes; "
+        "exit 0: no regression, 1: regression, 2: failed",
+    )
     s.add_argument("--json", action="store_true", help="with --wait: print the final result as JSON")
     s.set_defaults(func=cmd_submit)
 

@@ -3,7 +3,8 @@
 Starts, in order: PostgreSQL (embedded unless DATABASE_URL is set), the broker
 (kombu's SQLAlchemy transport on that PostgreSQL unless CELERY_BROKER_URL is
 set), migrations, the web server, one Celery worker for the `builds` queue,
-one for `default` and `analysis`, beat, and one local QEMU runner. Prints the
+one for `default` and `analysis`, beat, the SMTP listener for replies to
+alerts when asked (--mail-listener), and one local QEMU runner. Prints the
 URL and credentials, then waits. Ctrl-C (or SIGTERM) stops the children in
 reverse order and then the embedded database.
 """
@@ -198,6 +199,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arch", default=os.environ.get("KPERF_RUNNER_ARCH", "x86_64"), choices=sorted(_QEMU))
     p.add_argument("--no-runner", action="store_true", help="do not start the local QEMU runner")
     p.add_argument("--quiet", action="store_true", help="children's output only in HOME/logs/")
+    p.add_argument(
+        "--mail-listener",
+        action=argparse.BooleanOptionalAction,
+        default=os.environ.get("KPERF_MAIL_LISTEN", "").lower() in ("1", "true", "yes", "on"),
+        help="also run the SMTP listener for replies to alerts, on KPERF_MAIL_LISTEN_HOST:KPERF_MAIL_LISTEN_PORT "
+        "(default 127.0.0.1:8025; docs/triage.md); default from KPERF_MAIL_LISTEN",
+    )
     args = p.parse_args(argv)
 
     home = args.home.resolve()
@@ -284,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
             [*celery, "worker", *solo, "-Q", "default,analysis", "-c", "2", "-n", "main@%h", "-l", "INFO"],
         )
         stack.start("beat", [*celery, "beat", "-l", "INFO", "-s", str(home / "celerybeat-schedule")])
+        if args.mail_listener:
+            # Replies to alerts triage (docs/triage.md); the site's MTA forwards kperf+*@domain here.
+            stack.start("mail-listener", [sys.executable, "-m", "kperf.manage", "mail_listener"])
         if not wait_for_web(url, 60):
             raise SystemExit(f"kperf-up: the web server did not answer on {url} within 60 s; see {stack.logs}/web.log")
         if not args.no_runner:

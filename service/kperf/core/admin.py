@@ -111,3 +111,15 @@ class AlertAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.action(description="Send again (back to pending, attempts reset)")
     def retry(self, request: object, queryset: object) -> None:
         queryset.update(status=models.Alert.Status.PENDING, attempts=0)  # type: ignore[attr-defined]
+
+
+@admin.register(models.InboundMail)
+class InboundMailAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    # What became of each reply to an alert (docs/triage.md, "By mail"): read-only, kperf writes it.
+    list_display = ("received", "from_address", "outcome", "reason", "subject", "size")
+    list_filter = ("outcome", "reason")
+    search_fields = ("from_address", "message_id", "subject")
+    readonly_fields = [f.name for f in models.InboundMail._meta.fields]
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False

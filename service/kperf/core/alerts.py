@@ -18,8 +18,8 @@ from django.core.mail import EmailMessage, get_connection
 from django.db import transaction
 from django.utils import timezone
 
-from kperf.core import dispatch, outcome
-from kperf.core.models import Alert, ChangePoint, MetricComparison, Submission
+from kperf.core import dispatch, mail_replies, outcome
+from kperf.core.models import Alert, ChangePoint, MetricComparison, PatchSeries, Submission
 
 log = logging.getLogger("kperf.alerts")
 
@@ -131,7 +131,15 @@ def submission_finished(sub: Submission) -> Alert:
     """Queue the answer to a submission that just finished (caller's transaction)."""
     subject, body = submission_mail(sub)
     email = sub.owner.email
-    return _queue(Alert.Kind.SUBMISSION, f"submission:{sub.pk}", [email] if email else [], subject, body)
+    # The owner, and whoever they asked for (a list a patch series was posted to).
+    recipients = list(dict.fromkeys(([email] if email else []) + list(sub.mail_to)))
+    alert = _queue(Alert.Kind.SUBMISSION, f"submission:{sub.pk}", recipients, subject, body)
+    # A patch series' answer goes into its thread (kperf.core.series).
+    thread = PatchSeries.objects.filter(submission=sub).values_list("message_id", flat=True).first()
+    if thread and not alert.in_reply_to and alert.status == Alert.Status.PENDING:
+        Alert.objects.filter(pk=alert.pk).update(in_reply_to=thread)
+        alert.in_reply_to = thread
+    return alert
 
 
 def change_point_mail(cp: ChangePoint) -> tuple[str, str]:
@@ -210,7 +218,13 @@ def send_pending(limit: int = 50) -> int:
                     alert.recipients,
                     connection=connection,
                     # RFC 3834: no auto-replies to a machine's mail.
-                    headers={"Auto-Submitted": "auto-generated", "X-Kperf-Alert": alert.kind},
+                    headers={
+                        "Auto-Submitted": "auto-generated",
+                        "X-Kperf-Alert": alert.kind,
+                        **_thread_headers(alert),
+                        # Reply-To with the alert's reply token; an answer's own headers (docs/triage.md).
+                        **mail_replies.headers(alert),
+                    },
                 )
                 try:
                     msg.send()
@@ -228,6 +242,13 @@ def send_pending(limit: int = 50) -> int:
     if sent:
         log.info("sent %d alerts", sent)
     return sent
+
+
+def _thread_headers(alert: Alert) -> dict[str, str]:
+    if not alert.in_reply_to:
+        return {}
+    mid = f"<{alert.in_reply_to}>"
+    return {"In-Reply-To": mid, "References": mid}
 
 
 def _failed_attempt(alert: Alert, error: str) -> None:

@@ -27,7 +27,7 @@ from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from kperf.core import artifacts as artifact_store
-from kperf.core import dispatch, gitops, states
+from kperf.core import dispatch, gitops, series_git, states
 from kperf.core.models import KernelBuild, Tree
 from kperf_kbuild.driver import BuildInfraError, BuildRequest, build_kernel
 
@@ -194,6 +194,9 @@ def run_build(build_id: int) -> None:
 def _ensure_commit(build: KernelBuild) -> None:
     """Fetch the tree into this machine's mirror when the commit is not there (BuildInfraError if it cannot be had)."""
     try:
+        # An applied patch series is in no tree: made again from its mbox.
+        if not gitops.has_commit(build.tree.mirror_path, build.sha) and series_git.restore(build):
+            return
         gitops.ensure_commit(build.tree.url, build.tree.mirror_path, build.sha, timeout=settings.KPERF_GIT_TIMEOUT)
     except gitops.GitError as e:
         raise BuildInfraError(

@@ -20,8 +20,8 @@ import numpy as np
 from django.conf import settings
 from django.db import transaction
 
-from kperf.core import alerts, benchmarks, history, series_pools, triage
-from kperf.core.models import BranchCommit, ChangePoint, Job, MetricDef, SeriesState, TrackedBranch
+from kperf.core import alerts, benchmarks, history, mail_replies, series_pools, triage
+from kperf.core.models import Alert, BranchCommit, ChangePoint, Job, MetricDef, SeriesState, TrackedBranch
 from kperf.stats import history as sh
 from kperf.stats.changepoints import DEFAULT_WINDOW, OnlineDetector, drift_window, threshold_for_drift
 from kperf.stats.changepoints import ChangePoint as Found
@@ -212,12 +212,13 @@ def _store(branch: TrackedBranch, mclass_id: int, bench: str, clock: str, answer
             kept.append(row)
     from kperf.core import tracking
 
+    mailed: dict[int, Alert | None] = {}
     for row in kept:
         # A change inside a range of unmeasured commits is bisected first and
         # mailed once it sits on one commit (or cannot be narrowed further),
         # so watchers get one mail naming the culprit, not one per step.
         if not (branch.bisect and tracking.bisect_gap(branch, row)):
-            alerts.change_point_found(row)
+            mailed[row.pk] = alerts.change_point_found(row)
     # Change points older than the window were decided on commits no longer
     # re-read, and stay as they are.
     first = commits.get(answer.ids[0]) if answer.ids else None
@@ -230,7 +231,8 @@ def _store(branch: TrackedBranch, mclass_id: int, bench: str, clock: str, answer
     ).exclude(pk__in=[c.pk for c in kept]).delete()
     # After the stale rows went: a change point that moved takes over the triage its old row left.
     for row in kept:
-        triage.open_for_change_point(row)
+        # The alert's Reply-To carries a token for this triage (triage by mail, docs/triage.md).
+        mail_replies.issue(mailed.get(row.pk), triage.open_for_change_point(row))
     series_pools.store_branch_sums(branch.pk, mclass_id, bench, clock, answer.sums, len(answer.ids), answer.detectors)
     if kept:
         log.info("branch %s, %s on class %s: %d change points", branch.pk, bench, mclass_id, len(kept))

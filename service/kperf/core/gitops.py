@@ -22,6 +22,8 @@ _SCP_LIKE_RE = re.compile(r"^(?P<user>[A-Za-z0-9._-]+@)?(?P<host>[A-Za-z0-9.-]+)
 _HOST_RE = re.compile(r"^[A-Za-z0-9.-]+$|^\[[0-9A-Fa-f:.]+\]$")
 MAX_URL_LENGTH = 1000
 MAX_REF_LENGTH = 255
+# Refs kperf writes into a mirror itself; a fetch from the tree leaves them alone.
+KPERF_REFS = "refs/kperf/"
 
 
 class GitInputError(ValueError):
@@ -127,6 +129,11 @@ def validate_ref(ref: str, what: str = "ref") -> str:
     return ref
 
 
+def git_env() -> dict[str, str]:
+    """The environment every git call of kperf's runs with."""
+    return _git_env()
+
+
 def _git_env() -> dict[str, str]:
     env = dict(os.environ)
     env.update(
@@ -140,10 +147,13 @@ def _git_env() -> dict[str, str]:
     return env
 
 
-def run_git(args: list[str], cwd: Path | None = None, timeout: int = 1800) -> str:
+def run_git(
+    args: list[str], cwd: Path | None = None, timeout: int = 1800, extra_env: dict[str, str] | None = None
+) -> str:
+    env = _git_env() | (extra_env or {})
     try:
         proc = subprocess.run(
-            ["git", *args], cwd=cwd, env=_git_env(), capture_output=True, text=True, timeout=timeout, check=False
+            ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
         )
     except FileNotFoundError:
         raise GitError("git is not installed on this server: apt-get install git") from None
@@ -177,7 +187,10 @@ def update_mirror(url: str, mirror: Path, timeout: int = 1800) -> None:
             run_git(["clone", "--mirror", "--quiet", "--", url, str(tmp)], timeout=timeout)
             tmp.rename(mirror)
         else:
-            run_git(["-C", str(mirror), "fetch", "--prune", "--quiet", "origin"], timeout=timeout)
+            # Everything the tree has, except kperf's own refs (applied patch
+            # series, kperf.core.series_git), which --prune would delete.
+            refspecs = ["+refs/*:refs/*", f"^{KPERF_REFS}*"]
+            run_git(["-C", str(mirror), "fetch", "--prune", "--quiet", "origin", *refspecs], timeout=timeout)
 
 
 def has_commit(mirror: Path, sha: str) -> bool:

@@ -10,8 +10,17 @@ import numpy as np
 from django.db.models import Exists, F, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 
-from kperf.core import outcome, per_op, sharing, tuning, waiting, workflow
-from kperf.core.models import BootRecord, ChangePoint, Clock, Job, SharedJob, Submission, TrackedBranch
+from kperf.core import eta, outcome, per_op, sharing, tuning, waiting, workflow
+from kperf.core.models import (
+    BootRecord,
+    ChangePoint,
+    Clock,
+    Job,
+    PatchSeries,
+    SharedJob,
+    Submission,
+    TrackedBranch,
+)
 from kperf.stats import abtest
 
 
@@ -297,6 +306,29 @@ def submission_summary(sub: Submission) -> dict[str, Any]:
         "owner": sub.owner.get_username(),
         "created": _iso(sub.created),
         "finished": _iso(sub.finished),
+        "kind": sub.kind,
+        # For a patch series ("branch" is then its label): what was read from the mbox.
+        "series": series_summary(sub),
+        "mail_to": sub.mail_to,
+    }
+
+
+def series_summary(sub: Submission) -> dict[str, Any] | None:
+    if sub.kind != Submission.Kind.SERIES:
+        return None
+    ps = PatchSeries.objects.filter(submission=sub).first()
+    if ps is None:
+        return None
+    return {
+        "subject": ps.subject,
+        "author": ps.author,
+        # The result mail's In-Reply-To: the cover letter's, else the first patch's thread.
+        "message_id": ps.message_id,
+        "has_cover": ps.has_cover,
+        "patch_count": ps.patch_count,
+        "patches": ps.patches,
+        "mbox_sha256": ps.mbox.get("sha256"),
+        "failed_patch": ps.failed_patch,
     }
 
 
@@ -306,6 +338,8 @@ def submission_detail(sub: Submission) -> dict[str, Any]:
     data.update(
         {
             "queue_position": workflow.queue_position(sub),
+            # When the verdict will come, and the jobs ahead per machine class (kperf.core.eta).
+            **eta.for_submission(sub, jobs),
             # What the submission waits for when nothing of it is running (kperf.core.waiting).
             "waiting_for": waiting.submission_reason(sub, jobs),
             # The mail's subject line and its notes on added boots, word for word (kperf.core.outcome).

@@ -14,7 +14,18 @@ from celery import shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from kperf.core import alerts, building, calibration, history, leases, owners, sweeper, tracking, workflow
+from kperf.core import (
+    alerts,
+    building,
+    calibration,
+    history,
+    leases,
+    mail_poll,
+    owners,
+    sweeper,
+    tracking,
+    workflow,
+)
 
 # Options shared by every task. soft_time_limit raises inside the task
 # (builds stop their compiler, analyses fail their owner with a message);
@@ -99,6 +110,13 @@ def reanalyse_branch(branch_id: int) -> None:
 @shared_task(name="kperf.send_alerts", **_DEFAULT)
 def send_alerts() -> int:
     return alerts.send_pending()
+
+
+@shared_task(name="kperf.poll_mailbox", **_DEFAULT)
+def poll_mailbox() -> int:
+    # Replies to alerts in the IMAP mailbox (docs/triage.md); nothing to do without KPERF_IMAP_HOST.
+    result = mail_poll.poll()
+    return result.read if result is not None else 0
 
 
 @shared_task(name="kperf.queue_calibrations", **_DEFAULT)

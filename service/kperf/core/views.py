@@ -6,6 +6,7 @@ they may not see is a 404, as if it did not exist."""
 from __future__ import annotations
 
 from django import forms
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -16,8 +17,24 @@ from kperf_kbuild.driver import SUPPORTED_ARCHES
 
 
 class SubmissionForm(forms.Form):
-    tree = forms.CharField(label="Tree URL", max_length=1000, help_text="https://, git://, ssh:// or a local path")
-    branch = forms.CharField(label="Branch (head)", max_length=255)
+    tree = forms.CharField(
+        label="Tree URL",
+        max_length=1000,
+        required=False,
+        help_text="https://, git://, ssh:// or a local path (for a patch series: empty for the service's default tree)",
+    )
+    branch = forms.CharField(label="Branch (head)", max_length=255, required=False)
+    mbox = forms.FileField(
+        label="or a patch series (mbox)",
+        required=False,
+        help_text="the .mbx file `b4 am` writes, or `git format-patch` output; applied on the base with git am",
+    )
+    mail_to = forms.CharField(
+        label="Also mail the result to",
+        max_length=2000,
+        required=False,
+        help_text="e-mail addresses, separated by commas (a series' answer goes in reply to its cover letter)",
+    )
     base = forms.CharField(label="Base", max_length=255, help_text="branch, tag or sha to compare against")
     benchmarks = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, choices=[])
     grid = forms.ChoiceField(choices=[])
@@ -55,8 +72,9 @@ def submission_list(request: HttpRequest) -> HttpResponse:
 @login_required
 def submission_new(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
-        form = SubmissionForm(request.POST)
+        form = SubmissionForm(request.POST, request.FILES)
         if form.is_valid():
+            upload = form.cleaned_data["mbox"]
             req = workflow.SubmissionRequest(
                 tree_url=form.cleaned_data["tree"],
                 head_ref=form.cleaned_data["branch"],
@@ -67,11 +85,15 @@ def submission_new(request: HttpRequest) -> HttpResponse:
                 min_effect_pct=form.cleaned_data["min_effect_pct"],
                 boot_params=form.cleaned_data["boot_params"],
                 thp=form.cleaned_data["thp"],
+                mbox=upload.read(settings.KPERF_MAX_MBOX_BYTES + 1) if upload else None,
+                mail_to=[a for a in form.cleaned_data["mail_to"].replace(",", " ").split() if a],
             )
             try:
                 sub = workflow.create_submission(request.user, req)  # type: ignore[arg-type]
             except workflow.SubmissionError as e:
                 form.add_error(e.field if e.field in form.fields else None, str(e))
+            except artifacts.ArtifactUnavailable as e:
+                form.add_error("mbox", f"the mbox could not be stored, nothing was submitted: {e}; try again later")
             else:
                 return redirect("submission-detail", sub_id=sub.pk)
     else:

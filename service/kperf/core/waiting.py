@@ -20,14 +20,13 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
+from kperf.core.claim_order import claim_key as _claim_key
 from kperf.core.leases import runner_clocks
 from kperf.core.models import Clock, Job, KernelBuild, Runner, Submission
 
 # A runner polls every few seconds and heartbeats with each poll; one not
 # heard from for this long is most likely not running at all.
 SILENT_AFTER = timedelta(minutes=10)
-
-_INF = float("inf")
 
 
 def build_label(build: KernelBuild) -> str:
@@ -43,19 +42,6 @@ def build_label(build: KernelBuild) -> str:
 
 def _doing(build: KernelBuild) -> str:
     return " ".join(part for part in (build.phase, build.progress) if part) or "starting"
-
-
-def _claim_key(pinned: int | None, sub: int | None, commit: int | None, seq: int, pk: int) -> tuple[Any, ...]:
-    # leases.claim's ORDER BY: pinned jobs first, then submissions oldest
-    # first, tracked-branch commits last (NULLs sort last), then seq, id.
-    return (
-        pinned is None,
-        pinned or 0,
-        _INF if sub is None else sub,
-        _INF if commit is None else commit,
-        seq,
-        pk,
-    )
 
 
 def _runner_reason(mclass: str, clock: str, runners: list[Runner], now: Any) -> tuple[str | None, list[Runner]]:

@@ -91,6 +91,8 @@ def validate(req: SubmissionRequest) -> SubmissionRequest:
             parsed = series.parse(req.mbox, settings.KPERF_MAX_MBOX_BYTES)
         except series.SeriesError as e:
             raise SubmissionError(str(e), "mbox") from None
+    elif not req.head_ref:
+        raise SubmissionError("give a branch to test, or a patch series (an mbox) to apply on the base", "branch")
     try:
         # A series is usually posted against mainline: the service's default tree.
         tree_url = req.tree_url or (settings.KPERF_DEFAULT_TREE if parsed else "")

@@ -8,7 +8,18 @@ from django.contrib.auth import authenticate
 from django.http import HttpRequest
 from ninja import Router, Schema, Status
 
-from kperf.core import access, analysis, benchmarks, imports, presenters, runner_state, throttle, tracking, workflow
+from kperf.core import (
+    access,
+    analysis,
+    artifacts,
+    benchmarks,
+    imports,
+    presenters,
+    runner_state,
+    throttle,
+    tracking,
+    workflow,
+)
 from kperf.core.api import history as history_api
 from kperf.core.api.auth import USER_AUTH
 from kperf.core.api.errors import ApiError, responses
@@ -29,8 +40,12 @@ class TokenOut(Schema):
 
 
 class SubmissionIn(Schema):
-    tree: str
-    branch: str
+    # A series without a tree applies on the service's default tree (KPERF_DEFAULT_TREE).
+    tree: str = ""
+    # Either a branch, or a patch series: the mbox's text as `b4 am` or
+    # `git format-patch` writes it (docs/submitting.md, "Patch series").
+    branch: str = ""
+    mbox: str | None = None
     base: str
     benchmarks: list[str] = ["spawn"]
     grid: str = "quick"
@@ -41,6 +56,8 @@ class SubmissionIn(Schema):
     boot_params: str = ""
     # Transparent huge pages: always, madvise or never; empty for the kernel's default.
     thp: str = ""
+    # More addresses for the result mail, besides the submitter's (a list the series went to).
+    mail_to: list[str] = []
 
 
 @router.get("/health", auth=None, tags=["service"])
@@ -70,7 +87,7 @@ def list_benchmarks(request: HttpRequest) -> list[dict[str, Any]]:
     "/submissions",
     auth=USER_AUTH,
     tags=["submissions"],
-    response=responses(201, dict[str, Any], 400, 401, 413, 415, 422),
+    response=responses(201, dict[str, Any], 400, 401, 413, 415, 422, 503),
 )
 def create_submission(request: HttpRequest, payload: SubmissionIn) -> Status[dict[str, Any]]:
     req = workflow.SubmissionRequest(
@@ -83,11 +100,15 @@ def create_submission(request: HttpRequest, payload: SubmissionIn) -> Status[dic
         min_effect_pct=payload.min_effect_pct,
         boot_params=payload.boot_params,
         thp=payload.thp,
+        mbox=None if payload.mbox is None else payload.mbox.encode("utf-8"),
+        mail_to=payload.mail_to,
     )
     try:
         sub = workflow.create_submission(request.auth, req)  # type: ignore[attr-defined]
     except workflow.SubmissionError as e:
         raise ApiError(400, "invalid-submission", str(e), field=e.field) from None
+    except artifacts.ArtifactUnavailable as e:
+        raise ApiError(503, "unavailable", f"the mbox could not be stored, nothing was submitted: {e}") from None
     return Status(201, presenters.submission_detail(sub))
 
 

@@ -13,7 +13,9 @@ from kperf.core.models.history import (
     SummarisedJob,
 )
 from kperf.core.models.lab import Clock, Job, MachineClass, Runner
+from kperf.core.models.mail import InboundMail, ReplyToken
 from kperf.core.models.results import BootRecord, Comparison, MetricComparison, MetricDef, Sample
+from kperf.core.models.series import PatchSeries
 from kperf.core.models.sharing import SharedJob
 from kperf.core.models.submissions import Submission, SubmissionBuild
 from kperf.core.models.tracking import BranchCommit, ChangePoint, TrackedBranch
@@ -29,12 +31,15 @@ __all__ = [
     "Clock",
     "CommitSummary",
     "Comparison",
+    "InboundMail",
     "Job",
     "KernelBuild",
     "MachineClass",
     "MetricComparison",
     "MetricDef",
     "NoisePool",
+    "PatchSeries",
+    "ReplyToken",
     "RunSummary",
     "Runner",
     "RunnerEvent",

@@ -15,6 +15,7 @@ class Alert(models.Model):
     class Kind(models.TextChoices):
         SUBMISSION = "submission"  # a submission finished (done or failed)
         CHANGE_POINT = "change-point"  # a tracked branch regressed
+        REPLY = "reply"  # the answer to a mail kperf ignored, saying why (kperf.core.inbound)
 
     class Status(models.TextChoices):
         PENDING = "pending"
@@ -29,6 +30,9 @@ class Alert(models.Model):
     recipients = models.JSONField(default=list)
     subject = models.CharField(max_length=300)
     body = models.TextField()
+    # The Message-ID (without angle brackets) this mail answers: sent as
+    # In-Reply-To and References so it lands in that thread (a patch series' cover letter).
+    in_reply_to = models.CharField(max_length=250, blank=True, default="")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True, default="")

@@ -29,10 +29,16 @@ class Submission(models.Model):
         DONE = "done"
         FAILED = "failed"
 
+    class Kind(models.TextChoices):
+        BRANCH = "branch"  # head_ref is a branch, tag or sha of the tree
+        SERIES = "series"  # a patch series (mbox) applied on base; see PatchSeries
+
     FINAL = (Status.DONE, Status.FAILED)
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="submissions")
     tree = models.ForeignKey(Tree, on_delete=models.PROTECT, related_name="submissions")
+    kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.BRANCH)
+    # A branch's ref; a series' label ("series: <subject>"), for lists and mail.
     head_ref = models.CharField(max_length=255)
     head_sha = models.CharField(max_length=40, blank=True, default="")
     base_ref = models.CharField(max_length=255)
@@ -49,6 +55,8 @@ class Submission(models.Model):
     # people give). Boots with other values are never shared or pooled.
     boot_params = models.CharField(max_length=BOOT_PARAMS_MAX_LENGTH, blank=True, default="")
     thp = models.CharField(max_length=8, choices=Thp.choices, blank=True, default="")
+    # Addresses the submitter wants the result mail sent to, besides the owner (a list, say).
+    mail_to = models.JSONField(default=list, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     error = models.TextField(blank=True, default="")
     # Boots kperf added because a look was inconclusive:

@@ -1,0 +1,19 @@
+"""Read replies to alerts from the IMAP mailbox once (docs/triage.md, "By mail")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from kperf.core import mail_poll
+
+
+class Command(BaseCommand):
+    help = "Poll KPERF_IMAP_MAILBOX on KPERF_IMAP_HOST once and triage by the replies found there."
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        result = mail_poll.poll()
+        if result is None:
+            raise CommandError("KPERF_IMAP_HOST is not set: there is no mailbox to poll (docs/triage.md)")
+        self.stdout.write(f"{result.read} messages read, {result.failed} left for the next poll")

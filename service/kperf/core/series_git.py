@@ -1,0 +1,150 @@
+"""Apply a submission's patch series on its base with `git am`.
+
+git am needs a work tree, and the mirror is bare and shared by every
+worker: the series is applied in a scratch repository that borrows the
+mirror's objects (alternates), and only the resulting commits are fetched
+back, under refs/kperf/series/<submission id>. Branches and tags of the
+mirror are never touched, and a fetch from the tree leaves those refs alone
+(kperf.core.gitops.KPERF_REFS).
+
+The committer and the dates are fixed, so the same mbox on the same base
+gives the same sha anywhere: a build machine whose mirror lacks the commits
+makes them again from the stored mbox (`restore`) and gets the sha the
+submission names.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from django.conf import settings
+
+from kperf.core import artifacts, gitops, series
+from kperf.core.models import KernelBuild, PatchSeries, Submission
+
+log = logging.getLogger("kperf.series")
+
+# Who commits an applied series. Fixed (not the operator's settings) so
+# every machine makes the same commits, and free of any user's git
+# configuration for the same reason.
+_AM_ENV = {
+    "GIT_COMMITTER_NAME": "kperf",
+    "GIT_COMMITTER_EMAIL": "kperf@kperf.invalid",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+
+class SeriesApplyError(Exception):
+    """A patch of the series does not apply on the base; the message names it and has git's error."""
+
+    def __init__(self, number: int, total: int, subject: str, base: str, error: str) -> None:
+        self.number = number
+        super().__init__(
+            f"patch {number}/{total} {subject!r} does not apply on {base}: {error}; "
+            "rebase the series on that base, or submit it against the base it was written for "
+            "(b4 am prints it as base-commit)"
+        )
+
+
+def series_ref(sub_id: int) -> str:
+    return f"{gitops.KPERF_REFS}series/{sub_id}"
+
+
+def am(mirror: Path, base_sha: str, base_name: str, parsed: series.Series, ref: str) -> str:
+    """Apply `parsed` on `base_sha`, store the result in the mirror under `ref`, return its sha."""
+    scratch_root = Path(settings.KPERF_BUILD_ROOT) / "series"
+    scratch_root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=scratch_root, prefix="am-") as tmp:
+        work = Path(tmp) / "tree"
+        gitops.run_git(["init", "--quiet", str(work)], timeout=60, extra_env=_AM_ENV)
+        (work / ".git" / "objects" / "info" / "alternates").write_text(f"{mirror.resolve() / 'objects'}\n")
+        gitops.run_git(
+            ["-C", str(work), "checkout", "--quiet", "--detach", base_sha],
+            timeout=settings.KPERF_GIT_TIMEOUT,
+            extra_env=_AM_ENV,
+        )
+        mbox = Path(tmp) / "series.mbox"
+        mbox.write_bytes(parsed.patches_mbox())
+        try:
+            proc = subprocess.run(
+                ["git", "-C", str(work), "am", "--quiet", "--committer-date-is-author-date", "--no-3way", str(mbox)],
+                env=gitops.git_env() | _AM_ENV,
+                capture_output=True,
+                text=True,
+                timeout=settings.KPERF_GIT_TIMEOUT,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise gitops.GitError(f"git am did not finish within {settings.KPERF_GIT_TIMEOUT} s") from None
+        if proc.returncode != 0:
+            raise _which_patch(work, parsed, base_name, proc.stderr or proc.stdout)
+        sha = gitops.run_git(["-C", str(work), "rev-parse", "HEAD"], timeout=60).strip()
+        # Only the new commits' objects travel: the mirror has everything else.
+        gitops.run_git(
+            ["-C", str(mirror), "fetch", "--quiet", str(work), f"+{sha}:{ref}"],
+            timeout=settings.KPERF_GIT_TIMEOUT,
+        )
+    return sha
+
+
+def _which_patch(work: Path, parsed: series.Series, base_name: str, error: str) -> SeriesApplyError:
+    # git am keeps its place in rebase-apply/next: the 1-based number of the
+    # patch it stopped at, among the messages it was given (the patches only).
+    try:
+        number = int((work / ".git" / "rebase-apply" / "next").read_text().strip())
+    except (OSError, ValueError):
+        number = 1
+    number = min(max(number, 1), len(parsed.patches))
+    # git's own words on what did not fit (its "error:" lines), without the
+    # advice on `git am --continue`, which is for someone at a terminal.
+    lines = [line.strip() for line in error.splitlines() if line.startswith(("error:", "fatal:"))]
+    detail = "; ".join(lines)[:1500] or " ".join(error.split())[:1500] or "git am failed"
+    patch = parsed.patches[number - 1]
+    return SeriesApplyError(number, len(parsed.patches), patch.subject, base_name, detail)
+
+
+def _parse_stored(ps: PatchSeries) -> series.Series:
+    data = artifacts.read_checked(ps.mbox, f"the mbox of submission {ps.submission_id}")
+    # It passed the limit when it was submitted; a lower limit since must not lose it.
+    return series.parse(data, max_bytes=len(data))
+
+
+def apply(sub: Submission) -> str:
+    """Apply the series of `sub` on its base_sha; the head sha (SeriesApplyError, gitops.GitError)."""
+    ps = PatchSeries.objects.get(submission=sub)
+    parsed = _parse_stored(ps)
+    base_name = f"{sub.base_ref} ({sub.base_sha[:12]})"
+    sha = am(sub.tree.mirror_path, sub.base_sha, base_name, parsed, series_ref(sub.pk))
+    log.info("submission %s: %d patches applied on %s: %s", sub.pk, len(parsed.patches), base_name, sha[:12])
+    return sha
+
+
+def restore(build: KernelBuild) -> bool:
+    """Make the commit of an applied series again in this machine's mirror; False if `build` is no series'."""
+    sub = (
+        Submission.objects.filter(kind=Submission.Kind.SERIES, head_sha=build.sha, series__isnull=False)
+        .select_related("tree", "series")
+        .order_by("pk")
+        .first()
+    )
+    if sub is None:
+        return False
+    mirror = build.tree.mirror_path
+    gitops.ensure_commit(build.tree.url, mirror, sub.base_sha, timeout=settings.KPERF_GIT_TIMEOUT)
+    try:
+        parsed = _parse_stored(sub.series)
+        sha = am(mirror, sub.base_sha, sub.base_ref, parsed, series_ref(sub.pk))
+    except (SeriesApplyError, series.SeriesError, artifacts.ArtifactUnavailable) as e:
+        raise gitops.GitError(f"the series of submission {sub.pk} could not be applied again: {e}") from e
+    if sha != build.sha:
+        raise gitops.GitError(
+            f"the series of submission {sub.pk} applied again gives {sha[:12]}, not {build.sha[:12]}: "
+            "this build machine's git applies it differently; build it where it was applied"
+        )
+    log.info("build %s: series of submission %s applied again in this machine's mirror", build.pk, sub.pk)
+    return True

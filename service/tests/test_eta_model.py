@@ -1,0 +1,154 @@
+"""The verdict's ETA as arithmetic on plain data: hand-computed cases, no database."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import UTC, datetime
+
+import pytest
+
+from kperf.core.eta_model import (
+    DEFAULT_BUILD_S,
+    DEFAULT_JOB_S,
+    Estimate,
+    History,
+    Situation,
+    Unknown,
+    Work,
+    estimate,
+    sentence,
+)
+
+CLASS = "qemu-x86_64"
+
+
+def history(*job_seconds: float, builds: tuple[float, ...] = ()) -> History:
+    hist = History()
+    for s in job_seconds:
+        hist.add_job(CLASS, "spawn", "quick", s)
+    for s in builds:
+        hist.add_build(s)
+    return hist
+
+
+def work(own: bool = False, elapsed: float | None = None, after_builds: bool = False) -> Work:
+    return Work(CLASS, "spawn", "quick", own=own, elapsed_s=elapsed, after_builds=after_builds)
+
+
+def known(est: Estimate | Unknown) -> Estimate:
+    assert isinstance(est, Estimate), est
+    return est
+
+
+def test_one_runner_runs_the_jobs_ahead_then_the_submissions_own() -> None:
+    # Median 60 s. A running job 10 s in ends at 50; two ahead end at 110
+    # and 170; the submission's two at 230 and 290.
+    s = Situation(runners={CLASS: 1}, jobs=[work(elapsed=10), work(), work(), work(own=True), work(own=True)])
+    est = known(estimate(s, history(50, 60, 70)))
+    assert est.seconds == pytest.approx(290)
+    assert est.jobs_ahead == {CLASS: 2}
+    assert est.basis == f"median of 3 recent spawn quick jobs on {CLASS}"
+
+
+def test_two_runners_share_the_queue() -> None:
+    # Four jobs of 60 s on two runners: two rounds, 120 s.
+    s = Situation(runners={CLASS: 2}, jobs=[work(), work(), work(own=True), work(own=True)])
+    assert known(estimate(s, history(60))).seconds == pytest.approx(120)
+
+
+def test_the_range_comes_from_the_quartiles() -> None:
+    # Quartiles of 40, 60, 80, 100, 120 (inclusive): 60, 80, 100; two jobs in a row.
+    s = Situation(runners={CLASS: 1}, jobs=[work(own=True), work(own=True)])
+    est = known(estimate(s, history(40, 60, 80, 100, 120)))
+    assert (est.low, est.seconds, est.high) == pytest.approx((120, 160, 200))
+
+
+def test_planned_jobs_start_when_the_builds_are_done() -> None:
+    # Two builds of 100 s on one worker, one 30 s in: done at 70 + 100 = 170;
+    # meanwhile the runner works off the job ahead (60 s); then two of ours.
+    s = Situation(
+        runners={CLASS: 1},
+        builds=[30.0, None],
+        jobs=[work(), work(own=True, after_builds=True), work(own=True, after_builds=True)],
+    )
+    est = known(estimate(s, history(60, builds=(100,))))
+    assert est.seconds == pytest.approx(170 + 120)
+    assert "median of 1 recent build" in est.basis
+
+
+def test_builds_ahead_hold_the_worker_first() -> None:
+    s = Situation(runners={CLASS: 1}, builds=[None], builds_ahead=[None, None], jobs=[])
+    assert known(estimate(s, history(builds=(100,)))).seconds == pytest.approx(300)
+    two_workers = Situation(runners={CLASS: 1}, builds=[None], builds_ahead=[None, None], build_workers=2)
+    assert known(estimate(two_workers, history(builds=(100,)))).seconds == pytest.approx(200)
+
+
+def test_further_looks_widen_only_the_upper_end() -> None:
+    s = Situation(runners={CLASS: 1}, jobs=[work(own=True)], more=[work(own=True)] * 4)
+    est = known(estimate(s, history(60)))
+    assert (est.seconds, est.high, est.more_jobs) == (60, 60 + 4 * 60, 4)
+    line = sentence(est, datetime(2026, 11, 24, 14, 0, tzinfo=UTC))
+    assert line == (
+        "verdict expected in ~1 min (by 14:01 UTC); at least that: up to ~5 min if a look is "
+        "inconclusive and kperf adds boots (4 more jobs at most)"
+    )
+
+
+def test_without_history_it_falls_back_to_the_class_then_the_default() -> None:
+    hist = History()
+    hist.add_job(CLASS, "pft", "full", 200)
+    s = Situation(runners={CLASS: 1}, jobs=[work(own=True)])
+    est = known(estimate(s, hist))
+    assert est.seconds == 200 and est.basis == f"median of 1 recent job on {CLASS}"
+    empty = known(
+        estimate(Situation(runners={CLASS: 1}, builds=[None], jobs=[work(own=True, after_builds=True)]), History())
+    )
+    assert empty.seconds == DEFAULT_BUILD_S + DEFAULT_JOB_S
+    assert "none measured yet" in empty.basis
+
+
+def test_only_the_recent_durations_count() -> None:
+    # 20 slow jobs long ago, then 20 fast ones: the slow ones are forgotten.
+    est = known(estimate(Situation(runners={CLASS: 1}, jobs=[work(own=True)]), history(*[600] * 20, *[60] * 20)))
+    assert est.seconds == 60
+
+
+def test_a_run_past_its_typical_length_counts_as_about_to_end() -> None:
+    s = Situation(runners={CLASS: 1}, jobs=[work(elapsed=500), work(own=True)])
+    assert known(estimate(s, history(60))).seconds == pytest.approx(60)
+
+
+def test_no_runner_in_service_means_no_estimate() -> None:
+    est = estimate(Situation(runners={CLASS: 0}, jobs=[work(own=True)]), history(60))
+    assert est == Unknown(f"no runner of class {CLASS} is in service to run its jobs")
+
+
+def test_the_sentence_names_the_jobs_ahead_per_class() -> None:
+    est = Estimate(seconds=725, low=600, high=725, jobs_ahead={CLASS: 3, "qemu-arm64": 0}, more_jobs=0, basis="")
+    assert sentence(est, datetime(2026, 11, 24, 13, 53, tzinfo=UTC)) == (
+        f"verdict expected in ~12 min (by 14:05 UTC), 3 jobs ahead on {CLASS}"
+    )
+
+
+def test_the_model_imports_without_django() -> None:
+    probe = (
+        "import sys, kperf.core.eta_model;"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'celery', 'kombu'));"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_an_older_submission_still_building_claims_before_ours_once_its_builds_are_done() -> None:
+    # One runner, jobs of 60 s; the older submission's build (100 s) is ahead.
+    # Ours run while it builds (0-60, 60-120); at 120 its two jobs are
+    # queued and claim first (120-240); our third runs 240-300.
+    theirs = [work(after_builds=True)] * 2
+    ours = [work(own=True)] * 3
+    s = Situation(runners={CLASS: 1}, builds_ahead=[None], jobs=[*theirs, *ours])
+    est = known(estimate(s, history(60, builds=(100,))))
+    assert est.seconds == pytest.approx(300)
+    # They are not queued yet: no job is ahead of ours now.
+    assert est.jobs_ahead == {CLASS: 0}

@@ -1,0 +1,409 @@
+"""Triage by replying to the alert mail, through a real SMTP listener (kperf's, aiosmtpd on loopback).
+
+Mail goes in with smtplib to kperf.core.mail_listener.MailListener, the
+server `kperf-manage mail_listener` runs; kperf's answers go out through
+kperf.core.alerts to an aiosmtpd sink, as every alert does. The listener
+reads in its own thread with its own database connection, so these tests
+commit (transaction=True).
+"""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import secrets
+import smtplib
+from collections.abc import Iterator
+from datetime import timedelta
+from email.message import EmailMessage
+from email.utils import make_msgid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from aiosmtpd.controller import Controller
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from kperf.core import alerts, inbound, mail_commands, mail_poll, mail_replies, tracking, triage
+from kperf.core.mail_listener import MailListener
+from kperf.core.models import Alert, InboundMail, MachineClass, ReplyToken, Submission, TrackedBranch, Triage
+
+from .conftest import Api
+from .test_alerts import Inbox, finished_submission, free_port
+from .test_tracking import commit_n, finish_builds, run_jobs, track
+from .test_triage import regressed_submission
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DOMAIN = "kperf.example.org"
+KPERF = f"kperf <kperf@{DOMAIN}>"
+SMTP_POLICY = email.policy.SMTP
+
+
+@pytest.fixture
+def sink(settings: Any) -> Iterator[Inbox]:
+    """Where kperf's own mail goes (alerts and answers)."""
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.KPERF_MAIL_DOMAIN = DOMAIN
+    settings.DEFAULT_FROM_EMAIL = KPERF
+    settings.KPERF_BASE_URL = "https://kperf.example.org"
+    inbox = Inbox()
+    controller = Controller(inbox, hostname="127.0.0.1", port=free_port())
+    controller.start()
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", controller.port
+    try:
+        yield inbox
+    finally:
+        controller.stop()
+
+
+@pytest.fixture
+def listener(sink: Inbox) -> Iterator[MailListener]:
+    server = MailListener("127.0.0.1", free_port())
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def reply(
+    listener: MailListener,
+    sender: str,
+    to: str,
+    text: str | None,
+    *,
+    html: str | None = None,
+    headers: dict[str, str] | None = None,
+    envelope_from: str | None = None,
+) -> str:
+    """Send a reply as a mail client would; returns its Message-ID."""
+    msg = EmailMessage()
+    msg["From"], msg["To"], msg["Subject"] = sender, to, "Re: [kperf] #1 mm-fix vs v6.1: 1 regression"
+    msg["Message-ID"] = make_msgid(domain="example.org")
+    for name, value in (headers or {}).items():
+        msg[name] = value
+    if text is not None:
+        msg.set_content(text)
+        if html is not None:
+            msg.add_alternative(html, subtype="html")
+    elif html is not None:
+        msg.set_content(html, subtype="html")
+    with smtplib.SMTP("127.0.0.1", listener.port) as client:
+        # CRLF line ends, as a mail client sends them (smtplib sends bytes as they are).
+        client.sendmail(sender if envelope_from is None else envelope_from, [to], msg.as_bytes(policy=SMTP_POLICY))
+    return str(msg["Message-ID"])
+
+
+def alerted(owner: User, mclass: MachineClass) -> tuple[Triage, str]:
+    """A regressed submission, its alert queued with a reply token; (its triage, the Reply-To address)."""
+    sub = regressed_submission(owner, mclass)
+    alert = alerts.submission_finished(sub)
+    token = mail_replies.issue(alert, Triage.objects.get(submission=sub))
+    assert token is not None
+    return token.triage, mail_replies.address(token.token)
+
+
+def answers(sink: Inbox) -> list[tuple[list[str], Any]]:
+    """kperf's answers that went out (not the alerts)."""
+    alerts.send_pending()
+    return [(to, m) for to, m in sink.messages if m["X-Kperf-Alert"] == "reply"]
+
+
+def last_mail() -> InboundMail:
+    mail = InboundMail.objects.order_by("-id").first()
+    assert mail is not None
+    return mail
+
+
+def test_a_reply_to_the_alert_mail_triages_the_regression(
+    sink: Inbox, listener: MailListener, alice: User, qemu_class: MachineClass, runner_api: Any, tmp_path: Path
+) -> None:
+    sub = finished_submission(alice, qemu_class, runner_api[1], tmp_path, head_level=500.0)
+    alerts.send_pending()
+    (to, alert_mail), *_ = sink.messages
+    assert to == ["alice@example.org"]
+    reply_to = str(alert_mail["Reply-To"])
+    assert reply_to.startswith("kperf+") and reply_to.endswith(f"@{DOMAIN}")
+
+    msgid = reply(
+        listener,
+        "Alice <alice@example.org>",
+        reply_to,
+        "#kperf expected: the series trades fork speed\nfor memory\n\nOn Mon, kperf wrote:\n> [kperf] #1 ...\n",
+    )
+    row = Triage.objects.get(submission=sub)
+    assert (row.state, row.note) == ("expected", "the series trades fork speed for memory")
+    last = row.events.order_by("-id").first()
+    assert last is not None and (last.by, last.via, last.from_state) == (alice, "mail", "new")
+    mail = last_mail()
+    assert (mail.outcome, mail.message_id, mail.token is not None) == ("applied", msgid, True)
+    assert answers(sink) == []  # a reply that worked is not answered
+
+    # The same command again changes nothing; `fixed` with its commit does.
+    reply(listener, "alice@example.org", reply_to, "#kperf expected: the series trades fork speed for memory")
+    assert last_mail().outcome == "unchanged" and row.events.count() == 2
+    reply(listener, "alice@example.org", reply_to, "#KPERF fixed 1A2B3C4: reverted")
+    row.refresh_from_db()
+    assert (row.state, row.fixed_by, row.note) == ("fixed", "1a2b3c4", "reverted")
+
+
+def test_a_tracked_branch_regression_is_triaged_by_replying_to_its_alert(
+    sink: Inbox,
+    listener: MailListener,
+    alice_api: Api,
+    django_user_model: Any,
+    runner_api: tuple[Any, Api],
+    small_tree: Path,
+    qemu_class: MachineClass,
+    settings_dirs: Any,
+    tmp_path: Path,
+) -> None:
+    bob = django_user_model.objects.create_user("bob", "bob@example.org", "bob-password-1")
+    data = track(alice_api, small_tree, boots=2, max_commits=50, notify=["bob@example.org"])
+    branch = TrackedBranch.objects.get(pk=data["id"])
+    rng = np.random.default_rng(3)
+    tracking.poll_branch(branch.pk)
+    commit_n(small_tree, 13)
+    tracking.poll_branch(branch.pk)
+    levels = {c.sha: 1000.0 for c in branch.commits.all()}
+    finish_builds(branch, tmp_path)
+    run_jobs(runner_api[1], levels, rng)
+    culprit, *rest = commit_n(small_tree, 8)
+    tracking.poll_branch(branch.pk)
+    levels.update({sha: 880.0 for sha in [culprit, *rest]})
+    finish_builds(branch, tmp_path)
+    run_jobs(runner_api[1], levels, rng)
+    alerts.send_pending()
+    (to, alert_mail), *_ = [(to, m) for to, m in sink.messages if m["X-Kperf-Alert"] == "change-point"]
+    assert sorted(to) == ["alice@example.org", "bob@example.org"]
+    reply_to = str(alert_mail["Reply-To"])
+    token = ReplyToken.objects.get(token=mail_replies.token_of(reply_to))
+
+    # A watcher decides as the API lets them: on alice's own branch bob may not (docs/triage.md).
+    reply(listener, "bob@example.org", reply_to, "#kperf invalid: noise")
+    assert (last_mail().outcome, last_mail().reason) == ("ignored", "not-allowed")
+    reply(listener, "alice@example.org", reply_to, "#kperf confirmed: bisecting it")
+    row = token.triage
+    row.refresh_from_db()
+    assert (row.kind, row.branch_id, row.state, row.note) == ("change-point", branch.pk, "confirmed", "bisecting it")
+    assert row.change_point is not None and row.change_point.commit.sha == culprit
+    last = row.events.order_by("-id").first()
+    assert last is not None and last.by is not None and (last.by.username, last.via) == ("alice", "mail")
+    (to, answer), *_ = answers(sink)
+    assert to == [bob.email] and "only the owner" in answer.get_content()
+
+
+def test_a_forged_reply_changes_nothing_and_only_the_owner_hears_of_it(
+    sink: Inbox, listener: MailListener, alice: User, django_user_model: Any, qemu_class: MachineClass
+) -> None:
+    row, reply_to = alerted(alice, qemu_class)
+    reply(listener, "Mallory <mallory@evil.example>", reply_to, "#kperf invalid: noise")
+    row.refresh_from_db()
+    assert (row.state, row.events.count()) == ("new", 1)
+    assert (last_mail().outcome, last_mail().reason) == ("ignored", "unknown-sender")
+    # No backscatter to the forged address: the token's owner is told someone else holds it.
+    (to, answer), *more = answers(sink)
+    assert to == ["alice@example.org"] and not more
+    assert "mallory@evil.example" in answer.get_content() and "Nothing was changed" in answer.get_content()
+    assert answer["Auto-Submitted"] == "auto-replied"
+
+    # A kperf user who may not triage it is answered, and nothing changes either.
+    django_user_model.objects.create_user("bob", "bob@example.org", "bob-password-1")
+    reply(listener, "bob@example.org", reply_to, "#kperf invalid: noise")
+    row.refresh_from_db()
+    assert row.state == "new" and last_mail().reason == "not-allowed"
+    (to, answer), *_ = answers(sink)[1:]
+    assert to == ["bob@example.org"] and "only the owner" in answer.get_content()
+    assert answer["In-Reply-To"] == f"<{last_mail().message_id.strip('<>')}>"
+
+
+def test_replies_to_unknown_or_expired_tokens_are_answered_and_change_nothing(
+    sink: Inbox, listener: MailListener, alice: User, qemu_class: MachineClass
+) -> None:
+    row, reply_to = alerted(alice, qemu_class)
+    reply(listener, "alice@example.org", mail_replies.address(secrets.token_hex(16)), "#kperf invalid")
+    assert last_mail().reason == "unknown-token"
+    ReplyToken.objects.filter(triage=row).update(expires=timezone.now() - timedelta(seconds=1))
+    reply(listener, "alice@example.org", reply_to, "#kperf invalid")
+    assert last_mail().reason == "expired-token"
+    row.refresh_from_db()
+    assert row.state == "new"
+    said = [m.get_content() for _, m in answers(sink)]
+    assert len(said) == 2 and "not one kperf handed out" in said[0] and "90 days old" in " ".join(said[1].split())
+    # Mail for anyone else is refused in the SMTP dialogue: the listener relays nothing.
+    with pytest.raises(smtplib.SMTPRecipientsRefused):
+        reply(listener, "alice@example.org", "root@" + DOMAIN, "#kperf invalid")
+    # A stranger's mail to an unknown token is not answered at all (it could be forged).
+    reply(listener, "someone@elsewhere.example", mail_replies.address(secrets.token_hex(16)), "#kperf invalid")
+    assert last_mail().reason == "unknown-token" and last_mail().answer is None
+
+
+def test_an_html_only_reply_is_answered_to_send_plain_text_and_a_bad_command_with_the_grammar(
+    sink: Inbox, listener: MailListener, alice: User, qemu_class: MachineClass
+) -> None:
+    row, reply_to = alerted(alice, qemu_class)
+    reply(listener, "alice@example.org", reply_to, None, html="<p>#kperf expected: fine</p>")
+    assert last_mail().reason == "html-only"
+    # With a plain-text part beside the HTML, the plain text is read.
+    reply(listener, "alice@example.org", reply_to, "#kperf maybe", html="<p>#kperf expected</p>")
+    assert last_mail().reason == "bad-command"
+    row.refresh_from_db()
+    assert row.state == "new"
+    (_, plain), (_, bad) = answers(sink)
+    assert "Send it as plain text" in plain.get_content()
+    assert "unknown triage state 'maybe'" in bad.get_content() and "#kperf expected:" in bad.get_content()
+
+
+def test_a_huge_reply_is_answered_too_large_and_a_far_larger_one_is_refused(
+    sink: Inbox, listener: MailListener, alice: User, qemu_class: MachineClass, settings: Any
+) -> None:
+    row, reply_to = alerted(alice, qemu_class)
+    limit = settings.KPERF_MAIL_MAX_BYTES
+    reply(listener, "alice@example.org", reply_to, "#kperf invalid: noise\n" + ("x" * 70 + "\n") * (limit // 70 + 10))
+    assert (last_mail().reason, last_mail().size > limit) == ("too-large", True)
+    row.refresh_from_db()
+    assert row.state == "new"
+    (_, answer), *_ = answers(sink)
+    assert "kperf reads replies of at most" in " ".join(answer.get_content().split())
+    # smtplib announces the size (ESMTP SIZE), so the listener refuses it before the data.
+    with pytest.raises(smtplib.SMTPSenderRefused) as refused:
+        reply(listener, "alice@example.org", reply_to, "#kperf invalid\n" + ("x" * 70 + "\n") * (5 * limit // 70))
+    assert refused.value.smtp_code == 552
+    assert InboundMail.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("headers", "envelope_from", "reason"),
+    [
+        ({"Auto-Submitted": "auto-replied"}, None, "auto-reply"),
+        ({"Precedence": "bulk"}, None, "auto-reply"),
+        ({"X-Autoreply": "yes"}, None, "auto-reply"),
+        ({}, "", "bounce"),
+        ({"List-Id": "<linux-mm.kvack.org>"}, None, "list"),
+    ],
+)
+def test_an_automatic_reply_is_never_answered(
+    sink: Inbox,
+    listener: MailListener,
+    alice: User,
+    qemu_class: MachineClass,
+    headers: dict[str, str],
+    envelope_from: str | None,
+    reason: str,
+) -> None:
+    row, reply_to = alerted(alice, qemu_class)
+    # Even one that carries a valid command from the owner: a robot does not triage.
+    reply(listener, "alice@example.org", reply_to, "#kperf invalid", headers=headers, envelope_from=envelope_from)
+    assert (last_mail().outcome, last_mail().reason) == ("ignored", reason)
+    row.refresh_from_db()
+    assert row.state == "new"
+    assert answers(sink) == []
+
+
+def test_kperf_never_answers_its_own_mail_nor_anyone_without_end(
+    sink: Inbox, listener: MailListener, alice: User, qemu_class: MachineClass, settings: Any
+) -> None:
+    _, reply_to = alerted(alice, qemu_class)
+    reply(listener, "alice@example.org", reply_to, "not a command")
+    (_, answer), *_ = answers(sink)
+    # kperf's answer comes back to it (a forwarding rule, a bounce loop): dropped, unanswered.
+    raw = answer.as_bytes(policy=SMTP_POLICY)
+    with smtplib.SMTP("127.0.0.1", listener.port) as client:
+        client.sendmail(f"kperf@{DOMAIN}", [reply_to], raw)
+    assert (last_mail().reason, last_mail().answer) == ("loop", None)
+    # A robot that ignores Auto-Submitted gets a few answers a day, then none.
+    settings.KPERF_MAIL_ANSWERS_PER_DAY = 3
+    for _ in range(4):
+        reply(listener, "alice@example.org", reply_to, "still not a command")
+    assert Alert.objects.filter(kind="reply").count() == 3
+    assert len(answers(sink)) == 3
+
+
+def test_an_alert_copied_to_a_mailing_list_gets_no_reply_address(alice: User, qemu_class: MachineClass) -> None:
+    sub = regressed_submission(alice, qemu_class)
+    Submission.objects.filter(pk=sub.pk).update(mail_to=["linux-mm@kvack.org"])
+    sub.refresh_from_db()
+    alert = alerts.submission_finished(sub)
+    assert mail_replies.issue(alert, Triage.objects.get(submission=sub)) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("#kperf expected: trades forks\nfor memory\n\n> quoted", ("expected", "trades forks for memory", "")),
+        ("On Tue, kperf wrote:\n> the alert\n\n#kperf won't fix", ("won't fix", "", "")),
+        ("#kperf fixed 1a2b3c4: reverted", ("fixed", "reverted", "1a2b3c4")),
+        ("#kperf fixed by 1a2b3c4", ("fixed", "", "1a2b3c4")),
+        ("#kperf fixed --commit 1a2b3c4d: ok", ("fixed", "ok", "1a2b3c4d")),
+        ("#kperf confirmed\nlooking at it\n-- \nAlice", ("confirmed", "looking at it", "")),
+    ],
+)
+def test_the_first_line_of_a_reply_is_the_command(text: str, expected: tuple[str, str, str]) -> None:
+    got = mail_commands.parse(text)
+    assert (got.state, got.note, got.fixed_by) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("", "no text of its own"),
+        ("> only a quote", "no text of its own"),
+        ("Thanks!\n#kperf expected", "'Thanks!', is not a command"),
+        ("#kperfexpected", "is not a command"),
+        ("#kperf fixed a b", "one fixing commit"),
+        ("#kperf", "names no state"),
+    ],
+)
+def test_a_reply_without_a_command_says_what_to_write(text: str, words: str) -> None:
+    with pytest.raises(triage.TriageError) as err:
+        mail_commands.parse(text)
+    assert words in str(err.value)
+
+
+class Box:
+    """An IMAP mailbox as poll_box sees it, to check what it marks and when (the network path is not here)."""
+
+    def __init__(self, messages: dict[str, bytes]) -> None:
+        self.messages, self.flags, self.expunged = messages, {u: set[str]() for u in messages}, 0
+
+    def uid(self, command: str, *args: str) -> tuple[str, list[object]]:
+        if command == "SEARCH":
+            return "OK", [" ".join(u for u in self.messages if "\\Seen" not in self.flags[u]).encode()]
+        if command == "FETCH":
+            return "OK", [(f"{args[0]} (BODY[] {{n}}".encode(), self.messages[args[0]]), b")"]
+        assert command == "STORE" and args[1] == "+FLAGS"
+        self.flags[args[0]] |= set(args[2].strip("()").split())
+        return "OK", []
+
+    def expunge(self) -> tuple[str, list[object]]:
+        self.expunged += 1
+        return "OK", []
+
+
+def test_the_mailbox_poll_reads_each_reply_once_and_keeps_what_failed(
+    sink: Inbox, alice: User, qemu_class: MachineClass
+) -> None:
+    row, reply_to = alerted(alice, qemu_class)
+    good = EmailMessage()
+    good["From"], good["To"], good["Message-ID"] = "alice@example.org", reply_to, make_msgid()
+    good["Delivered-To"] = reply_to
+    good.set_content("#kperf confirmed: looking")
+    box = Box({"7": good.as_bytes(), "8": b"not read"})
+
+    def receive(raw: bytes) -> object:
+        if raw == b"not read":
+            raise OSError("the database went away")
+        return inbound.receive(raw)
+
+    result = mail_poll.poll_box(box, receive)
+    assert (result.read, result.failed, box.expunged) == (1, 1, 1)
+    assert box.flags == {"7": {"\\Seen", "\\Deleted"}, "8": set()}
+    row.refresh_from_db()
+    assert row.state == "confirmed" and row.events.order_by("-id")[0].via == "mail"
+    # The same message again (a poll that died before marking it): applied once, not answered.
+    inbound.receive(good.as_bytes())
+    assert (last_mail().reason, row.events.count()) == ("duplicate", 2)
+    assert answers(sink) == []
