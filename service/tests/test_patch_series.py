@@ -124,6 +124,9 @@ def test_a_series_is_applied_on_the_base_and_built_like_a_branch(
     ps = PatchSeries.objects.get(submission_id=data["id"])
     # The mbox is kept as it came, checked by its sha256.
     assert artifacts.read_checked(ps.mbox, "mbox") == mbox
+    # Before a worker takes it, it says what is left to do: no branch to resolve, a series to apply.
+    waiting = alice_api.get(f"/submissions/{data['id']}").json()["waiting_for"]
+    assert "apply the series on it" in waiting and "series: readme" not in waiting, waiting
 
     prepare_submission(data["id"])
     sub = Submission.objects.get(pk=data["id"])

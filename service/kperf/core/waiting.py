@@ -130,6 +130,8 @@ def submission_reason(sub: Submission, jobs: list[dict[str, Any]]) -> str | None
     `jobs` are the presenter's job rows, with their `waiting_for`.
     """
     if sub.status == Submission.Status.QUEUED:
+        if sub.kind == Submission.Kind.SERIES:
+            return f"waiting for a worker to fetch {sub.tree.url}, resolve {sub.base_ref} and apply the series on it"
         return f"waiting for a worker to fetch {sub.tree.url} and resolve {sub.head_ref} and {sub.base_ref}"
     if sub.status == Submission.Status.BUILDING:
         unbuilt = [
