@@ -89,6 +89,23 @@ def test_names_are_escaped_in_text_and_attributes() -> None:
     parse(series)
 
 
+def test_characters_xml_forbids_do_not_break_the_picture() -> None:
+    """A commit subject with an escape or a NUL (git allows both) still gives a valid SVG."""
+    series = plots.series_svg(
+        plots.SeriesPlot(
+            title="t\x1b[31m",
+            metric="m",
+            unit="u",
+            higher_is_better=True,
+            clock="wall clock",
+            commits=[plots.SeriesCommit(sha="a" * 40, position=1, subject="fix\x00 \x1b[1mbold", boots=[[1.0]])],
+        )
+    )
+    root = parse(series)  # raises on any character XML 1.0 forbids
+    assert "\x1b" not in series and "\x00" not in series
+    assert len(points(root)) == 1
+
+
 def test_no_samples_draws_an_empty_picture_that_says_so() -> None:
     for svg in (
         plots.metric_svg(metric(base=[], head=[[]], base_estimate=None, head_estimate=None, change_pct=None)),

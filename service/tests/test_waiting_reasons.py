@@ -163,3 +163,18 @@ def test_a_submission_whose_build_another_one_started_waits_for_that_build(
         f"waiting for build #{build.pk} (head of submission {other.pk}), building: config olddefconfig"
     )
     assert detail["waiting_for"] in page(alice, sub)
+
+
+def test_another_users_build_is_not_named_by_its_submission(
+    alice: Any, alice_api: Api, django_user_model: Any, qemu_class: Any, runner_api: Any, tmp_path: Path
+) -> None:
+    runner, _ = runner_api
+    alive(runner, yields_to_builds=True)
+    sub = submission_ready_for_testing(alice, qemu_class, tmp_path)
+    bob = django_user_model.objects.create_user("bob", "bob@example.org")
+    build, other = building_for_another_submission(bob, tmp_path)
+    detail = alice_api.get(f"/submissions/{sub.pk}").json()
+    # Which submission is bob's to know (kperf.core.access): alice learns that a build holds her jobs, not whose.
+    assert detail["waiting_for"].startswith(f"waiting for build #{build.pk} (for another user's submission) to finish")
+    assert f"submission {other.pk}" not in detail["waiting_for"]
+    assert f"submission {other.pk}" not in page(alice, sub)

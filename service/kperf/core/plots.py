@@ -14,6 +14,7 @@ one series, which never mixes clocks, and the clock is written on the axis.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from html import escape
@@ -106,8 +107,13 @@ class SeriesPlot:
     changes: list[SeriesChange] = field(default_factory=list)
 
 
+# Characters XML 1.0 does not allow at all, escaped or not: one in a commit
+# subject would make the whole picture invalid.
+_NOT_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
 def _e(value: object) -> str:
-    return escape(str(value), quote=True)
+    return escape(_NOT_XML.sub("\ufffd", str(value)), quote=True)
 
 
 def _c(v: float) -> str:

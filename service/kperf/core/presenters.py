@@ -277,7 +277,7 @@ def submission_jobs(sub: Submission) -> list[dict[str, Any]]:
     own_jobs = list(sub.jobs.select_related("runner", "machine_class").order_by("seq"))
     links = sharing.links(sub)
     # Why each queued one waits (a build, a runner, the jobs ahead): kperf.core.waiting.
-    why = waiting.job_reasons([*own_jobs, *(link.job for link in links)])
+    why = waiting.job_reasons([*own_jobs, *(link.job for link in links)], sub.owner_id)
     own = [{**job_dict(j), "shared": False, "waiting_for": why.get(j.pk)} for j in own_jobs]
     shared = [
         {**job_dict(link.job), "side": link.side, "shared": True, "waiting_for": why.get(link.job_id)} for link in links

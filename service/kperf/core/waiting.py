@@ -29,10 +29,17 @@ from kperf.core.models import Clock, Job, KernelBuild, Runner, Submission
 SILENT_AFTER = timedelta(minutes=10)
 
 
-def build_label(build: KernelBuild) -> str:
-    """ "build #12 (head of submission 7)": the build and who asked for it first."""
-    link = build.submission_builds.order_by("submission_id", "id").first()
+def build_label(build: KernelBuild, owner_id: int | None) -> str:
+    """ "build #12 (head of submission 7)": the build and who asked for it first.
+
+    The submission is named only when it is `owner_id`'s (the owner of the
+    submission that waits): another user's submissions are theirs to see
+    (kperf.core.access), so theirs is "another user's submission".
+    """
+    link = build.submission_builds.select_related("submission").order_by("submission_id", "id").first()
     if link is not None:
+        if link.submission.owner_id != owner_id:
+            return f"build #{build.pk} (for another user's submission)"
         return f"build #{build.pk} ({link.side} of submission {link.submission_id})"
     # Which branch, and its commits, may be another user's to see (kperf.core.access).
     if build.branch_commits.exists():
@@ -67,8 +74,11 @@ def _runner_reason(mclass: str, clock: str, runners: list[Runner], now: Any) -> 
     return None, able
 
 
-def job_reasons(jobs: Sequence[Job]) -> dict[int, str]:
-    """Why each queued job of `jobs` waits, by job id; jobs that do not wait are left out."""
+def job_reasons(jobs: Sequence[Job], owner_id: int | None) -> dict[int, str]:
+    """Why each queued job of `jobs` waits, by job id; jobs that do not wait are left out.
+
+    `owner_id`: whose page this is, so that only their own submissions are named.
+    """
     queued = [j for j in jobs if j.status == Job.Status.QUEUED]
     if not queued:
         return {}
@@ -91,7 +101,7 @@ def job_reasons(jobs: Sequence[Job]) -> dict[int, str]:
         reason, able = _runner_reason(mclass, clock, runners[mclass_id], now)
         if reason is None and building is not None and all(r.yields_to_builds for r in able):
             reason = (
-                f"waiting for {build_label(building)} to finish ({_doing(building)}): "
+                f"waiting for {build_label(building, owner_id)} to finish ({_doing(building)}): "
                 f"the runners of class {mclass} do not measure while a kernel builds"
             )
         if reason is not None:
@@ -143,8 +153,8 @@ def submission_reason(sub: Submission, jobs: list[dict[str, Any]]) -> str | None
             return None
         build = next((b for b in unbuilt if b.status == KernelBuild.Status.BUILDING), unbuilt[0])
         if build.status == KernelBuild.Status.BUILDING:
-            return f"waiting for {build_label(build)}, building: {_doing(build)}"
-        return f"waiting for a build worker to start {build_label(build)}"
+            return f"waiting for {build_label(build, sub.owner_id)}, building: {_doing(build)}"
+        return f"waiting for a build worker to start {build_label(build, sub.owner_id)}"
     if sub.status == Submission.Status.TESTING and not any(j["status"] == Job.Status.LEASED for j in jobs):
         return next((j["waiting_for"] for j in jobs if j.get("waiting_for")), None)
     return None
