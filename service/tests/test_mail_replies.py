@@ -13,6 +13,7 @@ import email
 import email.policy
 import secrets
 import smtplib
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from email.message import EmailMessage
@@ -24,11 +25,22 @@ import numpy as np
 import pytest
 from aiosmtpd.controller import Controller
 from django.contrib.auth.models import User
+from django.db import connection, connections
 from django.utils import timezone
 
 from kperf.core import alerts, inbound, mail_commands, mail_poll, mail_replies, tracking, triage
 from kperf.core.mail_listener import MailListener
-from kperf.core.models import Alert, InboundMail, MachineClass, ReplyToken, Submission, TrackedBranch, Triage
+from kperf.core.models import (
+    Alert,
+    InboundMail,
+    MachineClass,
+    ReplyToken,
+    Submission,
+    TrackedBranch,
+    Tree,
+    Triage,
+    UnreadableMail,
+)
 
 from .conftest import Api
 from .test_alerts import Inbox, finished_submission, free_port
@@ -153,7 +165,7 @@ def test_a_reply_to_the_alert_mail_triages_the_regression(
 def test_a_tracked_branch_regression_is_triaged_by_replying_to_its_alert(
     sink: Inbox,
     listener: MailListener,
-    alice_api: Api,
+    staff_api: Api,
     django_user_model: Any,
     runner_api: tuple[Any, Api],
     small_tree: Path,
@@ -161,8 +173,10 @@ def test_a_tracked_branch_regression_is_triaged_by_replying_to_its_alert(
     settings_dirs: Any,
     tmp_path: Path,
 ) -> None:
-    bob = django_user_model.objects.create_user("bob", "bob@example.org", "bob-password-1")
-    data = track(alice_api, small_tree, boots=2, max_commits=50, notify=["bob@example.org"])
+    # The lab's reference series: its watchers may triage it (docs/triage.md), so its alert has a Reply-To.
+    django_user_model.objects.create_user("bob", "bob@example.org", "bob-password-1")
+    carol = django_user_model.objects.create_user("carol", "carol@example.org", "carol-password-1")
+    data = track(staff_api, small_tree, boots=2, max_commits=50, notify=["bob@example.org"])
     branch = TrackedBranch.objects.get(pk=data["id"])
     rng = np.random.default_rng(3)
     tracking.poll_branch(branch.pk)
@@ -178,22 +192,22 @@ def test_a_tracked_branch_regression_is_triaged_by_replying_to_its_alert(
     run_jobs(runner_api[1], levels, rng)
     alerts.send_pending()
     (to, alert_mail), *_ = [(to, m) for to, m in sink.messages if m["X-Kperf-Alert"] == "change-point"]
-    assert sorted(to) == ["alice@example.org", "bob@example.org"]
+    assert sorted(to) == ["admin@example.org", "bob@example.org"]
     reply_to = str(alert_mail["Reply-To"])
     token = ReplyToken.objects.get(token=mail_replies.token_of(reply_to))
 
-    # A watcher decides as the API lets them: on alice's own branch bob may not (docs/triage.md).
-    reply(listener, "bob@example.org", reply_to, "#kperf invalid: noise")
+    # Someone who is no watcher decides nothing, even with the token (a forwarded alert).
+    reply(listener, "carol@example.org", reply_to, "#kperf invalid: noise")
     assert (last_mail().outcome, last_mail().reason) == ("ignored", "not-allowed")
-    reply(listener, "alice@example.org", reply_to, "#kperf confirmed: bisecting it")
+    reply(listener, "bob@example.org", reply_to, "#kperf confirmed: bisecting it")
     row = token.triage
     row.refresh_from_db()
     assert (row.kind, row.branch_id, row.state, row.note) == ("change-point", branch.pk, "confirmed", "bisecting it")
     assert row.change_point is not None and row.change_point.commit.sha == culprit
     last = row.events.order_by("-id").first()
-    assert last is not None and last.by is not None and (last.by.username, last.via) == ("alice", "mail")
+    assert last is not None and last.by is not None and (last.by.username, last.via) == ("bob", "mail")
     (to, answer), *_ = answers(sink)
-    assert to == [bob.email] and "only the owner" in answer.get_content()
+    assert to == [carol.email] and "only the owner" in answer.get_content()
 
 
 def test_a_forged_reply_changes_nothing_and_only_the_owner_hears_of_it(
@@ -407,3 +421,149 @@ def test_the_mailbox_poll_reads_each_reply_once_and_keeps_what_failed(
     inbound.receive(good.as_bytes())
     assert (last_mail().reason, row.events.count()) == ("duplicate", 2)
     assert answers(sink) == []
+
+
+def raw_reply(sender: str, to: str, text: str, subject: str = "Re: [kperf] #1", msgid: str = "") -> bytes:
+    """A reply as bytes written by hand: headers no mail library would write (encoded NUL, bad Message-IDs)."""
+    msgid = msgid or make_msgid(domain="example.org")
+    head = f"From: {sender}\r\nTo: {to}\r\nSubject: {subject}\r\nMessage-ID: {msgid}\r\n"
+    return (head + "Content-Type: text/plain; charset=utf-8\r\n\r\n" + text + "\r\n").encode()
+
+
+def send_raw(listener: MailListener, sender: str, to: str, raw: bytes) -> None:
+    with smtplib.SMTP("127.0.0.1", listener.port) as client:
+        client.sendmail(sender, [to], raw)
+
+
+def test_a_reply_with_a_nul_in_a_header_is_recorded_and_applied_not_refused_forever(
+    sink: Inbox, listener: MailListener, alice: User, qemu_class: MachineClass
+) -> None:
+    row, reply_to = alerted(alice, qemu_class)
+    # PostgreSQL refuses NUL in text: unstripped, the listener answered 451 to this mail forever.
+    raw = raw_reply(
+        "=?utf-8?q?Alice=01?= <alice@example.org>", reply_to, "#kperf expected: fine", "=?utf-8?q?hi=00there?="
+    )
+    send_raw(listener, "alice@example.org", reply_to, raw)
+    mail = last_mail()
+    assert (mail.outcome, mail.subject, mail.from_address) == ("applied", "hithere", "alice@example.org")
+    row.refresh_from_db()
+    assert row.state == "expected"
+
+
+def test_the_mailbox_poll_gives_up_a_message_that_always_fails_and_reads_the_rest(
+    sink: Inbox, alice: User, qemu_class: MachineClass
+) -> None:
+    row, reply_to = alerted(alice, qemu_class)
+    bad = raw_reply("alice@example.org", reply_to, "#kperf invalid", msgid="<broken@example.org>")
+    box = Box({"3": bad})
+
+    def receive(raw: bytes) -> object:
+        if raw == bad:
+            raise ValueError("A string literal cannot contain NUL (0x00) characters.")
+        return inbound.receive(raw)
+
+    for _ in range(mail_poll.GIVE_UP_AFTER - 1):
+        result = mail_poll.poll_box(box, receive)
+        assert (result.failed, result.given_up, box.flags["3"]) == (1, 0, set())
+    result = mail_poll.poll_box(box, receive)
+    assert (result.failed, result.given_up, box.flags["3"]) == (1, 1, {"\\Seen"})
+    mail = last_mail()
+    assert (mail.outcome, mail.reason, mail.message_id, mail.answer) == (
+        "ignored",
+        "unreadable",
+        "<broken@example.org>",
+        None,
+    )
+    assert "cannot contain NUL" in mail.detail and not UnreadableMail.objects.exists()
+    # The next poll does not see it; a reply that succeeds clears its count of failures.
+    assert mail_poll.poll_box(box, receive).failed == 0
+    good = raw_reply("alice@example.org", reply_to, "#kperf confirmed", msgid="<good@example.org>")
+    box.messages["4"], box.flags["4"] = good, set()
+    UnreadableMail.objects.create(key="msgid:<good@example.org>", attempts=1)
+    assert mail_poll.poll_box(box).read == 1 and not UnreadableMail.objects.exists()
+    row.refresh_from_db()
+    assert row.state == "confirmed"
+
+
+def test_a_reply_token_goes_only_to_people_who_may_triage_never_to_a_list(
+    alice: User, django_user_model: Any, staff: User, settings: Any
+) -> None:
+    settings.KPERF_MAIL_DOMAIN = DOMAIN
+    django_user_model.objects.create_user("bob", "bob@example.org", "bob-password-1")
+    tree = Tree.objects.create(url="https://git.example.org/mm.git")
+
+    def token_for(owner: User, notify: list[str]) -> ReplyToken | None:
+        branch = TrackedBranch.objects.create(owner=owner, tree=tree, branch=secrets.token_hex(4), notify=notify)
+        row = Triage.objects.create(kind="change-point", branch=branch, title="spawn -12%")
+        to = [owner.email, *notify]
+        return mail_replies.issue(alerts._queue(Alert.Kind.CHANGE_POINT, f"t:{branch.pk}", to, "s", "b"), row)
+
+    assert token_for(alice, []) is not None
+    # A mailing list in `notify`: its archives would hold the token, and anyone could reply as alice.
+    assert token_for(alice, ["linux-mm@kvack.org"]) is None
+    # bob has an account, but on alice's own branch only alice decides.
+    assert token_for(alice, ["bob@example.org"]) is None
+    # On the lab's reference series a watcher with an account decides.
+    assert token_for(staff, ["bob@example.org"]) is not None
+    User.objects.filter(pk=alice.pk).update(is_active=False)
+    assert token_for(alice, []) is None
+
+
+def test_the_same_mail_read_twice_at_once_is_applied_once(
+    sink: Inbox, alice: User, qemu_class: MachineClass, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    row, reply_to = alerted(alice, qemu_class)
+    raw = raw_reply("alice@example.org", reply_to, "#kperf confirmed: looking", msgid="<twice@example.org>")
+    find_token = inbound._find_token
+
+    def other_reader_first(*args: Any) -> Any:
+        # Past this reader's duplicate check, another reader (the listener, a second poll) handles it.
+        monkeypatch.setattr(inbound, "_find_token", find_token)
+
+        def other() -> None:
+            try:
+                inbound.receive(raw)
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+        return find_token(*args)
+
+    monkeypatch.setattr(inbound, "_find_token", other_reader_first)
+    mail = inbound.receive(raw)
+    assert (mail.reason, mail.message_id) == ("duplicate", "")
+    first = InboundMail.objects.get(message_id="<twice@example.org>")
+    assert first.outcome == "applied" and f"mail {first.pk} (applied)" in mail.detail
+    assert row.events.count() == 2 and InboundMail.objects.count() == 2
+
+
+def test_two_mailbox_polls_never_overlap(settings: Any) -> None:
+    settings.KPERF_IMAP_HOST, settings.KPERF_IMAP_PORT, settings.KPERF_IMAP_SSL = "127.0.0.1", free_port(), False
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s)", [mail_poll.POLL_LOCK])
+        # The second poll returns at once, without connecting (nothing listens on the port).
+        result = mail_poll.poll()
+        assert result is not None and result.busy and result.read == 0
+    finally:
+        other.close()
+    # Once the first is over, a poll runs (and fails to connect); it releases the lock all the same.
+    for _ in range(2):
+        with pytest.raises(OSError):
+            mail_poll.poll()
+
+
+@pytest.mark.parametrize("msgid", ["<a b@example.org>", "<x<y>@example.org>"])
+def test_an_answer_is_not_threaded_under_a_malformed_message_id(
+    sink: Inbox, listener: MailListener, alice: User, qemu_class: MachineClass, msgid: str
+) -> None:
+    _, reply_to = alerted(alice, qemu_class)
+    send_raw(
+        listener, "alice@example.org", reply_to, raw_reply("alice@example.org", reply_to, "#kperf maybe", msgid=msgid)
+    )
+    assert (last_mail().reason, last_mail().message_id) == ("bad-command", msgid)
+    (to, answer), *_ = answers(sink)
+    assert to == ["alice@example.org"] and answer["In-Reply-To"] is None and answer["References"] is None

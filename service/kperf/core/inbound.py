@@ -34,6 +34,7 @@ KPERF_MAIL_ANSWERS_PER_DAY answers a day.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from datetime import timedelta
 from email import policy
@@ -43,12 +44,13 @@ from email.utils import getaddresses, parseaddr
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from kperf.core import alerts, mail_commands, mail_replies
 from kperf.core import triage as triage_mod
 from kperf.core.models import Alert, InboundMail, ReplyToken, Triage, TriageEvent
+from kperf.core.series import SeriesError, clean_message_id
 
 log = logging.getLogger("kperf.inbound")
 
@@ -59,14 +61,37 @@ _AUTO_HEADERS = ("X-Autoreply", "X-Autorespond", "X-Auto-Response-Suppress", "X-
 _MACHINE_LOCALS = ("mailer-daemon", "postmaster", "noreply", "no-reply", "donotreply", "do-not-reply", "bounce")
 # Dropped without an answer, whatever the sender's address.
 SILENT = ("bounce", "auto-reply", "list", "loop", "duplicate")
+# Control characters but tab and newline. PostgreSQL refuses NUL in text
+# (`=?utf-8?q?hi=00there?=` decodes to one), so a mail carrying one could
+# never be recorded and its sender's MTA or the IMAP poll would retry it
+# forever; the others have no place in what kperf stores or writes back.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` without control characters, but for tab and newline."""
+    return _CONTROL.sub("", text)
 
 
 def _header(msg: Message, name: str) -> str:
+    """A header's decoded value on one line, without control characters ("" when absent or malformed)."""
     try:
         value = msg.get(name)
     except Exception:  # a malformed header is no header: the email package raises many kinds
         return ""
-    return str(value).strip() if value is not None else ""
+    return printable(" ".join(str(value).split())) if value is not None else ""
+
+
+def _message_id(msg: Message) -> str:
+    """The Message-ID as the sender wrote it, on one line ("" when none).
+
+    Not the parsed header: the email package cuts a malformed one short
+    (`<a b@host>` reads `<a`), which would name some other mail.
+    """
+    for name, value in msg.raw_items():
+        if name.lower() == "message-id":
+            return printable(" ".join(str(value).split()))[:300]
+    return ""
 
 
 def _address(value: str) -> str:
@@ -129,7 +154,7 @@ def _plain_text(msg: EmailMessage) -> tuple[str | None, str]:
         content = part.get_content()
     except (LookupError, UnicodeError, ValueError, KeyError):
         return None, "no-text"
-    return (content, "") if isinstance(content, str) else (None, "no-text")
+    return (printable(content), "") if isinstance(content, str) else (None, "no-text")
 
 
 _SAYS = {
@@ -202,9 +227,13 @@ def _answer(mail: InboundMail, token: ReplyToken | None, reason: str, detail: st
         return None
     subject, body = _answer_text(mail, token.triage if token is not None else None, reason, detail)
     answer = alerts._queue(Alert.Kind.REPLY, f"reply:{mail.pk}", to, subject, body)
-    # Threaded under the mail it answers (In-Reply-To, References), if that mail is to the sender.
-    msgid = mail.message_id.strip().strip("<>")
-    if msgid and to == [mail.from_address] and len(msgid) <= 250:
+    # Threaded under the mail it answers (In-Reply-To, References), if that mail is to the sender
+    # and its Message-ID is one: spaces or brackets inside would make those headers malformed.
+    try:
+        msgid = clean_message_id(mail.message_id, "the mail answered")
+    except SeriesError:
+        msgid = ""
+    if msgid and to == [mail.from_address]:
         Alert.objects.filter(pk=answer.pk).update(in_reply_to=msgid)
         answer.in_reply_to = msgid
     return answer
@@ -241,29 +270,38 @@ def _parse(raw: bytes, too_large: bool) -> EmailMessage:
     return parser.parsebytes(raw)
 
 
-def receive(raw: bytes, envelope_from: str | None = None, recipients: Sequence[str] = ()) -> InboundMail:
-    """Read one mail sent to kperf's reply address; the InboundMail row says what was done and why.
-
-    `envelope_from` is the SMTP MAIL FROM ("" for a bounce's `<>`; None
-    when unknown, as over IMAP, where Return-Path says it); `recipients`
-    are the RCPT TO addresses (empty over IMAP: the headers are read).
-    """
-    size = len(raw)
-    too_large = size > settings.KPERF_MAIL_MAX_BYTES
-    msg = _parse(raw, too_large)
-    mail = InboundMail(
-        message_id=_header(msg, "Message-ID")[:300],
-        envelope_from=(envelope_from or "")[:300],
+def _fields(msg: Message, envelope_from: str | None, size: int) -> InboundMail:
+    """The unsaved InboundMail of a message: what its headers say, printable and cut to the columns."""
+    return InboundMail(
+        message_id=_message_id(msg),
+        envelope_from=printable(" ".join((envelope_from or "").split()))[:300],
         from_address=_address(_header(msg, "From"))[:300],
-        subject=" ".join(_header(msg, "Subject").split())[:300],
+        subject=_header(msg, "Subject")[:300],
         size=size,
     )
+
+
+def _duplicate(mail: InboundMail, first: InboundMail) -> InboundMail:
+    """Record a mail whose Message-ID was handled before; the Message-ID stays the first mail's own."""
+    what = f"{first.outcome} {first.reason}".strip()
+    mail.detail = f"Message-ID {mail.message_id} was read before, as mail {first.pk} ({what}); nothing was done again."
+    mail.message_id, mail.outcome, mail.reason = "", Outcome.IGNORED, "duplicate"
+    mail.save()
+    return mail
+
+
+def _handle(mail: InboundMail, msg: EmailMessage, envelope_from: str | None, recipients: Sequence[str]) -> None:
+    """Decide what the mail is, apply it and record it, all in one transaction (see receive)."""
     with transaction.atomic():
         reason = machine_mail(msg, envelope_from)
-        if not reason and mail.message_id and InboundMail.objects.filter(message_id=mail.message_id).exists():
-            # The same mail again (an IMAP poll cut short, a resend): it was handled once.
-            reason = "duplicate"
+        if not reason and mail.message_id:
+            first = InboundMail.objects.filter(message_id=mail.message_id).first()
+            if first is not None:
+                # The same mail again (an IMAP poll cut short, a resend): it was handled once.
+                _duplicate(mail, first)
+                return
         token_text, token = ("", None) if reason else _find_token(msg, recipients)
+        too_large = mail.size > settings.KPERF_MAIL_MAX_BYTES
         outcome: Outcome
         detail, outcome = "", Outcome.IGNORED
         if reason:
@@ -283,24 +321,67 @@ def receive(raw: bytes, envelope_from: str | None = None, recipients: Sequence[s
         if outcome == Outcome.IGNORED:
             detail = _SAYS.get(reason, reason).format(
                 days=settings.KPERF_MAIL_REPLY_DAYS,
-                size=size,
+                size=mail.size,
                 limit=settings.KPERF_MAIL_MAX_BYTES,
                 error=detail,
                 sender=mail.from_address or "unknown",
             )
-        mail.token, mail.outcome, mail.reason, mail.detail = token, outcome, reason, detail
+        mail.token, mail.outcome, mail.reason, mail.detail = token, outcome, reason, printable(detail)
+        # Where a second reader of the same mail stops (InboundMail.Meta): IntegrityError, all undone.
         mail.save()
         if outcome == Outcome.IGNORED:
-            answer = _answer(mail, token, reason, detail)
+            answer = _answer(mail, token, reason, mail.detail)
             if answer is not None:
                 InboundMail.objects.filter(pk=mail.pk).update(answer=answer)
                 mail.answer = answer
+
+
+def receive(raw: bytes, envelope_from: str | None = None, recipients: Sequence[str] = ()) -> InboundMail:
+    """Read one mail sent to kperf's reply address; the InboundMail row says what was done and why.
+
+    `envelope_from` is the SMTP MAIL FROM ("" for a bounce's `<>`; None
+    when unknown, as over IMAP, where Return-Path says it); `recipients`
+    are the RCPT TO addresses (empty over IMAP: the headers are read).
+    """
+    size = len(raw)
+    msg = _parse(raw, size > settings.KPERF_MAIL_MAX_BYTES)
+    mail = _fields(msg, envelope_from, size)
+    try:
+        _handle(mail, msg, envelope_from, recipients)
+    except IntegrityError:
+        first = InboundMail.objects.filter(message_id=mail.message_id).first() if mail.message_id else None
+        if first is None:
+            raise
+        # Another reader recorded this Message-ID while we read it: its work stands, ours was rolled back.
+        mail = _duplicate(_fields(msg, envelope_from, size), first)
     log.info(
         "mail %s from %s (%s): %s%s",
         mail.pk,
         mail.from_address or "?",
         mail.message_id or "no Message-ID",
-        outcome,
-        f" ({reason}: {detail})" if reason else f" {detail}",
+        mail.outcome,
+        f" ({mail.reason}: {mail.detail})" if mail.reason else f" {mail.detail}",
     )
+    return mail
+
+
+def message_id(raw: bytes) -> str:
+    """The Message-ID of a message as receive() records it ("" when it has none)."""
+    return _message_id(_parse(raw, True))
+
+
+def unreadable(raw: bytes, error: str) -> InboundMail:
+    """Record a message kperf gave up reading (kperf.core.mail_poll): ignored, `unreadable`, not answered."""
+    try:
+        mail = _fields(_parse(raw, True), None, len(raw))
+    except Exception:  # the message is what failed: record what is sure
+        mail = InboundMail(size=len(raw))
+    mail.outcome, mail.reason = Outcome.IGNORED, "unreadable"
+    mail.detail = printable(f"kperf failed to read it several times and gave up; the last error: {error}")[:4000]
+    try:
+        with transaction.atomic():
+            mail.save()
+    except IntegrityError:  # its Message-ID was handled after all: keep this record beside it
+        mail.message_id = ""
+        mail.save()
     return mail

@@ -13,7 +13,7 @@ from kperf.core.models.history import (
     SummarisedJob,
 )
 from kperf.core.models.lab import Clock, Job, MachineClass, Runner
-from kperf.core.models.mail import InboundMail, ReplyToken
+from kperf.core.models.mail import InboundMail, ReplyToken, UnreadableMail
 from kperf.core.models.results import BootRecord, Comparison, MetricComparison, MetricDef, Sample
 from kperf.core.models.series import PatchSeries
 from kperf.core.models.sharing import SharedJob
@@ -54,4 +54,5 @@ __all__ = [
     "Tree",
     "Triage",
     "TriageEvent",
+    "UnreadableMail",
 ]

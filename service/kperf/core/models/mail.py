@@ -55,8 +55,38 @@ class InboundMail(models.Model):
 
     class Meta:
         ordering = ["-received", "-id"]
-        # Serves the "seen this Message-ID before?" check of every mail received.
-        indexes = [models.Index(fields=["message_id"], name="inbound_mail_msgid_idx")]
+        # One row per Message-ID: two readers of the same mail at once (two
+        # IMAP polls, the listener and a poll) insert the second row into
+        # this constraint, and that reader's transaction, triage included,
+        # is rolled back and recorded as a duplicate without its Message-ID
+        # (kperf.core.inbound.receive). It also serves the "seen this
+        # Message-ID before?" check of every mail received.
+        constraints = [
+            models.UniqueConstraint(
+                fields=["message_id"], condition=~models.Q(message_id=""), name="inbound_mail_unique_msgid"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"mail from {self.from_address or '?'}: {self.outcome} {self.reason}"
+
+
+class UnreadableMail(models.Model):
+    """A message in the IMAP mailbox that kperf failed to read, and how often.
+
+    A message whose reading fails for good (not because the database was
+    away) would stay unread and be tried at every poll forever, and enough
+    of them would fill every poll's batch. After
+    kperf.core.mail_poll.GIVE_UP_AFTER failures it is marked read and
+    recorded as an ignored InboundMail (reason `unreadable`).
+    """
+
+    # "msgid:<Message-ID>", or "uid:<IMAP UID>" for a message without one.
+    key = models.CharField(max_length=320, unique=True)
+    attempts = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True, default="")
+    first = models.DateTimeField(auto_now_add=True)
+    last = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.key}: failed {self.attempts} times"

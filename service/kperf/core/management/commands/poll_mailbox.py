@@ -16,4 +16,10 @@ class Command(BaseCommand):
         result = mail_poll.poll()
         if result is None:
             raise CommandError("KPERF_IMAP_HOST is not set: there is no mailbox to poll (docs/triage.md)")
-        self.stdout.write(f"{result.read} messages read, {result.failed} left for the next poll")
+        if result.busy:
+            self.stdout.write("another poll of the mailbox is running; nothing read")
+            return
+        self.stdout.write(
+            f"{result.read} messages read, {result.failed - result.given_up} left for the next poll, "
+            f"{result.given_up} given up as unreadable"
+        )
