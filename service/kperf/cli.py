@@ -30,6 +30,14 @@ class CliError(Exception):
     pass
 
 
+class Unreachable(CliError):
+    """The server did not answer, or a proxy said it is down (502, 503, 504): worth asking again later."""
+
+
+# What a proxy in front of kperf answers while the service restarts.
+TRANSIENT_STATUS = (502, 503, 504)
+
+
 def config_path() -> Path:
     return Path(os.environ.get("KPERF_CONFIG", Path.home() / ".config" / "kperf" / "config.json"))
 
@@ -56,7 +64,9 @@ class Client:
         try:
             resp = self.session.request(method, url, json=body, timeout=60)
         except requests.RequestException as e:
-            raise CliError(f"cannot reach {self.server}: {e}") from None
+            raise Unreachable(f"cannot reach {self.server}: {e}") from None
+        if resp.status_code in TRANSIENT_STATUS:
+            raise Unreachable(f"{method} {path}: {resp.status_code}: {resp.reason or 'the server is unavailable'}")
         if resp.status_code >= 400:
             try:
                 detail = resp.json().get("detail", resp.text)
@@ -115,7 +125,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.thp:
         body["thp"] = args.thp
     sub = client.call("POST", "/submissions", body)
-    print(f"submission {sub['id']}: {client.server}/submissions/{sub['id']}")
+    # With --wait --json standard output is the JSON alone (for jq).
+    print(
+        f"submission {sub['id']}: {client.server}/submissions/{sub['id']}",
+        file=sys.stderr if args.json and args.wait else sys.stdout,
+    )
     if args.wait:
         from kperf import cli_progress
 
@@ -360,9 +374,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--wait",
         action="store_true",
         help="follow the submission with a progress bar until it finishes; "
-        "exit 0: no regression, 1: regression, 2: failed",
+        "exit 0: no regression, 1: regression, 2: failed, 3: stopped waiting (the server did not answer)",
     )
-    s.add_argument("--json", action="store_true", help="with --wait: print the final result as JSON")
+    s.add_argument(
+        "--json", action="store_true", help="with --wait: print the final result as JSON (progress on stderr)"
+    )
     s.set_defaults(func=cmd_submit)
 
     st = sub.add_parser("status", help="show a submission: builds, progress, verdicts")

@@ -3,9 +3,12 @@
 On a terminal one line is redrawn: the phase, boots done of boots to run
 per side and when the verdict is expected (the API's `eta`). Into a pipe
 or a file, one plain line per change, so a CI log reads as a history.
-When the submission is finished, the whole status (as `kperf status`),
-and the exit status: 0 no regression, 1 at least one regression, 2 failed
-(the status `kperf` exits with on any error, too).
+With --json the progress goes to standard error, and standard output gets
+the final JSON alone (for jq). When the submission is finished, the whole
+status (as `kperf status`), and the exit status: 0 no regression, 1 at
+least one regression, 2 failed (the status `kperf` exits with on any error,
+too), 3 stopped waiting: the server did not answer for KPERF_WAIT_RETRY_SECONDS
+(a restart, a proxy's 502), and the submission goes on without us.
 """
 
 from __future__ import annotations
@@ -17,13 +20,17 @@ import sys
 import time
 from typing import Any, TextIO
 
-from kperf.cli import FINAL, Client, render_status
+from kperf.cli import FINAL, Client, Unreachable, render_status
 
-NO_REGRESSION, REGRESSION, FAILED = 0, 1, 2
+NO_REGRESSION, REGRESSION, FAILED, STOPPED_WAITING = 0, 1, 2, 3
 
 # Seconds between polls; the page refreshes as often.
 POLL_S = 5.0
 BAR_WIDTH = 20
+# How long an unreachable server is asked again before --wait gives up (a
+# service restart or a deploy takes a minute or two), and the pauses between.
+RETRY_S = 300.0
+RETRY_PAUSE_S = (2.0, 60.0)
 
 
 def exit_status(d: dict[str, Any]) -> int:
@@ -89,26 +96,64 @@ def bar(d: dict[str, Any], width: int = BAR_WIDTH) -> str:
     return f"[{'#' * filled}{'.' * (width - filled)}]"
 
 
-def follow(client: Client, sub_id: int, as_json: bool, out: TextIO | None = None, interval: float | None = None) -> int:
+def _get(client: Client, sub_id: int, retry_for: float, err: TextIO) -> dict[str, Any] | None:
+    """The submission, asked again with backoff while the server does not answer; None after `retry_for` s."""
+    give_up = time.monotonic() + retry_for
+    pause, longest = RETRY_PAUSE_S
+    while True:
+        try:
+            d: dict[str, Any] = client.call("GET", f"/submissions/{sub_id}")
+            return d
+        except Unreachable as e:
+            left = give_up - time.monotonic()
+            if left <= 0:
+                print(
+                    f"kperf: stopped waiting for submission {sub_id}: {e}; the submission goes on: "
+                    f"`kperf status {sub_id}` shows it",
+                    file=err,
+                    flush=True,
+                )
+                return None
+            print(f"kperf: {e}; asking again in {min(pause, left):.0f} s", file=err, flush=True)
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, longest)
+
+
+def follow(
+    client: Client,
+    sub_id: int,
+    as_json: bool,
+    out: TextIO | None = None,
+    interval: float | None = None,
+    progress: TextIO | None = None,
+    retry_for: float | None = None,
+) -> int:
     out = out or sys.stdout
+    # The progress goes where the result goes, but never into the JSON.
+    progress = progress or (sys.stderr if as_json else out)
     pause = interval if interval is not None else float(os.environ.get("KPERF_POLL_INTERVAL", POLL_S))
-    tty = out.isatty()
+    patience = retry_for if retry_for is not None else float(os.environ.get("KPERF_WAIT_RETRY_SECONDS", RETRY_S))
+    tty = progress.isatty()
     last = ""
     while True:
-        d = client.call("GET", f"/submissions/{sub_id}")
+        d = _get(client, sub_id, patience, sys.stderr)
+        if d is None:
+            if tty:
+                progress.write("\n")
+            return STOPPED_WAITING
         line = progress_line(d)
         if tty:
             cols = shutil.get_terminal_size().columns
             # Redraw in place: carriage return, then the line cut (and padded) to the terminal's width.
             text = f"{bar(d)} {line}"[: cols - 1]
-            out.write("\r" + text.ljust(cols - 1))
-            out.flush()
+            progress.write("\r" + text.ljust(cols - 1))
+            progress.flush()
         elif line != last:
-            print(line, file=out, flush=True)
+            print(line, file=progress, flush=True)
         last = line
         if d["status"] in FINAL:
             if tty:
-                out.write("\n")
+                progress.write("\n")
             print(json.dumps(d, indent=2) if as_json else render_status(d), file=out, flush=True)
             return exit_status(d)
         time.sleep(pause)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import sys
 from pathlib import Path
 from typing import Any
@@ -40,13 +41,9 @@ def head_fields(args: argparse.Namespace) -> dict[str, Any]:
         data = sys.stdin.buffer.read() if args.mbox == "-" else Path(args.mbox).read_bytes()
     except OSError as e:
         raise MboxError(f"cannot read the mbox {args.mbox}: {e.strerror}") from None
-    try:
-        out["mbox"] = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise MboxError(
-            f"{args.mbox} is not UTF-8 text (byte {e.start}): kperf takes the mbox as b4 am writes it "
-            "(UTF-8); convert it with iconv or fetch the series again with b4 am"
-        ) from None
+    # The bytes as they are: a mail may be latin-1 or 8-bit, and git am
+    # gets exactly what was posted.
+    out["mbox_b64"] = base64.b64encode(data).decode("ascii")
     return out
 
 

@@ -214,6 +214,9 @@ KPERF_GIT_TIMEOUT = env_int("KPERF_GIT_TIMEOUT", 1800, minimum=10)
 # series is well under a megabyte), and the tree a submission without one
 # applies on (a release tag such as v6.1 names the same kernel there).
 KPERF_MAX_MBOX_BYTES = env_int("KPERF_MAX_MBOX_BYTES", 4 * 1024 * 1024, minimum=1024)
+# Workers that may try to apply a series before its submission fails as the
+# infrastructure's fault (a full disk, a killed worker, the storage down).
+KPERF_SERIES_APPLY_ATTEMPTS = env_int("KPERF_SERIES_APPLY_ATTEMPTS", 3, minimum=1)
 KPERF_DEFAULT_TREE = env_str("KPERF_DEFAULT_TREE", "https://git.kernel.org/pub/scm/linux/kernel/git/torvalds/linux.git")
 KPERF_LEASE_SECONDS = env_int("KPERF_LEASE_SECONDS", 900, minimum=30)
 KPERF_JOB_MAX_ATTEMPTS = env_int("KPERF_JOB_MAX_ATTEMPTS", 3, minimum=1)

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import base64
+import os
+import re
 import shutil
+import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
-from kperf.core import alerts, artifacts, series, series_git
+from kperf import storage_settings
+from kperf.core import alerts, artifacts, gitops, series, series_git, sweeper, workflow
 from kperf.core.models import Alert, KernelBuild, PatchSeries, Submission, SubmissionBuild
 from kperf.core.workflow import prepare_submission
 from kperf.testing.mbox import b4_mbox, message_id
 
-from .conftest import Api, git
+from .conftest import Api, git, kperf_cli
 from .test_alerts import Inbox, real_smtp_backend, smtp  # noqa: F401 (fixtures)
 
 COVER_ID = message_id("cover")
@@ -141,8 +148,6 @@ def test_a_series_is_applied_on_the_base_and_built_like_a_branch(
     # The tree's own branches are as they were, and survive a refetch with the series ref.
     assert "refs/heads/series" in git(mirror, "for-each-ref", "--format=%(refname)")
     assert git(mirror, "rev-parse", "refs/heads/master") == sub.base_sha
-    from kperf.core import gitops
-
     gitops.update_mirror(str(small_tree), mirror)
     assert git(mirror, "rev-parse", f"refs/kperf/series/{sub.pk}") == sub.head_sha
     head = SubmissionBuild.objects.get(submission=sub, side="head").build
@@ -176,6 +181,8 @@ def test_a_series_that_does_not_apply_fails_naming_the_patch_and_gits_error(
         ({"mbox": "not a mail\n"}, "mbox", "not an mbox"),
         ({"mail_to": ["not-an-address"]}, "mail_to", "not an e-mail address"),
         ({"branch": "feature"}, "mbox", "not both"),
+        ({"mbox_b64": base64.b64encode(b"x").decode()}, "mbox", "mbox (text) or mbox_b64, not both"),
+        ({"mbox": None, "mbox_b64": "not base64!"}, "mbox_b64", "mbox_b64 is not base64"),
     ],
 )
 def test_a_bad_series_submission_gets_a_400_and_stores_nothing(
@@ -188,7 +195,8 @@ def test_a_bad_series_submission_gets_a_400_and_stores_nothing(
     field: str,
     says: str,
 ) -> None:
-    resp = alice_api.post("/submissions", {**series_body(small_tree, mbox), **change})
+    body = {k: v for k, v in {**series_body(small_tree, mbox), **change}.items() if v is not None}
+    resp = alice_api.post("/submissions", body)
     assert resp.status_code == 400
     assert resp.json()["field"] == field and says in resp.json()["detail"]
     assert not Submission.objects.exists() and not PatchSeries.objects.exists()
@@ -216,7 +224,31 @@ def test_the_answer_goes_to_the_chosen_addresses_in_reply_to_the_cover_letter(
     assert Alert.objects.get().in_reply_to == COVER_ID
 
 
-def test_the_cli_refuses_an_mbox_that_is_not_utf8_before_sending_anything(
+def latin1(mbox: bytes) -> bytes:
+    """The series with an 8-bit latin-1 name in the first patch's message, as older mailers send it."""
+    data = mbox.replace(b"\nLink: https://lore", b"\nReported-by: Ren\xe9 <rene@example.org>\nLink: https://lore", 1)
+    assert data != mbox
+    return data
+
+
+@pytest.mark.django_db
+def test_the_cli_sends_the_mbox_bytes_as_they_are_so_a_latin1_series_is_taken_and_applied(
+    live_server: Any, alice_api: Api, small_tree: Path, mbox: bytes, qemu_class: Any, settings_dirs: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "latin1.mbx"
+    path.write_bytes(latin1(mbox))
+    out = kperf_cli(live_server.url, alice_api, tmp_path / "cli.json")(
+        "submit", "--mbox", str(path), "--tree", str(small_tree), "--base", "master"
+    )
+    assert out.returncode == 0, out.stderr
+    sub = Submission.objects.get()
+    assert artifacts.read_checked(PatchSeries.objects.get(submission=sub).mbox, "mbox") == latin1(mbox)
+    prepare_submission(sub.pk)
+    sub.refresh_from_db()
+    assert sub.status == Submission.Status.BUILDING, sub.error
+
+
+def test_the_cli_refuses_an_unreadable_mbox_and_a_branch_with_it_before_sending_anything(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from kperf import cli
@@ -225,15 +257,23 @@ def test_the_cli_refuses_an_mbox_that_is_not_utf8_before_sending_anything(
     monkeypatch.setenv("KPERF_SERVER", "http://127.0.0.1:9")
     monkeypatch.setenv("KPERF_TOKEN", "t")
     monkeypatch.setenv("KPERF_CONFIG", str(tmp_path / "cli.json"))
-    latin1 = tmp_path / "latin1.mbox"
-    latin1.write_bytes(b"From git@z Thu Jan  1 00:00:00 1970\nSubject: [PATCH] caf\xe9\n")
-    assert cli.main(["submit", "--mbox", str(latin1), "--base", "v6.1"]) == 2
-    assert "not UTF-8 text" in capsys.readouterr().err
     assert cli.main(["submit", "--mbox", str(tmp_path / "missing.mbx"), "--base", "v6.1"]) == 2
     assert "cannot read the mbox" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        cli.main(["submit", "--mbox", str(latin1), "--branch", "x", "--base", "v6.1"])
+        cli.main(["submit", "--mbox", str(tmp_path / "x.mbx"), "--branch", "x", "--base", "v6.1"])
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+@pytest.mark.django_db
+def test_the_api_takes_the_mbox_bytes_in_base64(
+    alice_api: Api, small_tree: Path, mbox: bytes, qemu_class: Any, settings_dirs: Any
+) -> None:
+    body = series_body(small_tree, mbox)
+    del body["mbox"]
+    resp = alice_api.post("/submissions", body | {"mbox_b64": base64.b64encode(latin1(mbox)).decode()})
+    assert resp.status_code == 201, resp.content
+    ps = PatchSeries.objects.get(submission_id=resp.json()["id"])
+    assert ps.patch_count == 2 and artifacts.read_checked(ps.mbox, "mbox") == latin1(mbox)
 
 
 @pytest.mark.django_db
@@ -258,3 +298,155 @@ def test_the_web_form_takes_the_mbox_as_a_file_and_the_page_shows_the_series(
     resp = browser.post("/submissions/new", fields | {"mbox": SimpleUploadedFile("x.html", b"<html></html>")})
     assert resp.status_code == 200 and "not an mbox" in resp.content.decode()
     assert Submission.objects.count() == 1
+
+
+def without_dates(data: bytes) -> bytes:
+    return re.sub(rb"(?m)^Date: .*\n", b"", data)
+
+
+def mirror_of(tree: Path, root: Path) -> Path:
+    mirror = root / "mirror.git"
+    gitops.update_mirror(str(tree), mirror)
+    return mirror
+
+
+@pytest.mark.parametrize("cover_date", [True, False])
+def test_patches_without_a_date_get_the_series_date_so_every_apply_gives_the_same_sha(
+    series_tree: Path, mbox: bytes, tmp_path: Path, settings_dirs: Any, cover_date: bool
+) -> None:
+    cover, *patches = series.split_mbox(mbox)
+    date = "Tue, 14 Nov 2023 10:00:00 +0100"
+    cover = re.sub(rb"(?m)^Date: .*$", f"Date: {date}".encode(), cover) if cover_date else without_dates(cover)
+    parsed = series.parse(cover + without_dates(b"".join(patches)), max_bytes=1 << 20)
+    base = git(series_tree, "rev-parse", "master")
+    # git am would take the clock's time for a patch without a Date: header.
+    shas = [
+        series_git.am(mirror_of(series_tree, tmp_path / f"m{i}"), base, "master", parsed, "refs/kperf/x")
+        for i in (1, 2)
+    ]
+    assert shas[0] == shas[1]
+    dates = git(tmp_path / "m1" / "mirror.git", "log", "--format=%aD|%cD", f"{base}..{shas[0]}").splitlines()
+    expected = date if cover_date else "Thu, 1 Jan 1970 00:00:00 +0000"
+    assert dates == [f"{expected}|{expected}"] * 2
+
+
+def test_a_date_git_cannot_read_is_refused_naming_the_patch(mbox: bytes) -> None:
+    data = re.sub(rb"(?m)^Date: .*$", b"Date: next tuesday", mbox)
+    with pytest.raises(series.SeriesError, match=r"message 2 .* has a Date: header that cannot be read"):
+        series.parse(data, max_bytes=1 << 20)
+
+
+@pytest.mark.django_db
+def test_an_applied_series_ref_is_reused_and_never_moved(
+    alice_api: Api, small_tree: Path, mbox: bytes, qemu_class: Any, settings_dirs: Any
+) -> None:
+    sub_id = alice_api.post("/submissions", series_body(small_tree, mbox)).json()["id"]
+    prepare_submission(sub_id)
+    sub = Submission.objects.get(pk=sub_id)
+    mirror, ref = sub.tree.mirror_path, f"refs/kperf/series/{sub_id}"
+    # A worker re-driven after the apply (it died before the row moved on) takes the commits that are there.
+    assert series_git.apply(sub) == sub.head_sha
+    # A ref that names something else is not moved to what applying gives now: a build may name it.
+    git(mirror, "update-ref", ref, sub.base_sha)
+    with pytest.raises(gitops.GitError, match="kperf does not move it"):
+        series_git.apply(sub)
+    assert git(mirror, "rev-parse", ref) == sub.base_sha
+
+
+@pytest.mark.django_db
+def test_control_characters_of_encoded_headers_are_dropped_before_they_are_stored(
+    alice_api: Api, small_tree: Path, mbox: bytes, qemu_class: Any, settings_dirs: Any
+) -> None:
+    # PostgreSQL refuses U+0000 in text and jsonb: this was a 500, and an mbox stored that no row named.
+    data = mbox.replace(
+        b"Subject: [PATCH 0/2] readme and notes", b"Subject: [PATCH 0/2] =?utf-8?q?readme=00_and_notes?="
+    )
+    data = data.replace(
+        b"Subject: [PATCH 1/2] readme: say more", b"Subject: [PATCH 1/2] =?utf-8?q?readme=3A_say=07_more?="
+    )
+    data = data.replace(b"From: Dev <", b"From: =?utf-8?q?D=00ev=09X?= <")
+    resp = alice_api.post("/submissions", series_body(small_tree, data))
+    assert resp.status_code == 201, resp.content
+    ps = PatchSeries.objects.get(submission_id=resp.json()["id"])
+    assert ps.subject == "readme and notes" and ps.author == "Dev X <dev@example.org>"
+    assert ps.patches[0]["subject"] == "[PATCH 1/2] readme: say more"
+
+
+@pytest.mark.django_db
+def test_a_series_postgresql_refuses_leaves_no_mbox_in_the_storage(
+    alice: Any, small_tree: Path, mbox: bytes, qemu_class: Any, settings_dirs: Any, tmp_path: Path
+) -> None:
+    from django.db import IntegrityError, connection
+
+    with connection.cursor() as cur:
+        cur.execute("ALTER TABLE core_patchseries ADD CONSTRAINT refuse_all CHECK (false) NOT VALID")
+
+    # A storage of its own, empty: assigning STORAGES makes Django drop the storages it had opened.
+    settings_dirs.STORAGES = storage_settings.storages(tmp_path / "artifacts")
+    req = workflow.SubmissionRequest(str(small_tree), "", "master", mbox=mbox)
+    with pytest.raises(IntegrityError):
+        workflow.create_submission(alice, req)
+    assert not list((tmp_path / "artifacts").rglob("*.mbox"))
+
+
+def queued_series(api: Api, tree: Path, mbox: bytes) -> int:
+    sub_id: int = api.post("/submissions", series_body(tree, mbox)).json()["id"]
+    return sub_id
+
+
+@pytest.mark.django_db
+def test_an_infrastructure_error_is_tried_again_a_bounded_number_of_times_then_fails_saying_so(
+    alice_api: Api, small_tree: Path, mbox: bytes, qemu_class: Any, settings_dirs: Any
+) -> None:
+    settings_dirs.KPERF_SERIES_APPLY_ATTEMPTS = 3
+    # The scratch directory cannot be made: as a full disk, it fails every time.
+    Path(settings_dirs.KPERF_BUILD_ROOT).mkdir(parents=True)
+    (Path(settings_dirs.KPERF_BUILD_ROOT) / "series").write_text("not a directory")
+    sub_id = queued_series(alice_api, small_tree, mbox)
+    for attempt in (1, 2):
+        prepare_submission(sub_id)
+        sub = Submission.objects.get(pk=sub_id)
+        assert sub.status == Submission.Status.QUEUED and not sub.error
+        assert PatchSeries.objects.get(submission=sub).apply_attempts == attempt
+    prepare_submission(sub_id)
+    sub = Submission.objects.get(pk=sub_id)
+    assert sub.status == Submission.Status.FAILED
+    assert "in 3 attempts" in sub.error and "kperf's infrastructure, not the series" in sub.error
+    assert "Error" in sub.error  # what failed, for the operator
+    assert PatchSeries.objects.get(submission=sub).failed_patch is None
+
+
+@pytest.mark.django_db
+def test_a_series_whose_workers_were_all_killed_fails_instead_of_being_sent_again(
+    alice_api: Api, small_tree: Path, mbox: bytes, qemu_class: Any, settings_dirs: Any
+) -> None:
+    settings_dirs.KPERF_SERIES_APPLY_ATTEMPTS = 2
+    sub_id = queued_series(alice_api, small_tree, mbox)
+    PatchSeries.objects.filter(submission_id=sub_id).update(apply_attempts=2)  # both began, neither finished
+    prepare_submission(sub_id)
+    sub = Submission.objects.get(pk=sub_id)
+    assert sub.status == Submission.Status.FAILED
+    assert "2 workers began and none finished" in sub.error and "infrastructure" in sub.error
+
+
+@pytest.mark.django_db
+def test_the_sweeper_gives_a_series_being_applied_its_time_limit_and_removes_killed_checkouts(
+    alice_api: Api, small_tree: Path, mbox: bytes, qemu_class: Any, settings_dirs: Any
+) -> None:
+    settings_dirs.KPERF_REDRIVE_AFTER_SECONDS = 1
+    settings_dirs.KPERF_GIT_TIMEOUT = 60
+    sub_id = queued_series(alice_api, small_tree, mbox)
+    PatchSeries.objects.filter(submission_id=sub_id).update(apply_attempts=1)
+    Submission.objects.filter(pk=sub_id).update(updated=timezone.now() - timedelta(seconds=120))
+    assert "submissions re-prepared" not in sweeper.redrive()  # a worker may still be applying it
+    Submission.objects.filter(pk=sub_id).update(updated=timezone.now() - timedelta(seconds=4 * 60 + 200))
+    assert sweeper.redrive()["submissions re-prepared"] == 1
+
+    root = Path(settings_dirs.KPERF_BUILD_ROOT) / "series"
+    old, new = root / "am-old", root / "am-new"
+    for d in (old, new):
+        (d / "tree").mkdir(parents=True)
+    hours_ago = time.time() - 2 * 3600
+    os.utime(old, (hours_ago, hours_ago))
+    assert sweeper.redrive()["series scratch repositories removed"] == 1
+    assert not old.exists() and new.exists()

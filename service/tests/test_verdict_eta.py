@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import http.server
 import io
+import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -17,7 +20,8 @@ from django.test import Client
 from django.utils import timezone
 
 from kperf import cli_progress
-from kperf.cli import render_status
+from kperf.cli import Client as CliClient
+from kperf.cli import CliError, render_status
 from kperf.core import benchmarks
 from kperf.core.models import Job, KernelBuild, MachineClass, Runner, Submission, SubmissionBuild, Tree
 from kperf.core.workflow import schedule_jobs
@@ -363,3 +367,114 @@ def test_on_a_terminal_the_progress_bar_is_redrawn_in_place_and_a_regression_exi
     narrow = Terminal()
     cli_progress.follow(Answers(answer("testing", 1), answer("failed", 1)), 7, False, narrow, 0)  # type: ignore[arg-type]
     assert narrow.getvalue().split("\r")[1] == "[##########..........] #7 testing (head"
+
+
+def test_kperf_submit_wait_json_prints_the_json_alone_on_stdout_and_the_progress_on_stderr(
+    live_server: Any,
+    alice: Any,
+    alice_api: Api,
+    qemu_class: MachineClass,
+    small_tree: Path,
+    settings_dirs: Any,
+    tmp_path: Path,
+) -> None:
+    settings_dirs.KPERF_ALLOW_LOCAL_TREES = True
+    env = dict(
+        os.environ,
+        KPERF_SERVER=live_server.url,
+        KPERF_TOKEN=alice_api.token or "",
+        KPERF_CONFIG=str(tmp_path / "config.json"),
+        KPERF_POLL_INTERVAL="0.1",
+    )
+    kperf = str(Path(sys.executable).parent / "kperf")
+    args = ["submit", "--tree", str(small_tree), "--branch", "feature", "--base", "master", "--wait", "--json"]
+    # Into a pipe, as `kperf submit --wait --json | jq` runs it.
+    proc = subprocess.Popen([kperf, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not Submission.objects.exists():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    sub = Submission.objects.get()
+    time.sleep(0.3)  # a few polls while it is queued
+    Submission.objects.filter(pk=sub.pk).update(status=Submission.Status.FAILED, error="the head does not build")
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 2, stderr
+    d = json.loads(stdout)
+    assert d["id"] == sub.pk and d["status"] == "failed"
+    assert f"submission {sub.pk}: " in stderr and f"#{sub.pk} queued" in stderr
+    assert f"#{sub.pk} failed · verdict: failed" in stderr
+
+
+class FlakyServer:
+    """A real HTTP server answering GET /api/v1/submissions/7 with each of `answers` in turn:
+    a status code (502), "drop" (the connection closed without an answer), or a JSON body."""
+
+    def __init__(self, *answers: Any) -> None:
+        self.answers = list(answers)
+        self.asked = 0
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                assert self.path == "/api/v1/submissions/7"
+                owner.asked += 1
+                a = owner.answers.pop(0) if len(owner.answers) > 1 else owner.answers[0]
+                if a == "drop":
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                body = json.dumps(a if isinstance(a, dict) else {"detail": "bad gateway"}).encode()
+                self.send_response(200 if isinstance(a, dict) else int(a))
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_wait_asks_again_through_a_restart_and_a_proxys_502(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli_progress, "RETRY_PAUSE_S", (0.01, 0.05))
+    server = FlakyServer(answer("testing", 1), 502, "drop", 503, 504, answer("done", 2, ("no change",)))
+    out, progress = io.StringIO(), io.StringIO()
+    try:
+        code = cli_progress.follow(CliClient(server.url, "t"), 7, True, out, 0, progress=progress, retry_for=30)
+    finally:
+        server.close()
+    assert code == 0 and json.loads(out.getvalue())["status"] == "done"
+    assert server.asked == 6
+    err = capsys.readouterr().err
+    assert "502" in err and "asking again in" in err and "cannot reach" in err
+
+
+def test_wait_gives_up_after_its_bound_with_its_own_exit_status_and_says_the_submission_goes_on(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli_progress, "RETRY_PAUSE_S", (0.05, 0.1))
+    server = FlakyServer(answer("testing", 1), 503)
+    try:
+        code = cli_progress.follow(CliClient(server.url, "t"), 7, False, io.StringIO(), 0, retry_for=0.5)
+    finally:
+        server.close()
+    assert code == cli_progress.STOPPED_WAITING == 3
+    assert server.asked > 3  # asked again until the bound, then stopped
+    err = capsys.readouterr().err
+    assert "stopped waiting for submission 7" in err and "the submission goes on: `kperf status 7`" in err
+    # A refusal is no outage: it ends the wait at once, as any error (exit 2).
+    server = FlakyServer(404)
+    try:
+        with pytest.raises(CliError, match="404"):
+            cli_progress.follow(CliClient(server.url, "t"), 7, False, io.StringIO(), 0, retry_for=30)
+    finally:
+        server.close()

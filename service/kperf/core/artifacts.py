@@ -16,6 +16,7 @@ they are still read, and `kperf-manage archive --build-files` copies them in.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -28,6 +29,8 @@ from django.core.files.storage import Storage, storages
 from kperf.storage_settings import ARTIFACTS
 
 _CHUNK = 1 << 20
+
+log = logging.getLogger("kperf.artifacts")
 
 
 class ArtifactUnavailable(Exception):
@@ -86,6 +89,14 @@ def put_file(key: str, path: Path) -> dict[str, Any]:
 
 def put_bytes(key: str, data: bytes) -> dict[str, Any]:
     return _save(key, ContentFile(data, name=key.rsplit("/", 1)[-1]), hashlib.sha256(data).hexdigest(), len(data))
+
+
+def discard(meta: Mapping[str, Any]) -> None:
+    """Remove an object no row names (its row was never created); a failure is logged, not raised."""
+    try:
+        storage().delete(str(meta["key"]))
+    except Exception as e:
+        log.warning("could not remove %s from the %s, which no row names: %s", meta.get("key"), where(), e)
 
 
 def open_artifact(meta: Mapping[str, Any], what: str) -> IO[bytes]:

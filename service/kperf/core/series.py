@@ -5,6 +5,15 @@ or a worker runs git: not an mbox, no patches, a patch missing from the
 numbering, HTML instead of plain text, too big. The messages are kept as the
 bytes they came in (git am gets exactly those); Python's email package only
 reads their headers and bodies.
+
+Header values kperf stores (subjects, authors) have their control characters
+removed: an encoded word may carry any byte (`=?utf-8?q?a=00b?=`), and
+PostgreSQL refuses a NUL in text and jsonb.
+
+git am takes a commit's author date from the patch's Date: header, and the
+clock's time when there is none: a patch without one gets the series' date
+(the cover letter's Date, else the Unix epoch) in the copy git am reads, so
+the same series on the same base is the same sha on every machine.
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ from dataclasses import dataclass, field
 from email import policy
 from email.message import EmailMessage
 from email.parser import BytesParser
-from email.utils import parseaddr
+from email.utils import format_datetime, parseaddr, parsedate_to_datetime
 
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
@@ -34,6 +43,10 @@ _NUMBERS = re.compile(r"\[[^\]]*?\b(\d+)/(\d+)\s*\]")
 _DIFF = re.compile(r"^(diff --git |--- \S|Index: \S)", re.MULTILINE)
 _MSGID = re.compile(r"^[\x21-\x7e]+$")
 # b4 am -l adds "Link: https://lore.kernel.org/r/<id>" (or patch.msgid.link) to each patch.
+# C0 controls but the tab, DEL and C1 controls: nothing a subject or a name means.
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+# The date of a patch that has no Date: header and no cover letter's to take.
+EPOCH_DATE = "Thu, 01 Jan 1970 00:00:00 +0000"
 _LINK = re.compile(r"^Link: https?://(?:lore\.kernel\.org/r|patch\.msgid\.link)/(\S+?)/?\s*$", re.MULTILINE)
 
 
@@ -48,6 +61,7 @@ class Patch:
     author: str
     message_id: str
     raw: bytes = field(repr=False)
+    has_date: bool = True
 
     def as_dict(self) -> dict[str, object]:
         return {"number": self.number, "subject": self.subject, "author": self.author, "message_id": self.message_id}
@@ -60,6 +74,8 @@ class Series:
     message_id: str  # what the result mail answers: the cover letter, or the thread the patches answer
     has_cover: bool
     patches: list[Patch]
+    # The Date: git am gets for a patch without one (see the module's docstring).
+    date: str = EPOCH_DATE
 
     @property
     def label(self) -> str:
@@ -68,7 +84,16 @@ class Series:
 
     def patches_mbox(self) -> bytes:
         """The patches alone, in order, for git am (a cover letter has no diff and would stop it)."""
-        return b"".join(p.raw if p.raw.endswith(b"\n") else p.raw + b"\n" for p in self.patches)
+        return b"".join(self._dated(p) for p in self.patches)
+
+    def _dated(self, p: Patch) -> bytes:
+        raw = p.raw if p.raw.endswith(b"\n") else p.raw + b"\n"
+        if p.has_date:
+            return raw
+        # After the separator line, with its line ending: the first header.
+        separator, _, rest = raw.partition(b"\n")
+        eol = b"\r\n" if separator.endswith(b"\r") else b"\n"
+        return separator + b"\n" + b"Date: " + self.date.encode() + eol + rest
 
 
 def split_mbox(data: bytes) -> list[bytes]:
@@ -119,12 +144,26 @@ def clean_message_id(value: str, what: str) -> str:
     return mid
 
 
+def header(msg: EmailMessage, name: str) -> str:
+    """A header's decoded value without control characters (the tab kept)."""
+    return _CONTROL.sub("", str(msg.get(name, "")))
+
+
+def _date(msg: EmailMessage) -> str | None:
+    """The message's Date: as git reads it, or None when it has none or one that cannot be read."""
+    value = header(msg, "Date").strip()
+    try:
+        return format_datetime(parsedate_to_datetime(value)) if value else None
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+
+
 def _strip_prefix(subject: str) -> str:
     return _PREFIX.sub("", subject).strip() or subject.strip()
 
 
 def _author(msg: EmailMessage) -> str:
-    name, addr = parseaddr(str(msg.get("From", "")))
+    name, addr = parseaddr(header(msg, "From"))
     return (f"{name} <{addr}>" if name else addr)[:300]
 
 
@@ -146,11 +185,11 @@ def parse(data: bytes, max_bytes: int) -> Series:
     for i, raw in enumerate(split_mbox(data), start=1):
         msg = BytesParser(policy=policy.default).parsebytes(raw)
         assert isinstance(msg, EmailMessage)
-        subject = " ".join(str(msg.get("Subject", "")).split())
+        subject = " ".join(header(msg, "Subject").split())
         where = f"message {i} ({subject[:60]!r})" if subject else f"message {i}"
         if not subject:
             raise SeriesError(f"{where} has no Subject: header; git am takes the commit title from it")
-        if not parseaddr(str(msg.get("From", "")))[1]:
+        if not parseaddr(header(msg, "From"))[1]:
             raise SeriesError(f"{where} has no From: address; git am takes the commit's author from it")
         body = _text_body(msg)
         if body is None:
@@ -160,7 +199,7 @@ def parse(data: bytes, max_bytes: int) -> Series:
             )
         numbers = _NUMBERS.search(subject)
         number = (int(numbers.group(1)), int(numbers.group(2))) if numbers else None
-        mid = clean_message_id(str(msg.get("Message-ID", "")), where)
+        mid = clean_message_id(header(msg, "Message-ID"), where)
         if not _DIFF.search(body):
             if number is not None and number[0] == 0 and cover is None:
                 cover, declared = (msg, mid), number[1]
@@ -173,12 +212,17 @@ def parse(data: bytes, max_bytes: int) -> Series:
             link = _LINK.search(body)
             mid = clean_message_id(link.group(1), where) if link else ""
         if not patches:
-            parents = str(msg.get("In-Reply-To", "")).split()
+            parents = header(msg, "In-Reply-To").split()
             try:
                 reply_parent = clean_message_id(parents[0], where) if parents else ""
             except SeriesError:
                 reply_parent = ""  # only a hint for threading: a mangled one is not worth refusing the series
-        patch = Patch(0, subject, _author(msg), mid, raw)
+        if "Date" in msg and _date(msg) is None:
+            raise SeriesError(
+                f"{where} has a Date: header that cannot be read ({header(msg, 'Date')[:60]!r}): git am takes "
+                "the commit's date from it; give an RFC 2822 date (as git send-email writes it) or remove the header"
+            )
+        patch = Patch(0, subject, _author(msg), mid, raw, has_date="Date" in msg)
         patches.append((number[0] if number else None, patch))
     if not patches:
         raise SeriesError("the mbox has no patches (no message contains a diff): give the mbox b4 am writes")
@@ -189,7 +233,8 @@ def parse(data: bytes, max_bytes: int) -> Series:
         p.number = n
     if cover is not None:
         msg, mid = cover
-        return Series(_strip_prefix(str(msg["Subject"])), _author(msg), mid, True, ordered)
+        subject = _strip_prefix(" ".join(header(msg, "Subject").split()))
+        return Series(subject, _author(msg), mid, True, ordered, _date(msg) or EPOCH_DATE)
     first = ordered[0]
     # Without the cover letter (b4 am -o- of a series sent with one keeps
     # it out), the patches still answer it: In-Reply-To names it.

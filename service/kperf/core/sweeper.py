@@ -16,7 +16,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from kperf.core import building, dispatch, leases, owners
+from kperf.core import building, dispatch, leases, owners, series_git
 from kperf.core.models import BranchCommit, KernelBuild, Submission
 
 log = logging.getLogger("kperf.sweeper")
@@ -47,11 +47,13 @@ def redrive() -> dict[str, int]:
 
     # Fetching the tree: duplicates are safe (one fetch at a time per mirror,
     # then the conditional status check), so the deadline is the plain one.
-    for sub_id in list(
-        Submission.objects.filter(status=Submission.Status.QUEUED, updated__lt=now - _deadline(0)).values_list(
-            "pk", flat=True
-        )
-    ):
+    # A series a worker began applying waits for the task's hard time limit:
+    # a duplicate would cost a kernel checkout and one of its bounded attempts.
+    queued = Submission.objects.filter(status=Submission.Status.QUEUED)
+    applying = queued.filter(series__apply_attempts__gt=0)
+    stale = queued.filter(updated__lt=now - _deadline(0)).exclude(pk__in=applying.values("pk"))
+    stale_applying = applying.filter(updated__lt=now - _deadline(series_git.prepare_time_limit() + 60))
+    for sub_id in list(stale.values_list("pk", flat=True)) + list(stale_applying.values_list("pk", flat=True)):
         if dispatch.send("kperf.prepare_submission", sub_id):
             Submission.objects.filter(pk=sub_id, status=Submission.Status.QUEUED).update(updated=now)
             done["submissions re-prepared"] += 1
@@ -74,6 +76,8 @@ def redrive() -> dict[str, int]:
             if dispatch.send(kind.analyse_task, pk):
                 model.objects.filter(pk=pk, status=owners.ANALYSING).update(updated=now)
                 done[f"{kind.name} analyses re-sent"] += 1
+    # The scratch checkouts (about a gigabyte each) of series applies whose worker was killed.
+    done["series scratch repositories removed"] = series_git.sweep_scratch()
     changed = {k: v for k, v in done.items() if v}
     if changed:
         log.info("sweep: %s", ", ".join(f"{k}: {v}" for k, v in sorted(changed.items())))

@@ -22,6 +22,7 @@ from kperf.core import (
     leases,
     mail_poll,
     owners,
+    series_git,
     sweeper,
     tracking,
     workflow,
@@ -47,7 +48,8 @@ _DEFAULT = _limits(settings.KPERF_TASK_TIME_LIMIT)
 _GIT = _limits(settings.KPERF_GIT_TIMEOUT + 120)
 
 
-@shared_task(name="kperf.prepare_submission", **_GIT)
+# Fetching the tree, and for a patch series a checkout, git am and a fetch back.
+@shared_task(name="kperf.prepare_submission", **_limits(series_git.prepare_time_limit()))
 def prepare_submission(sub_id: int) -> None:
     workflow.prepare_submission(sub_id)
 

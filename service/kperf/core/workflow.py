@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import Exists, Max, OuterRef
+from django.db.models import Exists, F, Max, OuterRef
 from django.utils import timezone
 
 from kperf.core import alerts, artifacts, benchmarks, building, dispatch, gitops, series, series_git, sharing, states
@@ -149,37 +149,51 @@ def validate(req: SubmissionRequest) -> SubmissionRequest:
 
 def create_submission(owner: User, req: SubmissionRequest) -> Submission:
     clean = validate(req)
-    with transaction.atomic():
-        tree, _ = Tree.objects.get_or_create(url=clean.tree_url)
-        sub = Submission.objects.create(
-            owner=owner,
-            tree=tree,
-            kind=Submission.Kind.SERIES if clean.series else Submission.Kind.BRANCH,
-            mail_to=clean.mail_to,
-            head_ref=clean.head_ref,
-            base_ref=clean.base_ref,
-            benchmarks=clean.benchmarks,
-            grid=clean.grid,
-            arches=clean.arches,
-            min_effect_pct=clean.min_effect_pct,
-            boot_params=clean.boot_params,
-            thp=clean.thp,
-        )
-        if clean.series is not None and clean.mbox is not None:
-            _store_series(sub, clean.series, clean.mbox)
-        dispatch.after_commit("kperf.prepare_submission", sub.pk)
+    stored: dict[str, Any] = {}
+    try:
+        with transaction.atomic():
+            sub = _create(owner, clean, stored)
+    except BaseException:
+        # The mbox is stored last in the transaction: only a failed commit
+        # (or a row update) gets here with it stored, and no row will name it.
+        if stored:
+            artifacts.discard(stored)
+        raise
     log.info("submission %s: %s %s vs %s queued", sub.pk, clean.tree_url, clean.head_ref, clean.base_ref)
     return sub
 
 
-def _store_series(sub: Submission, parsed: series.Series, mbox: bytes) -> None:
-    """Keep the mbox as it came (sha256 checked) and what was read from it (caller's transaction).
+def _create(owner: User, clean: SubmissionRequest, stored: dict[str, Any]) -> Submission:
+    """The rows of a validated request (caller's transaction); `stored` gets the stored mbox's meta."""
+    tree, _ = Tree.objects.get_or_create(url=clean.tree_url)
+    sub = Submission.objects.create(
+        owner=owner,
+        tree=tree,
+        kind=Submission.Kind.SERIES if clean.series else Submission.Kind.BRANCH,
+        mail_to=clean.mail_to,
+        head_ref=clean.head_ref,
+        base_ref=clean.base_ref,
+        benchmarks=clean.benchmarks,
+        grid=clean.grid,
+        arches=clean.arches,
+        min_effect_pct=clean.min_effect_pct,
+        boot_params=clean.boot_params,
+        thp=clean.thp,
+    )
+    dispatch.after_commit("kperf.prepare_submission", sub.pk)
+    if clean.series is not None and clean.mbox is not None:
+        _store_series(sub, clean.series, clean.mbox, stored)
+    return sub
 
-    ArtifactUnavailable when the storage cannot take it: the transaction
-    rolls back and nothing of the submission is left.
+
+def _store_series(sub: Submission, parsed: series.Series, mbox: bytes, stored: dict[str, Any]) -> None:
+    """Keep what was read from the mbox, then the mbox as it came (sha256 checked, its meta in `stored`).
+
+    The row first: one PostgreSQL refuses leaves no mbox stored that no row
+    names. ArtifactUnavailable when the storage cannot take it: the
+    transaction rolls back and nothing of the submission is left.
     """
-    meta = artifacts.put_bytes(f"series/{sub.pk}/series.mbox", mbox)
-    PatchSeries.objects.create(
+    ps = PatchSeries.objects.create(
         submission=sub,
         subject=parsed.subject[:300],
         author=parsed.author,
@@ -187,8 +201,9 @@ def _store_series(sub: Submission, parsed: series.Series, mbox: bytes) -> None:
         has_cover=parsed.has_cover,
         patch_count=len(parsed.patches),
         patches=[p.as_dict() for p in parsed.patches],
-        mbox=meta,
     )
+    stored.update(artifacts.put_bytes(f"series/{sub.pk}/series.mbox", mbox))
+    PatchSeries.objects.filter(pk=ps.pk).update(mbox=stored)
 
 
 def fail_submission(sub: Submission, message: str) -> None:
@@ -243,20 +258,68 @@ def prepare_submission(sub_id: int) -> None:
 
 
 def _apply_series(sub: Submission) -> str:
-    """The head sha of a series applied on base_sha; "" once the submission failed because it did not apply."""
-    failed_patch = None
+    """The head sha of a series applied on base_sha; "" once it failed, or when it is tried again later.
+
+    A patch that does not apply fails the submission at once: applying it
+    again would give the same. Anything else (a full disk, git or the
+    storage failing, the time limit) is the infrastructure's: it is tried
+    again with backoff, and after KPERF_SERIES_APPLY_ATTEMPTS workers began
+    it (a killed one counts) the submission fails saying whose fault it was.
+    """
+    attempt = _count_apply_attempt(sub.pk)
+    if attempt is None:
+        return ""
+    limit = settings.KPERF_SERIES_APPLY_ATTEMPTS
+    base = f"{sub.base_ref} ({sub.base_sha[:12]})"
+    advice = "this is kperf's infrastructure, not the series: submit it again later, and tell the operator"
+    if attempt > limit:
+        _fail_series(
+            sub.pk,
+            f"the series could not be applied on {base}: {limit} workers began and none finished "
+            f"(killed, or out of time); {advice}",
+            None,
+        )
+        return ""
     try:
         return series_git.apply(sub)
     except series_git.SeriesApplyError as e:
-        message, failed_patch = str(e), e.number
-    except (gitops.GitError, artifacts.ArtifactUnavailable, series.SeriesError) as e:
-        message = f"could not apply the series on {sub.base_ref}: {e}"
+        _fail_series(sub.pk, str(e), e.number)
+    except series.SeriesError as e:
+        _fail_series(sub.pk, f"could not apply the series on {sub.base_ref}: {e}", None)
+    except Exception as e:  # git, the storage, the disk, the soft time limit
+        what = f"{type(e).__name__}: {e}"
+        if attempt >= limit:
+            _fail_series(sub.pk, f"could not apply the series on {base} in {attempt} attempts ({what}); {advice}", None)
+            return ""
+        # Before the sweeper's deadline, so it does not send another meanwhile.
+        delay = min(settings.KPERF_REDRIVE_AFTER_SECONDS, 60 * 2 ** (attempt - 1))
+        log.warning("submission %s: applying the series failed (%s); try %d in %d s", sub.pk, what, attempt + 1, delay)
+        Submission.objects.filter(pk=sub.pk, status=Submission.Status.QUEUED).update(updated=timezone.now())
+        dispatch.send("kperf.prepare_submission", sub.pk, countdown=delay)
+    return ""
+
+
+def _count_apply_attempt(sub_id: int) -> int | None:
+    """This worker's attempt at applying the series (1 for the first); None when it is no longer queued.
+
+    Committed before the work starts, so a worker that is killed counts too.
+    """
     with transaction.atomic():
-        locked = Submission.objects.select_for_update().get(pk=sub.pk)
+        locked = Submission.objects.select_for_update().filter(pk=sub_id).first()
+        if locked is None or locked.status != Submission.Status.QUEUED:
+            return None
+        PatchSeries.objects.filter(submission=locked).update(apply_attempts=F("apply_attempts") + 1)
+        # `updated` too: the sweeper gives a series being applied the task's whole time limit.
+        Submission.objects.filter(pk=sub_id).update(updated=timezone.now())
+        return PatchSeries.objects.get(submission=locked).apply_attempts
+
+
+def _fail_series(sub_id: int, message: str, failed_patch: int | None) -> None:
+    with transaction.atomic():
+        locked = Submission.objects.select_for_update().get(pk=sub_id)
         if locked.status == Submission.Status.QUEUED:
             PatchSeries.objects.filter(submission=locked).update(failed_patch=failed_patch)
             fail_submission(locked, message)
-    return ""
 
 
 def _resolve(tree: Tree, ref: str, what: str) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Any
 
 from django.contrib.auth import authenticate
@@ -43,9 +45,11 @@ class SubmissionIn(Schema):
     # A series without a tree applies on the service's default tree (KPERF_DEFAULT_TREE).
     tree: str = ""
     # Either a branch, or a patch series: the mbox's text as `b4 am` or
-    # `git format-patch` writes it (docs/submitting.md, "Patch series").
+    # `git format-patch` writes it (docs/submitting.md, "Patch series"), or
+    # its bytes in base64 (mbox_b64), for an mbox that is not all UTF-8.
     branch: str = ""
     mbox: str | None = None
+    mbox_b64: str | None = None
     base: str
     benchmarks: list[str] = ["spawn"]
     grid: str = "quick"
@@ -100,7 +104,7 @@ def create_submission(request: HttpRequest, payload: SubmissionIn) -> Status[dic
         min_effect_pct=payload.min_effect_pct,
         boot_params=payload.boot_params,
         thp=payload.thp,
-        mbox=None if payload.mbox is None else payload.mbox.encode("utf-8"),
+        mbox=_mbox_bytes(payload),
         mail_to=payload.mail_to,
     )
     try:
@@ -110,6 +114,23 @@ def create_submission(request: HttpRequest, payload: SubmissionIn) -> Status[dic
     except artifacts.ArtifactUnavailable as e:
         raise ApiError(503, "unavailable", f"the mbox could not be stored, nothing was submitted: {e}") from None
     return Status(201, presenters.submission_detail(sub))
+
+
+def _mbox_bytes(payload: SubmissionIn) -> bytes | None:
+    """The series' mbox as bytes: `mbox` (text) or `mbox_b64` (the file's bytes), at most one of them."""
+    if payload.mbox is not None and payload.mbox_b64 is not None:
+        raise ApiError(400, "invalid-submission", "give the mbox as mbox (text) or mbox_b64, not both", field="mbox")
+    if payload.mbox_b64 is None:
+        return None if payload.mbox is None else payload.mbox.encode("utf-8")
+    try:
+        return base64.b64decode(payload.mbox_b64, validate=True)
+    except (binascii.Error, ValueError):
+        raise ApiError(
+            400,
+            "invalid-submission",
+            "mbox_b64 is not base64: give the mbox file's bytes encoded with base64 (`base64 -w0 FILE`)",
+            field="mbox_b64",
+        ) from None
 
 
 @router.get(

@@ -32,6 +32,10 @@ class PatchSeries(models.Model):
     mbox = models.JSONField(default=dict)
     # The patch git am stopped at (1-based), when the series did not apply.
     failed_patch = models.PositiveIntegerField(null=True, blank=True)
+    # Workers that began applying it (kperf.core.workflow): counted before
+    # the work, so one killed or out of disk counts too, and the submission
+    # fails after KPERF_SERIES_APPLY_ATTEMPTS instead of being re-sent forever.
+    apply_attempts = models.PositiveIntegerField(default=0)
 
     class Meta:
         verbose_name_plural = "patch series"
