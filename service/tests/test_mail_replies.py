@@ -26,6 +26,7 @@ import pytest
 from aiosmtpd.controller import Controller
 from django.contrib.auth.models import User
 from django.db import connection, connections
+from django.test import Client
 from django.utils import timezone
 
 from kperf.core import alerts, inbound, mail_commands, mail_poll, mail_replies, tracking, triage
@@ -465,6 +466,11 @@ def test_the_mailbox_poll_gives_up_a_message_that_always_fails_and_reads_the_res
     for _ in range(mail_poll.GIVE_UP_AFTER - 1):
         result = mail_poll.poll_box(box, receive)
         assert (result.failed, result.given_up, box.flags["3"]) == (1, 0, set())
+    # Staff see the count of failures in the admin while kperf still tries.
+    staff = Client()
+    staff.force_login(User.objects.create_superuser("root", "root@example.org"))
+    listing = staff.get("/admin/core/unreadablemail/").content.decode()
+    assert "msgid:&lt;broken@example.org&gt;" in listing and "cannot contain NUL" in listing
     result = mail_poll.poll_box(box, receive)
     assert (result.failed, result.given_up, box.flags["3"]) == (1, 1, {"\\Seen"})
     mail = last_mail()

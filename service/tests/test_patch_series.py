@@ -278,7 +278,7 @@ def test_the_api_takes_the_mbox_bytes_in_base64(
 
 @pytest.mark.django_db
 def test_the_web_form_takes_the_mbox_as_a_file_and_the_page_shows_the_series(
-    alice: Any, small_tree: Path, mbox: bytes, qemu_class: Any, settings_dirs: Any
+    alice: Any, small_tree: Path, mbox: bytes, qemu_class: Any, settings_dirs: Any, django_user_model: Any
 ) -> None:
     from django.core.files.uploadedfile import SimpleUploadedFile
     from django.test import Client
@@ -298,6 +298,13 @@ def test_the_web_form_takes_the_mbox_as_a_file_and_the_page_shows_the_series(
     resp = browser.post("/submissions/new", fields | {"mbox": SimpleUploadedFile("x.html", b"<html></html>")})
     assert resp.status_code == 200 and "not an mbox" in resp.content.decode()
     assert Submission.objects.count() == 1
+
+    # Staff see the series as kperf read it in the admin, read-only.
+    staff = Client()
+    staff.force_login(django_user_model.objects.create_superuser("root", "root@example.org"))
+    listing = staff.get("/admin/core/patchseries/")
+    assert listing.status_code == 200 and "readme and notes" in listing.content.decode()
+    assert staff.get("/admin/core/patchseries/add/").status_code == 403
 
 
 def without_dates(data: bytes) -> bytes:

@@ -123,3 +123,24 @@ class InboundMailAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def has_add_permission(self, request: Any) -> bool:
         return False
+
+
+@admin.register(models.PatchSeries)
+class PatchSeriesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    # A submitted series as kperf read it (docs/submitting.md, "Patch series"): read-only, the mbox decides.
+    list_display = ("submission", "subject", "author", "patch_count", "has_cover", "failed_patch", "apply_attempts")
+    search_fields = ("subject", "author", "message_id")
+    readonly_fields = [f.name for f in models.PatchSeries._meta.fields]
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+
+@admin.register(models.UnreadableMail)
+class UnreadableMailAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    # Mail the IMAP poll failed to read, with its count (given up after 3; docs/triage.md).
+    list_display = ("key", "attempts", "error", "first", "last")
+    readonly_fields = [f.name for f in models.UnreadableMail._meta.fields]
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
