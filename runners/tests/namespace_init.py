@@ -47,3 +47,15 @@ def run_init(
         timeout=timeout,
         check=False,
     )
+
+
+def run_init_with_pmsg(
+    tmp_path: Path, init: Path, binaries: dict[str, Path], commands: list[list[str]], end: str = "poweroff"
+) -> tuple[str, bytes]:
+    """Run the real init as PID 1 of a namespace; its console and what it wrote to pmsg."""
+    root = tmp_path / "root"
+    # The transcript goes to /pmsg in the root, not a device.
+    run = run_init(
+        root, init, binaries, commands, env={"KPERF_INIT_PMSG": "/pmsg"}, end=end, merge_stderr=False, timeout=120
+    )
+    return run.stdout.decode("utf-8", "replace"), (root / "pmsg").read_bytes()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from namespace_init import run_init
+from namespace_init import run_init_with_pmsg
 
 from kperf_runner.backends import BENCHMARK_CMDLINE, BenchmarkFailure, BootFailure, BootJob, CannotResume
 from kperf_runner.backends.kexec import (
@@ -111,18 +111,6 @@ def test_the_watchdog_ioctls_are_the_kernel_headers(tmp_path: Path) -> None:
     subprocess.run(["gcc", "-o", str(tmp_path / "wd"), str(source)], check=True)
     out = subprocess.run([str(tmp_path / "wd")], capture_output=True, text=True, check=True).stdout.split()
     assert [int(word) for word in out] == [WDIOC_SETTIMEOUT, WDIOC_KEEPALIVE]
-
-
-def run_init_with_pmsg(
-    tmp_path: Path, init: Path, binaries: dict[str, Path], commands: list[list[str]], end: str = "poweroff"
-) -> tuple[str, bytes]:
-    """Run the real init as PID 1 of a namespace; its console and what it wrote to pmsg."""
-    root = tmp_path / "root"
-    # The transcript goes to /pmsg in the root, not a device.
-    run = run_init(
-        root, init, binaries, commands, env={"KPERF_INIT_PMSG": "/pmsg"}, end=end, merge_stderr=False, timeout=120
-    )
-    return run.stdout.decode("utf-8", "replace"), (root / "pmsg").read_bytes()
 
 
 SPAWN_PARAMS = {"duration": 0.05, "iterations": 2, "extra_vmas": [0, 10]}

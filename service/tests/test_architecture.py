@@ -20,6 +20,20 @@ def test_the_statistics_import_without_django_or_celery() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_the_runner_and_its_tests_never_import_the_service() -> None:
+    """The agent speaks to the service over HTTP only (docs/runner-protocol.md); its tests too."""
+    runners = CORE.parents[2] / "runners"
+    offenders = []
+    for path in runners.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            if any(n.split(".")[0] in ("kperf", "django", "celery") for n in names):
+                offenders.append(str(path.relative_to(runners)))
+    assert offenders == []
+
+
 def test_the_domain_never_imports_the_task_module() -> None:
     """Tasks import the domain, never the reverse: the domain names tasks (kperf.core.dispatch)."""
     offenders = []

@@ -1,5 +1,9 @@
 """The agent across its own restart, against the real service (live server, PostgreSQL).
 
+It is here, not in runners/tests, because it sets up the service's rows:
+the runner package and its tests never import the service, the agent
+speaks to it over HTTP only.
+
 A kexec runner comes back on its own kernel with the job in flight in its
 state directory and init's transcript in pstore: it uploads without claiming
 anything. Reading pstore empties it, so the result is saved in the state
@@ -21,7 +25,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.utils import timezone
-from test_kexec_backend import run_init_with_pmsg
+from namespace_init import run_init_with_pmsg
 
 from kperf.core.models import Job, MachineClass, Runner
 from kperf.testing.lab import submission_ready_for_testing
@@ -34,12 +38,29 @@ from kperf_runner.backends.qemu import QemuBackend
 from kperf_runner.benchmarks import get_benchmark
 from kperf_runner.client import Client
 from kperf_runner.inflight import InFlight
-from kperf_runner.toolchain import host_arch
+from kperf_runner.toolchain import compile_static, host_arch
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(host_arch() != "x86_64", reason="the service's fixtures build x86_64 kernels"),
 ]
+
+
+# The runner's own compiled binaries, as runners/tests/conftest.py makes them
+# (this test lives with the service's: it sets up rows in the service's database).
+@pytest.fixture(scope="module")
+def runner_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("runner-state")
+
+
+@pytest.fixture(scope="module")
+def spawn_binary(runner_state: Path) -> Path:
+    return compile_static("spawn.c", host_arch(), runner_state)
+
+
+@pytest.fixture(scope="module")
+def init_binary(runner_state: Path) -> Path:
+    return compile_static("init.c", host_arch(), runner_state)
 
 
 def _queued_job(tmp_path: Path, owner: Any, mclass: MachineClass) -> None:
