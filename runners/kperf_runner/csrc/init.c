@@ -241,6 +241,30 @@ static int read_line_file(const char *path, char *buf, size_t size)
 	return 0;
 }
 
+/*
+ * The value of key=value on the kernel command line, into out: 0, or -1
+ * without one.  The last one counts, as for the kernel's own parameters.
+ */
+static int cmdline_value(const char *key, char *out, size_t size)
+{
+	char buf[MAX_LINE];
+	size_t klen = strlen(key), n;
+	int found = -1;
+
+	if (read_line_file("/proc/cmdline", buf, sizeof(buf)) != 0)
+		return -1;
+	for (char *p = buf; (p = strstr(p, key)) != NULL; p += klen) {
+		if ((p != buf && p[-1] != ' ') || p[klen] != '=')
+			continue;
+		n = strcspn(p + klen + 1, " ");
+		n = n < size ? n : size - 1;
+		memcpy(out, p + klen + 1, n);
+		out[n] = '\0';
+		found = 0;
+	}
+	return found;
+}
+
 static void env_from_file(const char *key, const char *path)
 {
 	char buf[MAX_LINE];
@@ -417,20 +441,6 @@ static void report_vmstat(int n)
 	say("%s", line);
 }
 
-/* Whether word (e.g. "kperf.end=reboot") is one of the kernel command line's words. */
-static int cmdline_has(const char *word)
-{
-	char buf[MAX_LINE];
-	size_t len = strlen(word);
-
-	if (read_line_file("/proc/cmdline", buf, sizeof(buf)) != 0)
-		return 0;
-	for (char *p = buf; (p = strstr(p, word)) != NULL; p += len)
-		if ((p == buf || p[-1] == ' ') && (p[len] == ' ' || p[len] == '\0'))
-			return 1;
-	return 0;
-}
-
 static void end_by_reboot(void)
 {
 	char end[32];
@@ -545,6 +555,7 @@ static void run_job(void)
 int main(void)
 {
 	const char *pmsg_path;
+	char end[16];
 
 	/* Never mount over or power off a running system by accident. */
 	if (getpid() != 1) {
@@ -572,7 +583,8 @@ int main(void)
 	mount_fs("devtmpfs", "/dev", 0);
 	ensure_console();
 	open_pmsg(pmsg_path);
-	reboot_at_end = reboot_at_end || cmdline_has("kperf.end=reboot");
+	if (cmdline_value("kperf.end", end, sizeof(end)) == 0 && strcmp(end, "reboot") == 0)
+		reboot_at_end = 1;
 	if (access("/sys/kernel/debug", F_OK) == 0)
 		mount_fs("debugfs", "/sys/kernel/debug", 0);
 

@@ -41,18 +41,14 @@ static int drop_caches_ok;
  * little on bare metal.  kperf.settle_ms=N on the command line sets it
  * (0: none), for measuring what it does.
  */
-#define SETTLE_WORD "kperf.settle_ms="
 static long settle_ms = 100;
 
 static void read_settle(void)
 {
-	char buf[MAX_LINE];
+	char value[32];
 
-	if (read_line_file("/proc/cmdline", buf, sizeof(buf)) != 0)
-		return;
-	for (char *p = buf; (p = strstr(p, SETTLE_WORD)) != NULL; p++)
-		if (p == buf || p[-1] == ' ')
-			settle_ms = strtol(p + strlen(SETTLE_WORD), NULL, 10);
+	if (cmdline_value("kperf.settle_ms", value, sizeof(value)) == 0)
+		settle_ms = strtol(value, NULL, 10);
 	if (settle_ms < 0 || settle_ms > 10000)
 		settle_ms = 100;
 }
