@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.test import Client
+
+from kperf.core.models import Submission
 from kperf.testing.lab import built, submission_ready_for_testing
 
-__all__ = ["built", "results_body", "submission_ready_for_testing"]
+__all__ = ["built", "results_body", "submission_page", "submission_ready_for_testing"]
 
 
 def results_body(job: dict[str, Any], value: float = 1000.0) -> dict[str, Any]:
@@ -34,3 +37,12 @@ def results_body(job: dict[str, Any], value: float = 1000.0) -> dict[str, Any]:
         "metrics": {m: {"unit": "forks/s", "higher_is_better": True} for m in metrics},
         "console_log": "KPERF-DONE\n",
     }
+
+
+def submission_page(user: Any, sub: Submission) -> str:
+    """The submission's page as `user`'s browser gets it (200 or the test fails)."""
+    browser = Client()
+    browser.force_login(user)
+    resp = browser.get(f"/submissions/{sub.pk}")
+    assert resp.status_code == 200
+    return str(resp.content.decode())

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.test import Client
 
 from kperf.core.analysis import analyse_submission
 from kperf.core.models import BootRecord, Job, Submission
@@ -21,6 +20,7 @@ from kperf_runner.reporting import boot_record
 
 from .conftest import Api
 from .lab_fixtures import results_body, submission_ready_for_testing
+from .lab_fixtures import submission_page as page
 
 pytestmark = pytest.mark.django_db
 
@@ -66,14 +66,6 @@ def run_all(sub: Submission, api: Api, perf: PerfLines, extra_operations: dict[s
     analyse_submission(sub.pk)
     sub.refresh_from_db()
     assert sub.status == Submission.Status.DONE
-
-
-def page(alice: Any, sub: Submission) -> str:
-    browser = Client()
-    browser.force_login(alice)
-    resp = browser.get(f"/submissions/{sub.pk}")
-    assert resp.status_code == 200
-    return str(resp.content.decode())
 
 
 def test_instructions_and_cycles_per_fork_are_shown_per_command(

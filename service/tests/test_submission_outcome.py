@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.test import Client
 
 from kperf.cli import render_status
 from kperf.core import alerts
@@ -18,6 +17,7 @@ from kperf.core.workflow import advance_submission
 
 from .conftest import Api, qemu_runner
 from .lab_fixtures import results_body, submission_ready_for_testing
+from .lab_fixtures import submission_page as page
 from .test_alerts import Inbox, real_smtp_backend, smtp  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.django_db
@@ -25,14 +25,6 @@ pytestmark = pytest.mark.django_db
 # Base and head draw the same values in another order: no real change, and
 # at the first look too noisy to decide, so kperf adds boots.
 NOISY = [1000.0, 900.0, 1300.0, 800.0, 800.0, 1300.0, 900.0, 1000.0]
-
-
-def page(alice: Any, sub: Submission) -> str:
-    browser = Client()
-    browser.force_login(alice)
-    resp = browser.get(f"/submissions/{sub.pk}")
-    assert resp.status_code == 200
-    return str(resp.content.decode())
 
 
 def run_all(sub: Submission, runners: list[Api], values: dict[int, Iterator[float]]) -> None:

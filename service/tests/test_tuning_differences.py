@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.test import Client
 
 from kperf.core import tuning
 from kperf.core.analysis import analyse_submission
@@ -17,6 +16,7 @@ from kperf.core.workflow import advance_submission
 
 from .conftest import Api
 from .lab_fixtures import results_body, submission_ready_for_testing
+from .lab_fixtures import submission_page as page
 
 pytestmark = pytest.mark.django_db
 
@@ -58,14 +58,6 @@ def run_all(sub: Submission, api: Api, boot: Boot) -> None:
     analyse_submission(sub.pk)
     sub.refresh_from_db()
     assert sub.status == Submission.Status.DONE
-
-
-def page(alice: Any, sub: Submission) -> str:
-    browser = Client()
-    browser.force_login(alice)
-    resp = browser.get(f"/submissions/{sub.pk}")
-    assert resp.status_code == 200
-    return str(resp.content.decode())
 
 
 def test_boots_with_other_settings_are_named_with_their_values(

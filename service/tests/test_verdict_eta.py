@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.test import Client
 from django.utils import timezone
 
 from kperf import cli_progress
@@ -28,6 +27,7 @@ from kperf.core.workflow import schedule_jobs
 
 from .conftest import Api, kperf_cli
 from .lab_fixtures import built, submission_ready_for_testing
+from .lab_fixtures import submission_page as page
 
 CLASS = "qemu-x86_64"
 # Boots per side of the spawn quick grid: each side of a submission is this many one-boot jobs.
@@ -58,14 +58,6 @@ def measured(sub: Submission, seconds: list[float]) -> None:
             started=end - timedelta(seconds=s),
             finished=end,
         )
-
-
-def page(user: Any, sub: Submission) -> str:
-    browser = Client()
-    browser.force_login(user)
-    resp = browser.get(f"/submissions/{sub.pk}")
-    assert resp.status_code == 200
-    return str(resp.content.decode())
 
 
 def behind(first: Submission) -> Submission:

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.test import Client
 from django.utils import timezone
 
 from kperf.cli import render_status
@@ -15,6 +14,7 @@ from kperf.core.models import Job, KernelBuild, Runner, Submission, SubmissionBu
 from kperf.core.workflow import schedule_jobs
 
 from .conftest import Api
+from .lab_fixtures import submission_page as page
 from .lab_fixtures import submission_ready_for_testing
 
 pytestmark = pytest.mark.django_db
@@ -46,14 +46,6 @@ def building_for_another_submission(alice: Any, tmp_path: Path) -> tuple[KernelB
     )
     SubmissionBuild.objects.create(submission=other, build=build, side="head")
     return build, other
-
-
-def page(alice: Any, sub: Submission) -> str:
-    browser = Client()
-    browser.force_login(alice)
-    resp = browser.get(f"/submissions/{sub.pk}")
-    assert resp.status_code == 200
-    return str(resp.content.decode())
 
 
 def test_jobs_held_back_by_another_submissions_build_name_that_build(
