@@ -547,7 +547,9 @@ def test_the_same_mail_read_twice_at_once_is_applied_once(
 
 def test_two_mailbox_polls_never_overlap(settings: Any) -> None:
     settings.KPERF_IMAP_HOST, settings.KPERF_IMAP_PORT, settings.KPERF_IMAP_SSL = "127.0.0.1", free_port(), False
-    other = connections.create_connection("default")
+    # A second session on the very database the test uses (a copy of the live
+    # connection's settings: advisory locks are per database).
+    other = connections["default"].copy()
     try:
         with other.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_lock(%s)", [mail_poll.POLL_LOCK])
