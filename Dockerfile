@@ -4,7 +4,7 @@ FROM python:3.11-slim-bookworm
 
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      git make gcc libc6-dev flex bison bc libelf-dev libssl-dev cpio ccache xz-utils \
+      git make gcc libc6-dev flex bison bc libelf-dev libssl-dev cpio ccache xz-utils bubblewrap \
       gcc-aarch64-linux-gnu qemu-system-x86 qemu-system-arm \
  && rm -rf /var/lib/apt/lists/*
 

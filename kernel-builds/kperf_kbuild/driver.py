@@ -23,6 +23,20 @@ incremental build honest:
 ``/work_root/trees/<tree>/src/mm/foo.c``; since every tree's obj and src sit
 at the same depth, every build of every commit hashes alike and unchanged
 files hit even in a new tree.
+
+The tree's own build system (Makefiles, Kconfig, scripts) is a stranger's
+program: tuxmake and everything it starts run in the sandbox of
+``kperf_kbuild.sandbox``, which sees the checkout read-only and may write
+only its object tree, its outputs, a scratch directory and its scope's
+ccache.
+
+Scopes: a warm object tree or a ccache written by one build is read by the
+next, so a hostile build could plant an object (or a cache entry) that ends
+up in another kernel. Warm trees and ccache therefore belong to a scope and
+are only ever shared within it: ``lab`` for what the lab's operators vouch
+for (their tracked branches, staff submissions, calibration), and one scope
+per submitter otherwise. A submitter can only spoil their own kernels,
+which their own patches could do anyway. docs/security.md says more.
 """
 
 from __future__ import annotations
@@ -32,22 +46,22 @@ import hashlib
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kperf_kbuild import modules as benchmark_modules
-from kperf_kbuild import trees
-from kperf_kbuild.host import CROSS_COMPILE, MIN_FREE_BYTES, check_commit, check_free_space, check_tools
+from kperf_kbuild import nofollow, trees
+from kperf_kbuild.host import CROSS_COMPILE, MIN_FREE_BYTES, check_commit, check_free_space, check_tools, free_bytes
 from kperf_kbuild.host import BuildInfraError as BuildInfraError
 from kperf_kbuild.host import default_ccache_dir as _default_ccache_dir
 from kperf_kbuild.host import file_lock as file_lock
 from kperf_kbuild.logscan import COMPILER_KILLED, NO_SPACE, LogScanner, ProgressFn, read_stats_log
-from kperf_kbuild.modules import build_benchmark_modules, has_modules, module_names, module_sources
+from kperf_kbuild.modules import ModuleRunner, build_benchmark_modules, has_modules, module_names, module_sources
+from kperf_kbuild.sandbox import Sandbox, build_env
 from kperf_kbuild.trees import DEFAULT_BUDGET_BYTES, WarmTree
 
 SUPPORTED_ARCHES = ("x86_64", "arm64")
@@ -62,32 +76,6 @@ CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 # is Image.gz; the uncompressed Image boots everywhere without a decompressor
 # stub and kexec_file_load takes it directly.
 KERNEL_IMAGES = {"x86_64": "bzImage", "arm64": "Image"}
-
-# Variables a caller's environment may carry that would silently change the
-# kernel build: make's jobserver plumbing when the caller itself runs under
-# make (pytest from `make test`), and kbuild's own knobs.
-_SCRUBBED_ENV = (
-    "MAKEFLAGS",
-    "MFLAGS",
-    "MAKELEVEL",
-    "MAKEOVERRIDES",
-    "ARCH",
-    "SRCARCH",
-    "CROSS_COMPILE",
-    "KBUILD_OUTPUT",
-    "KCONFIG_CONFIG",
-    "KCFLAGS",
-    "KCPPFLAGS",
-    "KAFLAGS",
-    "LOCALVERSION",
-    "KBUILD_BUILD_TIMESTAMP",
-    "KBUILD_BUILD_USER",
-    "KBUILD_BUILD_HOST",
-    "KBUILD_BUILD_VERSION",
-    "CCACHE_BASEDIR",
-    "CCACHE_DIR",
-    "CCACHE_STATSLOG",
-)
 
 
 @dataclass(frozen=True)
@@ -104,6 +92,13 @@ class BuildRequest:
     # least recently used unlocked trees are deleted after the build. 0 keeps
     # no tree (every build starts from an empty object tree).
     trees_budget_bytes: int = DEFAULT_BUDGET_BYTES
+    # Whose builds may share this build's warm trees and ccache: "lab" for
+    # what the lab's operators vouch for, else one scope per submitter
+    # ("user-42"). See "Scopes" in the module docstring.
+    scope: str = "lab"
+    # How the tree's own build system is confined (None: from KPERF_BUILD_*
+    # in the environment, which means the bwrap sandbox unless turned off).
+    sandbox: Sandbox | None = None
 
 
 @dataclass
@@ -130,6 +125,16 @@ class BuildResult:
     # When the incremental build failed and the clean build that replaced
     # it is the result: the incremental attempt's first error.
     incremental_error: str = ""
+
+
+# A scope names directories: nothing that could climb out of them.
+SCOPE_RE = re.compile(r"[a-z][a-z0-9-]{0,62}")
+
+
+def scoped_ccache_dir(ccache_dir: Path, scope: str) -> Path:
+    """The lab's builds use ``ccache_dir`` itself; every other scope a
+    cache of its own beside it, which only that scope's builds write."""
+    return ccache_dir if scope == "lab" else ccache_dir.with_name(f"{ccache_dir.name}-scopes") / scope
 
 
 def arch_fragment(arch: str) -> Path:
@@ -206,12 +211,17 @@ def build_kernel(req: BuildRequest, progress: ProgressFn | None = None) -> Build
     _check_arch(req.arch)
     if not re.fullmatch(r"[0-9a-f]{40}", req.sha):
         raise ValueError(f"sha must be a full 40-hex commit id, got {req.sha!r}")
+    if not SCOPE_RE.fullmatch(req.scope):
+        raise ValueError(f"scope must match {SCOPE_RE.pattern}, got {req.scope!r}")
     fragments = (arch_fragment(req.arch), *(Path(f).resolve() for f in req.fragments))
     for frag in fragments:
         if not frag.is_file():
             raise BuildInfraError(f"config fragment {frag} does not exist")
     digest = config_digest(req.arch, req.fragments)
     check_tools(req.arch)
+    sandbox = req.sandbox or Sandbox.from_environ()
+    sandbox.check()
+    req = replace(req, sandbox=sandbox)
     repo = Path(req.repo).resolve()
     check_commit(repo, req.sha)
 
@@ -219,7 +229,9 @@ def build_kernel(req: BuildRequest, progress: ProgressFn | None = None) -> Build
     work_root.mkdir(parents=True, exist_ok=True)
     output_dir = Path(req.output_dir).resolve()
     output_dir.mkdir(parents=True, exist_ok=True)
-    ccache_dir = Path(req.ccache_dir).resolve() if req.ccache_dir else _default_ccache_dir()
+    ccache_dir = scoped_ccache_dir(
+        Path(req.ccache_dir).resolve() if req.ccache_dir else _default_ccache_dir(), req.scope
+    )
     ccache_dir.mkdir(parents=True, exist_ok=True)
 
     def build_in(tree: WarmTree, distance: int | None) -> BuildResult:
@@ -241,7 +253,7 @@ def build_kernel(req: BuildRequest, progress: ProgressFn | None = None) -> Build
         tree.save()
         return result
 
-    tree, distance = trees.claim(work_root, repo, req.sha, req.arch, digest)
+    tree, distance = trees.claim(work_root, repo, req.sha, req.arch, digest, scope=req.scope)
     try:
         result = build_in(tree, distance)
         if not result.ok and result.reused_sha:
@@ -251,7 +263,7 @@ def build_kernel(req: BuildRequest, progress: ProgressFn | None = None) -> Build
             # build, unless the clean build shows it was the tree's fault.
             report("build", f"failed from {result.reused_sha[:12]}'s objects; building again from scratch")
             first = result
-            fresh, _ = trees.claim(work_root, repo, req.sha, req.arch, digest, fresh=True)
+            fresh, _ = trees.claim(work_root, repo, req.sha, req.arch, digest, fresh=True, scope=req.scope)
             try:
                 result = build_in(fresh, None)
                 result.incremental_error = first.error
@@ -328,8 +340,14 @@ def _run_tuxmake(
     report: ProgressFn,
 ) -> BuildResult:
     src, obj = tree.src, tree.obj
-    stats_log = tree.path / "ccache-stats.log"
-    stats_log.unlink(missing_ok=True)
+    sandbox = req.sandbox or Sandbox.from_environ()
+    # Scratch the build may write besides obj: /tmp and HOME inside the
+    # sandbox, the ccache stats log, the benchmark modules' copies.
+    scratch = tree.path / "scratch"
+    shutil.rmtree(scratch, ignore_errors=True)
+    (scratch / "tmp").mkdir(parents=True)
+    (scratch / "ext").mkdir()
+    stats_log = scratch / "ccache-stats.log"
     jobs = req.jobs or os.cpu_count() or 1
     argv = [
         sys.executable,
@@ -381,47 +399,61 @@ def _run_tuxmake(
         "kernel",
         "modules",
     ]
-    env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
+    env = build_env(sandbox, scratch / "tmp")
     env.update(
         CCACHE_DIR=str(ccache_dir),
         CCACHE_BASEDIR=str(work_root),
         CCACHE_STATSLOG=str(stats_log),
-        # English, untranslated compiler messages: error lines are parsed.
-        LC_ALL="C",
-        LANG="C",
     )
+    writable = [obj, output_dir, scratch, ccache_dir]
+    sandbox.own(*writable)
+    # kconfig's merge_config.sh makes its temporary file in the current
+    # directory, the checkout: its top directory is writable (sticky, so
+    # the checkout's own files cannot be removed or renamed); everything
+    # below stays root's, and src/.git read-only, so the worker's next git
+    # command in this tree reads kperf's repository, not one the build made.
+    if sandbox.drops_to_uid:
+        src.chmod(0o1777)
 
     report("config", f"{BASE_CONFIG} + {', '.join(f.name for f in fragments)}")
     scanner = LogScanner(report, obj, src)
-    try:
-        proc = subprocess.Popen(
-            argv,
-            cwd=src,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            # Own process group, so an interrupted build can be stopped whole
-            # (tuxmake -> make -> gcc) instead of leaving orphans compiling.
-            start_new_session=True,
+
+    def on_line(line: str) -> None:
+        if scanner.feed(line):
+            _check_config(obj / ".config", fragments, report)
+
+    ran = sandbox.run(
+        argv,
+        cwd=src,
+        env=env,
+        on_line=on_line,
+        readonly=[src / ".git", *{f.parent for f in fragments}],
+        writable=[src, *writable],
+        tmp=scratch / "tmp",
+        watch=[obj, output_dir, scratch],
+    )
+    returncode = ran.returncode
+    if ran.stopped:
+        # The tree's own build passed a limit (ran too long, wrote or
+        # printed too much): the kernel's failure, not the machine's.
+        report("done", ran.stopped)
+        build_log = output_dir / "build.log"
+        with contextlib.suppress(OSError):
+            nofollow.write_text(build_log, "\n".join(scanner.tail) + f"\n{ran.stopped}\n")
+        return BuildResult(
+            ok=False,
+            artifacts={"build-log": build_log} if nofollow.is_regular(build_log) else {},
+            config_digest=digest,
+            log_tail=scanner.log_tail() + f"\n{ran.stopped}",
+            duration_s=0.0,
+            error=ran.stopped,
+            compiled=scanner.compiled,
         )
-    except OSError as exc:
-        raise BuildInfraError(f"cannot start tuxmake ({exc}); reinstall kperf-kbuild") from exc
-    try:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            if scanner.feed(line):
-                _check_config(obj / ".config", fragments, report)
-        returncode = proc.wait()
-    except BaseException:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait()
-        raise
 
     ccache_stats = read_stats_log(stats_log)
-    if any(NO_SPACE in line for line in scanner.tail):
+    # A tree can print these words itself: believed only when the disk
+    # really is short, so a build cannot pass its failure off as kperf's.
+    if any(NO_SPACE in line for line in scanner.tail) and free_bytes(work_root) < MIN_FREE_BYTES:
         raise BuildInfraError(
             f"the build ran out of disk space under {work_root} or {output_dir}: "
             f"free space there and rebuild\n{scanner.log_tail()}"
@@ -431,9 +463,11 @@ def _run_tuxmake(
             f"a compiler process was killed during the build (out of memory?): lower "
             f"jobs or add memory, then rebuild\n{scanner.log_tail()}"
         )
-    if "config" not in scanner.status:
+    if "config" not in scanner.status and not scanner.ran_make:
         # tuxmake stopped before running any target: its own setup failed
-        # (bad arguments, unwritable output dir), not the kernel.
+        # (bad arguments, unwritable output dir), not the kernel. (Once make
+        # ran, the tree's code could have broken tuxmake on purpose: a
+        # failure of the kernel's, below.)
         raise BuildInfraError(
             f"tuxmake failed before building (exit {returncode}); see its output:\n{scanner.log_tail()}"
         )
@@ -445,21 +479,23 @@ def _run_tuxmake(
     tree.save()
 
     report("collect", f"copying artifacts to {output_dir}")
+    for name in nofollow.drop_irregular(output_dir):
+        report("collect", f"{name}: not a regular file, left out")
     build_log = output_dir / "build.log"
-    if not build_log.exists():
-        build_log.write_text("\n".join(scanner.tail) + "\n")
+    if not nofollow.is_regular(build_log):
+        nofollow.write_text(build_log, "\n".join(scanner.tail) + "\n")
     artifacts = {"build-log": build_log}
     config = output_dir / "config"
-    if config.exists():
+    if nofollow.is_regular(config):
         artifacts["config"] = config
     kernel = output_dir / KERNEL_IMAGES[req.arch]
-    kernel_ok = scanner.status.get("kernel") == "PASS" and kernel.exists()
+    kernel_ok = scanner.status.get("kernel") == "PASS" and nofollow.is_regular(kernel)
     if kernel_ok:
         artifacts["kernel"] = kernel
         system_map = obj / "System.map"
-        if system_map.exists():
+        if nofollow.is_regular(system_map):
             # Symbols for the runner's perf reports and oops decoding.
-            artifacts["system-map"] = Path(shutil.copy2(system_map, output_dir / "System.map"))
+            artifacts["system-map"] = nofollow.copy(system_map, output_dir / "System.map")
     modules = next(iter(sorted(output_dir.glob("modules.tar*"))), None)
     if modules is not None:
         if has_modules(modules):
@@ -472,7 +508,9 @@ def _run_tuxmake(
     warnings: list[str] = []
     if ok:
         report("modules", f"building {', '.join(module_names()) or 'no'} benchmark module(s)")
-        built, warnings = build_benchmark_modules(req.arch, src, obj, output_dir, env, obj.parent / "ext")
+        built, warnings = build_benchmark_modules(
+            req.arch, src, obj, output_dir, scratch / "ext", _module_runner(sandbox, src, env, writable), sandbox.own
+        )
         artifacts.update(built)
         for warning in warnings:
             report("modules", warning[:200])
@@ -490,6 +528,23 @@ def _run_tuxmake(
         warnings=warnings,
         compiled=scanner.compiled,
     )
+
+
+def _module_runner(sandbox: Sandbox, src: Path, env: dict[str, str], writable: list[Path]) -> ModuleRunner:
+    """Runs the benchmark modules' make in the same sandbox as the kernel:
+    it reads the tree's Makefiles too."""
+
+    def run(argv: list[str]) -> tuple[int, str]:
+        lines: list[str] = []
+        ran = sandbox.run(
+            argv, cwd=src, env=env, on_line=lines.append, readonly=[src / ".git"], writable=[src, *writable]
+        )
+        text = "\n".join(lines) + "\n"
+        if ran.stopped:
+            return 1, text + ran.stopped + "\n"
+        return ran.returncode, text
+
+    return run
 
 
 def _reproducible_env(src: Path, sha: str) -> dict[str, str]:
@@ -517,19 +572,24 @@ def _reproducible_env(src: Path, sha: str) -> dict[str, str]:
 
 
 def _check_config(config: Path, fragments: Sequence[Path], report: ProgressFn) -> None:
-    if not config.exists():
+    if not nofollow.is_regular(config):
         return
     wanted: dict[str, str] = {}
     for frag in fragments:
         wanted.update(parse_fragment(frag.read_text()))
-    unmet = unmet_options(config.read_text(), wanted)
+    try:
+        unmet = unmet_options(nofollow.read_text(config), wanted)
+    except (OSError, ValueError):
+        # Not a .config kbuild wrote (the tree's own scripts made it): the
+        # build's own result will say what went wrong.
+        return
     if unmet:
         # Not fatal: an option can legitimately be unavailable (another arch,
         # a symbol renamed in this tree). The build log and progress say so.
         listing = ", ".join(f"{k} (wanted {wanted[k]}, got {v})" for k, v in sorted(unmet.items()))
         report("config", f"options not applied: {listing}"[:200])
-        with contextlib.suppress(OSError), config.with_name("kperf-unmet-options").open("w") as f:
-            f.write(listing + "\n")
+        with contextlib.suppress(OSError):
+            nofollow.write_text(config.with_name("kperf-unmet-options"), listing + "\n")
 
 
 def _clear_outputs(output_dir: Path) -> None:

@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from kperf_kbuild import nofollow
+
 LOG_TAIL_LINES = 40
 
 # kbuild's quiet-mode lines ("  CC      mm/slub.o"): one per produced file.
@@ -56,6 +58,9 @@ class LogScanner:
         # Plenty for the tail, and for a build.log if tuxmake never wrote one.
         self.tail: collections.deque[str] = collections.deque(maxlen=2000)
         self._last_report = 0.0
+        # Whether tuxmake got as far as running make in the tree: from then
+        # on the tree's own code has run, and whatever breaks may be its doing.
+        self.ran_make = False
 
     def feed(self, line: str) -> bool:
         """Take one output line; True when the configuration just became
@@ -71,6 +76,7 @@ class LogScanner:
                 error = error.replace(self._src_prefix, "")
             self.first_error = error[:300]
         if _MAKE_ECHO.match(line):
+            self.ran_make = True
             last = line.split()[-1]
             if self.phase == "config" and not last.endswith("config"):
                 self.phase = "build"
@@ -103,8 +109,9 @@ def read_stats_log(stats_log: Path) -> dict[str, int]:
     """Count the counters in a ccache stats log: one ``# <file>`` line per
     compilation followed by the ids of the counters it bumped."""
     counts: collections.Counter[str] = collections.Counter()
-    with contextlib.suppress(FileNotFoundError):
-        for line in stats_log.read_text(errors="replace").splitlines():
+    # Written by the sandboxed build: never followed if it is a symlink.
+    with contextlib.suppress(OSError):
+        for line in nofollow.read_text(stats_log).splitlines():
             line = line.strip()
             if line and not line.startswith("#"):
                 counts[line] += 1

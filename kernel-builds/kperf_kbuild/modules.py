@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
+from kperf_kbuild import nofollow
 from kperf_kbuild.host import CROSS_COMPILE
 from kperf_kbuild.logscan import FIRST_ERROR
 
@@ -16,6 +17,10 @@ from kperf_kbuild.logscan import FIRST_ERROR
 # each with a Kbuild file): the benchmarks that run inside the kernel. Their
 # sources are part of the config digest, so editing one rebuilds the kernels.
 MODULES_DIR = Path(__file__).resolve().parent.parent / "modules"
+
+# Runs one make command line where the kernel's build runs (the sandbox):
+# (argv) -> (exit code, output).
+ModuleRunner = Callable[[list[str]], tuple[int, str]]
 
 
 def module_names() -> list[str]:
@@ -36,7 +41,13 @@ def module_sources() -> list[Path]:
 
 
 def build_benchmark_modules(
-    arch: str, src: Path, obj: Path, output_dir: Path, env: dict[str, str], scratch: Path
+    arch: str,
+    src: Path,
+    obj: Path,
+    output_dir: Path,
+    scratch: Path,
+    run: ModuleRunner,
+    own: Callable[[Path], None] = lambda path: None,
 ) -> tuple[dict[str, Path], list[str]]:
     """Build each module of MODULES_DIR against the finished kernel in obj
     (kbuild's external-module build, M=), while its object tree and .config
@@ -52,7 +63,7 @@ def build_benchmark_modules(
     if not names:
         return artifacts, warnings
     config = obj / ".config"
-    text = config.read_text() if config.is_file() else ""
+    text = nofollow.read_text(config) if nofollow.is_regular(config) else ""
     if not re.search(r"^CONFIG_MODULES=y$", text, re.MULTILINE):
         reason = "the kernel's .config has no CONFIG_MODULES=y (a fragment turned it off?)"
         return artifacts, [f"{name}.ko not built: {reason}" for name in names]
@@ -62,6 +73,7 @@ def build_benchmark_modules(
         # kbuild writes objects next to the sources of an external module:
         # build a copy, never the package's own directory.
         shutil.copytree(MODULES_DIR / name, moddir)
+        own(moddir)
         argv = [
             "make",
             "-C",
@@ -72,19 +84,17 @@ def build_benchmark_modules(
             "KCFLAGS=",
             "modules",
         ]
-        proc = subprocess.run(
-            argv, cwd=src, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False
-        )
+        returncode, output = run(argv)
         log_path = output_dir / f"{name}-module.log"
-        log_path.write_text(f"$ {' '.join(argv)}\n{proc.stdout}{proc.stderr}")
+        nofollow.write_text(log_path, f"$ {' '.join(argv)}\n{output}")
         built = moddir / f"{name}.ko"
-        if proc.returncode != 0 or not built.is_file():
-            lines = (proc.stdout + proc.stderr).splitlines()
+        if returncode != 0 or not nofollow.is_regular(built):
+            lines = output.splitlines()
             first = next((line for line in lines if FIRST_ERROR.search(line)), lines[-1] if lines else "")
             first = first.replace(f"{moddir}/", "").strip()
-            warnings.append(f"{name}.ko not built: {first[:300] or f'make exited with {proc.returncode}'}")
+            warnings.append(f"{name}.ko not built: {first[:300] or f'make exited with {returncode}'}")
             continue
-        artifacts[f"{name}.ko"] = Path(shutil.copy2(built, output_dir / f"{name}.ko"))
+        artifacts[f"{name}.ko"] = nofollow.copy(built, output_dir / f"{name}.ko")
     return artifacts, warnings
 
 

@@ -12,8 +12,8 @@ Layout under ``work_root/trees``::
     <name>/tree.json     TreeState: repo, arch, config digest, sha last built,
                          last use, whether that build ended, size
 
-``<name>`` is ``<arch>-<config digest 12>-<n>``. A tree serves one
-repository, arch and config digest; among the unlocked ones a build takes
+``<name>`` is ``<arch>-<config digest 12>-<n>`` (``<scope>-`` first outside
+the lab scope). A tree serves one repository, arch, config digest and scope; among the unlocked ones a build takes
 the tree whose last sha differs from the wanted one in the fewest files
 (make's work follows changed files, not the number of commits between
 them). ``git checkout`` rewrites only the files that differ, with fresh
@@ -60,6 +60,10 @@ class TreeState:
     last_used: float = 0.0
     # Size of the whole tree after its last build (0 = not measured).
     bytes: int = 0
+    # Whose builds may write this tree's objects (kperf_kbuild.driver,
+    # "scopes"): a tree is only ever built again within its scope, so one
+    # submitter's build cannot plant objects in another's kernel.
+    scope: str = "lab"
 
 
 class WarmTree:
@@ -164,7 +168,7 @@ def rank(repo: Path, sha: str, trees: list[WarmTree]) -> list[tuple[WarmTree, in
 
 
 def claim(
-    work_root: Path, repo: Path, sha: str, arch: str, digest: str, *, fresh: bool = False
+    work_root: Path, repo: Path, sha: str, arch: str, digest: str, *, fresh: bool = False, scope: str = "lab"
 ) -> tuple[WarmTree, int | None]:
     """Lock the best tree for this build, or a new empty one (always with
     `fresh`). Returns the tree and how many files differ from its last
@@ -175,17 +179,19 @@ def claim(
         mine = [
             t
             for t in list_trees(work_root)
-            if t.state is not None and (t.state.repo, t.state.arch, t.state.config_digest) == (str(repo), arch, digest)
+            if t.state is not None
+            and (t.state.repo, t.state.arch, t.state.config_digest, t.state.scope) == (str(repo), arch, digest, scope)
         ]
         if not fresh:
             for tree, distance in rank(repo, sha, mine):
                 if tree.lock():
                     return tree, distance
         taken = {t.name for t in list_trees(work_root)}
+        prefix = f"{arch}-{digest[:12]}" if scope == "lab" else f"{scope}-{arch}-{digest[:12]}"
         n = 0
-        while f"{arch}-{digest[:12]}-{n}" in taken:
+        while f"{prefix}-{n}" in taken:
             n += 1
-        tree = WarmTree(root / f"{arch}-{digest[:12]}-{n}", TreeState(str(repo), arch, digest))
+        tree = WarmTree(root / f"{prefix}-{n}", TreeState(str(repo), arch, digest, scope=scope))
         if not tree.lock():  # a leftover lock file of an evicted name is free; held means a bug
             raise BuildInfraError(f"the lock of the new build tree {tree.path} is held by another process")
         tree.path.mkdir()
@@ -300,6 +306,7 @@ def _read_state(path: Path) -> TreeState | None:
             clean=bool(data.get("clean", False)),
             last_used=float(data.get("last_used", 0.0)),
             bytes=int(data.get("bytes", 0)),
+            scope=str(data.get("scope", "lab")),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -202,7 +202,7 @@ def test_a_kernel_without_modules_gets_no_module_and_a_reason(tmp_path: Path) ->
     obj.mkdir()
     (obj / ".config").write_text("CONFIG_64BIT=y\n# CONFIG_MODULES is not set\n")
     artifacts, warnings = modules.build_benchmark_modules(
-        "x86_64", tmp_path, obj, tmp_path / "out", {}, tmp_path / "ext"
+        "x86_64", tmp_path, obj, tmp_path / "out", tmp_path / "ext", lambda argv: (1, "must not run")
     )
     assert artifacts == {}
     assert warnings == [

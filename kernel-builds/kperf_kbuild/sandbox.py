@@ -1,0 +1,441 @@
+"""Run a kernel tree's build where it can reach nothing but its own files.
+
+A kernel tree is a program written by whoever submitted it: its Makefiles,
+Kconfig files and scripts run when it is built. The build therefore runs in
+a bubblewrap sandbox (Debian's ``bubblewrap``, the sandbox Flatpak runs
+untrusted applications in) with:
+
+- an unprivileged user: when kperf runs as root, bwrap sets the sandbox up
+  and ``setpriv`` then drops to ``KPERF_BUILD_UID`` with every capability
+  gone and no_new_privs set; as an ordinary user, bwrap's user namespace
+  keeps the build at that user's rights;
+- a scrubbed environment: only the variables the build needs, none of the
+  worker's (no database URL, broker URL or secret key);
+- no network: a network namespace of its own with only loopback;
+- its own PID, IPC and UTS namespaces and /proc, so it sees no other
+  process (and no other process's environment);
+- a filesystem of read-only system directories (/usr, a few files of /etc,
+  the Python that runs tuxmake), the checkout read-only, and writable only
+  its object tree, its output directory, its scratch directories and its
+  scope's ccache (see ``kperf_kbuild.driver`` for scopes);
+- limits: per-process CPU time, address space and file size, processes of
+  the build user (rlimits, inherited across exec), and, watched from
+  outside, wall time, disk written and log size.
+
+``mode="off"`` runs the command directly, as before; it exists for a
+developer's own laptop and is refused unless asked for by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from kperf_kbuild.host import BuildInfraError
+
+GiB = 1024**3
+MiB = 1024**2
+
+# The uid builds run as when kperf runs as root. Not 65534 ("nobody"):
+# other daemons run as nobody, and a build must not share an rlimit count or
+# file ownership with them. Any uid without a login and without files works.
+DEFAULT_BUILD_UID = 64000
+
+# Read-only from the host: the toolchain and what the dynamic linker and
+# tools read from /etc. Nothing else of /etc (no ssl keys, no service
+# configuration, no shadow).
+_SYSTEM_DIRS = ("/usr",)
+_ETC_FILES = (
+    "/etc/alternatives",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/localtime",
+)
+_TOP_LINKS = ("/bin", "/lib", "/lib32", "/lib64", "/libx32", "/sbin")
+
+
+# Variables a caller's environment may carry that would silently change the
+# kernel build: make's jobserver plumbing when the caller itself runs under
+# make (pytest from `make test`), and kbuild's own knobs.
+SCRUBBED_ENV = (
+    "MAKEFLAGS",
+    "MFLAGS",
+    "MAKELEVEL",
+    "MAKEOVERRIDES",
+    "ARCH",
+    "SRCARCH",
+    "CROSS_COMPILE",
+    "KBUILD_OUTPUT",
+    "KCONFIG_CONFIG",
+    "KCFLAGS",
+    "KCPPFLAGS",
+    "KAFLAGS",
+    "LOCALVERSION",
+    "KBUILD_BUILD_TIMESTAMP",
+    "KBUILD_BUILD_USER",
+    "KBUILD_BUILD_HOST",
+    "KBUILD_BUILD_VERSION",
+    "CCACHE_BASEDIR",
+    "CCACHE_DIR",
+    "CCACHE_STATSLOG",
+)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one build may use. The rlimits are per process (CPU, memory,
+    file size) or per build user (processes); wall time, disk and log size
+    are watched by the driver, which stops the whole sandbox."""
+
+    wall_seconds: float = 2.75 * 3600
+    cpu_seconds: int = 2 * 3600
+    memory_bytes: int = 8 * GiB
+    processes: int = 4096
+    file_bytes: int = 8 * GiB
+    disk_bytes: int = 24 * GiB
+    log_bytes: int = 64 * MiB
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    mode: str = "bwrap"
+    uid: int = DEFAULT_BUILD_UID
+    gid: int = DEFAULT_BUILD_UID
+    limits: Limits = field(default_factory=Limits)
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> Sandbox:
+        """The policy from KPERF_BUILD_* variables (docs/security.md lists them)."""
+        env = os.environ if environ is None else environ
+        mode = env.get("KPERF_BUILD_SANDBOX", "bwrap").strip() or "bwrap"
+        if mode not in ("bwrap", "off"):
+            raise BuildInfraError(f"KPERF_BUILD_SANDBOX={mode!r}: use 'bwrap' (the default) or 'off'")
+        defaults = Limits()
+
+        def number(name: str, default: float) -> float:
+            raw = env.get(name, "").strip()
+            if not raw:
+                return default
+            try:
+                value = float(raw)
+            except ValueError:
+                raise BuildInfraError(f"{name}={raw!r} is not a number") from None
+            if value <= 0:
+                raise BuildInfraError(f"{name}={raw!r} must be positive")
+            return value
+
+        limits = Limits(
+            wall_seconds=number("KPERF_BUILD_WALL_SECONDS", defaults.wall_seconds),
+            cpu_seconds=int(number("KPERF_BUILD_CPU_SECONDS", defaults.cpu_seconds)),
+            memory_bytes=int(number("KPERF_BUILD_MAX_MEMORY_BYTES", defaults.memory_bytes)),
+            processes=int(number("KPERF_BUILD_MAX_PROCESSES", defaults.processes)),
+            file_bytes=int(number("KPERF_BUILD_MAX_FILE_BYTES", defaults.file_bytes)),
+            disk_bytes=int(number("KPERF_BUILD_MAX_DISK_BYTES", defaults.disk_bytes)),
+            log_bytes=int(number("KPERF_BUILD_MAX_LOG_BYTES", defaults.log_bytes)),
+        )
+        uid = int(number("KPERF_BUILD_UID", DEFAULT_BUILD_UID))
+        gid = int(number("KPERF_BUILD_GID", uid))
+        return cls(mode=mode, uid=uid, gid=gid, limits=limits)
+
+    def with_limits(self, **changes: Any) -> Sandbox:
+        return replace(self, limits=replace(self.limits, **changes))
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "off"
+
+    @property
+    def drops_to_uid(self) -> bool:
+        """Whether the build runs as the build uid (only root can switch)."""
+        return self.enabled and os.geteuid() == 0
+
+    def check(self) -> None:
+        """BuildInfraError naming what to install or set when the sandbox cannot run here."""
+        if not self.enabled:
+            return
+        for tool, package in (("bwrap", "bubblewrap"), ("setpriv", "util-linux")):
+            if shutil.which(tool) is None:
+                raise BuildInfraError(
+                    f"{tool} is missing: builds run untrusted code in a sandbox "
+                    f"(apt-get install {package}; docs/security.md)"
+                )
+        if self.drops_to_uid and self.uid == 0:
+            raise BuildInfraError("KPERF_BUILD_UID=0: builds must not run as root; choose an unused uid")
+
+    def own(self, *paths: Path) -> None:
+        """Give the writable places to the build user (only when switching
+        to it): a tree made before the sandbox, or by root, becomes its."""
+        if not self.drops_to_uid:
+            return
+        for top in paths:
+            if not top.exists():
+                continue
+            st = top.stat()
+            if st.st_uid == self.uid and st.st_gid == self.gid:
+                continue
+            for root, dirs, files in os.walk(top):
+                for name in (*dirs, *files):
+                    os.lchown(os.path.join(root, name), self.uid, self.gid)
+            os.lchown(top, self.uid, self.gid)
+
+    def command(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        readonly: Sequence[Path] = (),
+        writable: Sequence[Path] = (),
+        tmp: Path | None = None,
+    ) -> tuple[list[str], dict[str, str]]:
+        """(argv, env) for subprocess: ``argv`` run in the sandbox with
+        exactly ``env``, ``readonly`` and ``writable`` visible at their own
+        paths (``tmp`` is for the caller's TMPDIR). With the sandbox off: argv and env as given."""
+        if not self.enabled:
+            return list(argv), dict(env)
+        binds: list[str] = []
+        mounts: list[tuple[str, str, str]] = []
+        for top in _TOP_LINKS:
+            path = Path(top)
+            if path.is_symlink():
+                binds += ["--symlink", os.readlink(path), top]
+            elif path.is_dir():
+                mounts.append(("--ro-bind", top, top))
+        for d in _SYSTEM_DIRS:
+            mounts.append(("--ro-bind", d, d))
+        for f in _ETC_FILES:
+            if os.path.lexists(f):
+                mounts.append(("--ro-bind", f, f))
+        for p in (*python_paths(), *readonly):
+            mounts.append(("--ro-bind", str(p), str(p)))
+        for p in writable:
+            mounts.append(("--bind", str(p), str(p)))
+        # /tmp would live in the sandbox's root tmpfs, in memory and outside
+        # every limit: it is there but not writable; TMPDIR points into the
+        # build's scratch directory (``tmp``), which the disk limit watches.
+        binds += ["--perms", "0755", "--dir", "/tmp"]
+        # bwrap makes missing parents of a mount point 0700 and root-owned,
+        # which the build user could not cross: make them 0755 first.
+        parents: set[str] = set()
+        for _, _, dest in mounts:
+            parents.update(str(p) for p in Path(dest).parents if str(p) != "/")
+        covered = {dest for _, _, dest in mounts}
+        for parent in sorted(parents - covered, key=lambda p: (p.count("/"), p)):
+            if not any(parent.startswith(dest + "/") for dest in covered):
+                binds += ["--perms", "0755", "--dir", parent]
+        # A mount inside another mount's place must come after it.
+        for kind, src, dest in sorted(mounts, key=lambda m: m[2].count("/")):
+            binds += [kind, src, dest]
+        out = [
+            "bwrap",
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-net",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--hostname",
+            "kperf-build",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            *binds,
+            "--chdir",
+            str(cwd),
+            "--clearenv",
+        ]
+        if not self.drops_to_uid:
+            # An ordinary user's bwrap needs its own user namespace; as root
+            # the namespaces are made directly and setpriv drops below.
+            out.insert(1, "--unshare-user")
+        for name, value in env.items():
+            out += ["--setenv", name, value]
+        if self.drops_to_uid:
+            out += [
+                shutil.which("setpriv") or "/usr/bin/setpriv",
+                f"--reuid={self.uid}",
+                f"--regid={self.gid}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--no-new-privs",
+                "--",
+            ]
+        out += list(argv)
+        # bwrap itself runs with a minimal environment too: nothing of the
+        # worker's reaches even the sandbox's setup.
+        return out, {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+
+    def rlimit_prefix(self) -> list[str]:
+        """``prlimit`` with the per-process limits, put before bwrap so that
+        everything the build starts (setpriv, tuxmake, make, gcc) inherits
+        them. (prlimit rather than a preexec_fn: the worker has threads.)"""
+        if not self.enabled:
+            return []
+        lim = self.limits
+        out = [
+            shutil.which("prlimit") or "/usr/bin/prlimit",
+            f"--cpu={lim.cpu_seconds}",
+            f"--as={lim.memory_bytes}",
+            f"--fsize={lim.file_bytes}",
+            "--core=0",
+        ]
+        if self.drops_to_uid:
+            # Counted per real uid: root is exempt, the build user is not.
+            out.append(f"--nproc={lim.processes}")
+        return [*out, "--"]
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        on_line: Callable[[str], None],
+        readonly: Sequence[Path] = (),
+        writable: Sequence[Path] = (),
+        tmp: Path | None = None,
+        watch: Sequence[Path] = (),
+    ) -> Ran:
+        """Run ``argv`` in the sandbox, feeding each output line to
+        ``on_line``, and stop it whole when it passes a limit: wall time,
+        the bytes under ``watch`` (what it wrote), or its log size."""
+        cmd, outer_env = self.command(argv, cwd=cwd, env=env, readonly=readonly, writable=writable, tmp=tmp)
+        cmd = [*self.rlimit_prefix(), *cmd]
+        try:
+            proc = subprocess.Popen(
+                cmd,
+                cwd=cwd,
+                env=outer_env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                # Own process group: stopping it takes bwrap, and with it
+                # (--die-with-parent, its own PID namespace) everything inside.
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise BuildInfraError(f"cannot start the build ({cmd[0]}: {exc})") from exc
+        ran = Ran(returncode=0)
+        lim = self.limits
+        finished = threading.Event()
+
+        def stop(reason: str) -> None:
+            if not ran.stopped:
+                ran.stopped = reason
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+        def watchdog() -> None:
+            started = time.monotonic()
+            next_disk = started
+            while not finished.wait(1.0):
+                now = time.monotonic()
+                if now - started > lim.wall_seconds:
+                    stop(
+                        f"the build ran for more than {lim.wall_seconds:.0f} s and was stopped "
+                        "(KPERF_BUILD_WALL_SECONDS)"
+                    )
+                    return
+                if watch and now >= next_disk:
+                    used = sum(disk_usage(p) for p in watch)
+                    # A large tree takes a while to walk: look less often.
+                    next_disk = now + max(2.0, 10 * (time.monotonic() - now))
+                    if used > lim.disk_bytes:
+                        stop(
+                            f"the build wrote {used / GiB:.1f} GiB, more than its limit of "
+                            f"{lim.disk_bytes / GiB:.1f} GiB, and was stopped (KPERF_BUILD_MAX_DISK_BYTES)"
+                        )
+                        return
+
+        guard = threading.Thread(target=watchdog, name="build-watchdog", daemon=True)
+        guard.start()
+        logged = 0
+        try:
+            assert proc.stdout is not None
+            for raw in proc.stdout:
+                logged += len(raw)
+                if logged > lim.log_bytes:
+                    stop(
+                        f"the build printed more than {lim.log_bytes / MiB:.0f} MiB of log and was "
+                        f"stopped (KPERF_BUILD_MAX_LOG_BYTES)"
+                    )
+                    continue
+                on_line(raw.decode("utf-8", "replace").rstrip("\n"))
+            ran.returncode = proc.wait()
+        except BaseException:
+            stop("interrupted")
+            proc.wait()
+            raise
+        finally:
+            finished.set()
+            guard.join()
+        return ran
+
+
+@dataclass
+class Ran:
+    returncode: int
+    # Why kperf stopped the build ("" when it ended by itself).
+    stopped: str = ""
+
+
+def disk_usage(path: Path) -> int:
+    """Bytes allocated under ``path`` (symlinks not followed)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+    return total
+
+
+def build_env(sandbox: Sandbox, tmp: Path) -> dict[str, str]:
+    """The environment the tree's build runs with. In the sandbox: only
+    what a kernel build needs, nothing of the worker's (its database and
+    broker URLs, its secret key); without it, the worker's own minus the
+    variables that would change the build."""
+    if sandbox.enabled:
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(tmp),
+            "TMPDIR": str(tmp),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONNOUSERSITE": "1",
+        }
+    else:
+        env = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV}
+    # English, untranslated compiler messages: error lines are parsed.
+    # LOCALVERSION set (empty): the kernel's release string is made without
+    # asking git whether the tree is at a tag (no "+"), so it is the same in
+    # and out of the sandbox, where the repository is not visible.
+    env.update(LC_ALL="C", LANG="C", LOCALVERSION="")
+    return env
+
+
+def python_paths() -> list[Path]:
+    """What the interpreter running tuxmake needs to be visible: the
+    virtualenv (sys.prefix) and the installation it was made from
+    (sys.base_prefix), when they are not under /usr already."""
+    paths: list[Path] = []
+    for p in {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}:
+        if p == Path("/usr") or Path("/usr") in p.parents:
+            continue
+        paths.append(p)
+    return sorted(paths)
