@@ -37,6 +37,8 @@ def cmd_import_mmtests(args: argparse.Namespace) -> int:
         f"imported {run.run_name} ({run.kernel_version or 'kernel version unknown'}) as {args.kernel_sha[:12]} "
         f"on {args.machine_class}: {names}; jobs {', '.join(map(str, result['jobs']))}"
     )
+    for why in run.left_out:
+        print(f"left out: {why}")
     return 0
 
 

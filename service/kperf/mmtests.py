@@ -14,6 +14,12 @@ Each benchmark reads what mmtests' own extractor reads, so imported samples
 are mmtests' samples: pagealloc drops the first two rounds of each batch size
 as ExtractPagealloc.pm does (kperf's parser does the same), spawn takes the
 RESULT of UnixBench's index row as ExtractUnixbenchcommon.pm does.
+
+A sample's metric name is its series: it carries the experiment's parameters
+(spawn's extra VMAs, pft's mode and client count, pagealloc's order and batch,
+aim9's test), each read from the logs. Where the logs do not say, the
+directory is refused: a guessed parameter would merge two experiments into one
+series and nothing downstream could tell.
 """
 
 from __future__ import annotations
@@ -42,6 +48,19 @@ _PFT_ROW = re.compile(
 # sample is RESULT. Run's score line ("Process Creation  12345.6 lps   (30.0 s,
 # 2 samples)") has a word after its first number, so it does not match.
 _SPAWN_ROW = re.compile(r"^Process Creation +([\d.]+) +([\d.]+) +([\d.]+)")
+# What says which experiment an index row belongs to. kperf's spawn prints,
+# before each pass's row, "spawn vmas=<extra> iteration=<i> count=... elapsed=..."
+# (csrc/spawn.c); the export keeps that line in each spawn-1-<i>.log.
+_KPERF_SPAWN = re.compile(r"^spawn vmas=(?P<vmas>\d+) iteration=\d+ ")
+# UnixBench's Run prints, before a run's scores and index table (summarizeRun),
+# "<n> CPUs in system; running <copies> parallel cop(y|ies) of tests": that is
+# UnixBench's own spawn, which holds no VMA beyond the process's own.
+_UNIXBENCH_RUN = re.compile(r"^(?:\d+|unknown) CPUs? in system; running (?P<copies>\d+) parallel cop(?:y|ies) of tests")
+_SPAWN_LOG = re.compile(r"spawn-(?P<copies>\d+)-(?P<iteration>\d+)\.log(?:\.gz|\.xz)?")
+# A pft command as pft-bench logs it ("./pft -m <bytes> -t|-n <clients>", log_cmd
+# appends it to commands.log), and as kperf's export writes it.
+_PFT_COMMAND = re.compile(r"(?:^|/)pft\s(?:.*\s)?(?P<switch>-t|-n)\s+(?P<clients>\d+)(?:\s|$)")
+PFT_SWITCHES = {"-t": "threads", "-n": "processes"}
 
 BENCHMARK_DIRS = {"aim9": "aim9", "pagealloc": "pagealloc", "pft": "pft", "unixbench-spawn": "spawn"}
 
@@ -66,6 +85,14 @@ class ImportedRun:
     run_name: str
     kernel_version: str
     benchmarks: dict[str, ImportedBenchmark]
+    # Experiments in the directory kperf has no series for (another aim9 test,
+    # spawn with several copies): said, not stored under a name that is not theirs.
+    left_out: list[str] = field(default_factory=list)
+
+
+def _leave_out(left_out: list[str], why: str) -> None:
+    if why not in left_out:
+        left_out.append(why)
 
 
 def read_text(path: Path) -> str:
@@ -81,7 +108,7 @@ def _logs(iter_dir: Path, bench_dir: str) -> Path | None:
     return logs if logs.is_dir() else None
 
 
-def _aim9(logs: Path, out: ImportedBenchmark) -> None:
+def _aim9(logs: Path, out: ImportedBenchmark, left_out: list[str]) -> None:
     files = sorted(
         (p for p in logs.iterdir() if re.fullmatch(r"aim9-\d+(\.gz|\.xz)?", p.name)),
         key=lambda p: int(re.findall(r"\d+", p.name)[-1]),
@@ -90,8 +117,12 @@ def _aim9(logs: Path, out: ImportedBenchmark) -> None:
         out.files.append(path.name)
         for line in read_text(path).splitlines():
             m = _AIM9_ROW.match(line)
-            if m and m["name"] in AIM9_TESTS:
+            if not m:
+                continue
+            if m["name"] in AIM9_TESTS:
                 out.add(m["name"], float(m["ops"]))
+            else:
+                _leave_out(left_out, f"aim9 {m['name']}: kperf's aim9 runs {', '.join(AIM9_TESTS)}")
 
 
 def _pagealloc(logs: Path, out: ImportedBenchmark) -> None:
@@ -111,18 +142,39 @@ def _pagealloc(logs: Path, out: ImportedBenchmark) -> None:
         out.add(f"total-odr{o}-{b}", float(alloc + free))
 
 
-def _pft_mode(logs: Path, given: str | None) -> str:
+def _pft_commands(logs: Path) -> dict[int, set[str]] | None:
+    """{client count: the modes commands.log ran it in}; None without a commands.log."""
+    commands = logs / "commands.log"
+    if not commands.exists():
+        return None
+    modes: dict[int, set[str]] = {}
+    for line in read_text(commands).splitlines():
+        m = _PFT_COMMAND.search(line.strip())
+        if m:
+            modes.setdefault(int(m["clients"]), set()).add(PFT_SWITCHES[m["switch"]])
+    return modes
+
+
+def _pft_mode(logs: Path, clients: int, commands: dict[int, set[str]] | None, given: str | None) -> str:
+    """The mode pft-<clients>.log ran in: commands.log's, else --pft-mode's; never a default."""
+    said = set() if commands is None else commands.get(clients, set())
+    if len(said) > 1:
+        raise MmtestsImportError(
+            f"{logs / 'commands.log'} runs pft with {clients} clients both as threads (-t) and as processes (-n), "
+            f"so pft-{clients}.log mixes two experiments; import runs of one mode"
+        )
+    if said:
+        (mode,) = said
+        if given and given != mode:
+            raise MmtestsImportError(
+                f"{logs / 'commands.log'} ran pft with {clients} clients as {mode}, but --pft-mode says {given}"
+            )
+        return mode
     if given:
         return given
-    commands = logs / "commands.log"
-    if commands.exists():
-        text = read_text(commands)
-        if re.search(r"\s-t\b", text):
-            return "threads"
-        if re.search(r"\s-n\b", text):
-            return "processes"
+    where = "has no commands.log" if commands is None else f"has no pft -t/-n command for {clients} clients"
     raise MmtestsImportError(
-        f"cannot tell whether pft in {logs} ran threads or processes (no -t/-n in commands.log): "
+        f"cannot tell whether pft-{clients}.log in {logs} ran threads or processes ({logs} {where}): "
         "pass --pft-mode threads or --pft-mode processes"
     )
 
@@ -131,10 +183,11 @@ def _pft(logs: Path, out: ImportedBenchmark, mode: str | None) -> None:
     files = sorted(p for p in logs.iterdir() if re.fullmatch(r"pft-\d+\.log", p.name))
     if not files:
         return
-    resolved = _pft_mode(logs, mode)
+    commands = _pft_commands(logs)
     for path in sorted(files, key=lambda p: int(re.findall(r"\d+", p.name)[0])):
         out.files.append(path.name)
         clients = int(re.findall(r"\d+", path.name)[0])
+        resolved = _pft_mode(logs, clients, commands, mode)
         for line in read_text(path).splitlines():
             m = _PFT_ROW.match(line)
             if m:
@@ -142,19 +195,51 @@ def _pft(logs: Path, out: ImportedBenchmark, mode: str | None) -> None:
                 out.add(f"faults/cpu-{resolved}-{clients}", float(m["cpu"]))
 
 
-def _spawn(logs: Path, out: ImportedBenchmark) -> None:
-    # Only one copy (spawn-1-<iteration>.log) is comparable with kperf's
-    # single-process spawn with no extra VMAs.
-    files = sorted(
-        (p for p in logs.iterdir() if re.fullmatch(r"spawn-1-\d+\.log(\.gz|\.xz)?", p.name)),
-        key=lambda p: int(p.name.split("-")[2].split(".")[0]),
-    )
-    for path in files:
+def _spawn_passes(path: Path, copies: int) -> list[tuple[int, float]]:
+    """(extra VMAs, RESULT) of every index row in one spawn log.
+
+    A row belongs to the experiment named last before it: kperf's spawn line
+    (its extra VMAs) or UnixBench's Run report (no extra VMAs). A row with
+    neither is refused: 0 would be a guess, and a wrong one merges series.
+    """
+    extra: int | None = None
+    passes = []
+    for lineno, line in enumerate(read_text(path).splitlines(), start=1):
+        text = line.strip()
+        if m := _KPERF_SPAWN.match(text):
+            extra = int(m["vmas"])
+        elif m := _UNIXBENCH_RUN.match(text):
+            if int(m["copies"]) != copies:
+                raise MmtestsImportError(
+                    f"{path}: its name is for spawn-{copies}-*.log, "
+                    f"but UnixBench's report on line {lineno} ran {m['copies']} parallel copies"
+                )
+            extra = 0
+        elif m := _SPAWN_ROW.match(line):
+            if extra is None:
+                raise MmtestsImportError(
+                    f"{path}: cannot tell how many extra VMAs the spawn pass on line {lineno} held: "
+                    "neither kperf's 'spawn vmas=<N>' line nor UnixBench's report "
+                    "('... running 1 parallel copy of tests') comes before its index row"
+                )
+            passes.append((extra, float(m.group(2))))
+    return passes
+
+
+def _spawn(logs: Path, out: ImportedBenchmark, left_out: list[str]) -> None:
+    logs_of: dict[int, list[tuple[int, Path]]] = {}
+    for p in logs.iterdir():
+        if m := _SPAWN_LOG.fullmatch(p.name):
+            logs_of.setdefault(int(m["copies"]), []).append((int(m["iteration"]), p))
+    for copies in sorted(set(logs_of) - {1}):
+        _leave_out(
+            left_out, f"unixbench-spawn with {copies} copies (spawn-{copies}-*.log): kperf's spawn is one process"
+        )
+    # One copy (spawn-1-<iteration>.log) is kperf's spawn: the series is its extra VMAs.
+    for _, path in sorted(logs_of.get(1, [])):
         out.files.append(path.name)
-        for line in read_text(path).splitlines():
-            m = _SPAWN_ROW.match(line)
-            if m:
-                out.add("spawn-vmas-0", float(m.group(2)))
+        for extra, result in _spawn_passes(path, 1):
+            out.add(f"spawn-vmas-{extra}", result)
 
 
 def read_run(run_dir: Path, pft_mode: str | None = None) -> ImportedRun:
@@ -170,6 +255,7 @@ def read_run(run_dir: Path, pft_mode: str | None = None) -> ImportedRun:
     version_file = iters[0] / "kernel.version"
     kernel_version = read_text(version_file).strip() if version_file.exists() else ""
     found: dict[str, ImportedBenchmark] = {}
+    left_out: list[str] = []
     for iter_dir in iters:
         for bench_dir, name in BENCHMARK_DIRS.items():
             logs = _logs(iter_dir, bench_dir)
@@ -177,21 +263,22 @@ def read_run(run_dir: Path, pft_mode: str | None = None) -> ImportedRun:
                 continue
             bench = found.setdefault(name, ImportedBenchmark(name))
             if name == "aim9":
-                _aim9(logs, bench)
+                _aim9(logs, bench, left_out)
             elif name == "pagealloc":
                 _pagealloc(logs, bench)
             elif name == "pft":
                 _pft(logs, bench, pft_mode)
             else:
-                _spawn(logs, bench)
+                _spawn(logs, bench, left_out)
     empty = [n for n, b in found.items() if not b.samples]
     if empty:
+        also = f" (left out: {'; '.join(left_out)})" if left_out else ""
         raise MmtestsImportError(
-            f"{run_dir}: found {', '.join(empty)} but no result lines in its logs; the run may have failed"
+            f"{run_dir}: found {', '.join(empty)} but no result lines in its logs{also}; the run may have failed"
         )
     if not found:
         raise MmtestsImportError(
             f"{run_dir} has no results of a benchmark kperf knows (looked for {', '.join(BENCHMARK_DIRS)} "
             "under iter-*/<benchmark>/logs/)"
         )
-    return ImportedRun(run_name=run_dir.name, kernel_version=kernel_version, benchmarks=found)
+    return ImportedRun(run_name=run_dir.name, kernel_version=kernel_version, benchmarks=found, left_out=left_out)

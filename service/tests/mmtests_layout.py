@@ -112,3 +112,26 @@ def unixbench_spawn_log(lps: float, copies: int) -> str:
             f"{'System Benchmarks Index Score (Partial Only)':<66} {lps / 126.0 * 10:8.1f}\n\n",
         ]
     )
+
+
+def kperf_spawn_output(extra_vmas: list[int], iterations: int, seed: int) -> str:
+    """What kperf's spawn (runners/kperf_runner/csrc/spawn.c) prints for these extra-VMA counts.
+
+    Per count its spawn-info line, then per iteration UnixBench's COUNT line,
+    spawn's own result line and UnixBench's index row, in spawn.c's formats.
+    Fewer forks with more VMAs, as copying the VMA tree costs.
+    """
+    rng = np.random.default_rng(seed)
+    lines = []
+    for extra in extra_vmas:
+        lines.append(f"spawn-info: extra_vmas={extra} total_vmas={extra + 12} cpu=0 seconds=0.200")
+        for i in range(iterations):
+            count = max(1, int(1200 / (1 + extra / 100) * float(rng.normal(1.0, 0.03))))
+            elapsed = f"{0.2 + float(rng.uniform(0, 0.002)):.9f}"
+            rate = count / float(elapsed)
+            lines += [
+                f"COUNT|{count}|1|lps",
+                f"spawn vmas={extra} iteration={i} count={count} elapsed={elapsed}",
+                f"{'Process Creation':<40} {126.0:12.1f} {rate:12.1f} {rate / 126.0 * 10:8.1f}",
+            ]
+    return "\n".join(lines) + "\n"

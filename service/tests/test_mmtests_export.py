@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kperf.core.models import Job
+from kperf.core.models import Job, Sample
 from kperf.mmtests import read_run
 from kperf_runner.benchmarks import get_benchmark
 
@@ -19,6 +19,8 @@ pytestmark = pytest.mark.django_db
 # A real spawn run (quick grid: 0.2 s, 3 iterations, 0 and 1000 extra VMAs) as the runner uploads it.
 RAW = (Path(__file__).parents[2] / "runners" / "tests" / "data" / "spawn-native-x86_64.txt").read_text()
 SPAWN = get_benchmark("spawn")
+# The kernel the export is imported back as: none of the submission's.
+IMPORTED = "d" * 40
 
 
 def upload_every_job(api: Api) -> dict[str, list[float]]:
@@ -37,7 +39,7 @@ def upload_every_job(api: Api) -> dict[str, list[float]]:
 
 
 def test_a_side_exports_as_mmtests_runs_that_read_back_as_kperfs_samples(
-    alice: Any, alice_api: Api, qemu_class: Any, runner_api: Any, tmp_path: Path, live_server: Any
+    alice: Any, alice_api: Api, staff_api: Api, qemu_class: Any, runner_api: Any, tmp_path: Path, live_server: Any
 ) -> None:
     _, api = runner_api
     sub = submission_ready_for_testing(alice, qemu_class, tmp_path)
@@ -54,10 +56,30 @@ def test_a_side_exports_as_mmtests_runs_that_read_back_as_kperfs_samples(
     assert "extract-mmtests.pl -d" in out.stdout
     for extra in (0, 1000):
         run = read_run(tmp_path / "log" / f"spawn-vmas-{extra}")
+        # Each run is its own experiment: its extra VMAs name every sample, as kperf named them.
+        assert {m for m, _, _ in run.benchmarks["spawn"].samples} == {f"spawn-vmas-{extra}"}
         read = [v for _, _, v in run.benchmarks["spawn"].samples]
         assert read == pytest.approx(one_boot[f"spawn-vmas-{extra}"] * boots, rel=1e-3)
     again = cli("export-mmtests", str(sub.pk), "--side", "base", "--bench", "spawn", "--out", str(tmp_path / "log"))
     assert again.returncode != 0 and "is not empty" in again.stderr
+    # Imported back, both runs to one kernel: two series, each with its own values.
+    admin = kperf_cli(live_server.url, staff_api, tmp_path / "admin.json")
+    for extra in (0, 1000):
+        run_dir = str(tmp_path / "log" / f"spawn-vmas-{extra}")
+        out = admin("import-mmtests", run_dir, "--kernel-sha", IMPORTED, "--machine-class", qemu_class.name)
+        assert out.returncode == 0, out.stderr
+        assert f"spawn ({3 * boots} samples)" in out.stdout and "left out" not in out.stdout
+    stored: dict[str, list[float]] = {}
+    for metric, value in (
+        Sample.objects.filter(boot_record__job__build__sha=IMPORTED)
+        .order_by("boot_record__job_id", "iteration")
+        .values_list("metric", "value")
+    ):
+        stored.setdefault(metric, []).append(value)
+    assert stored.keys() == {"spawn-vmas-0", "spawn-vmas-1000"}
+    for metric, values in stored.items():
+        # UnixBench's index row has one decimal of kperf's forks/s.
+        assert values == pytest.approx(one_boot[metric] * boots, abs=0.051)
 
 
 def test_an_export_without_boots_says_what_is_missing(

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from kperf.core import imports
 from kperf.core.models import BootRecord, Job, Sample
 from kperf.mmtests import MmtestsImportError, read_run
 from kperf.stats.abtest import MetricInput
@@ -16,7 +17,7 @@ from kperf.stats.summary import summary_rows
 from kperf_runner.benchmarks import get_benchmark, resolve_params
 
 from .conftest import Api, kperf_cli
-from .mmtests_layout import make_run, unixbench_spawn_log
+from .mmtests_layout import kperf_spawn_output, make_run, unixbench_spawn_log
 
 RUNNER_DATA = Path(__file__).resolve().parents[2] / "runners" / "tests" / "data"
 
@@ -58,6 +59,7 @@ def test_it_reads_every_benchmark_in_the_mmtests_layout(tmp_path: Path) -> None:
     # One copy only, the index row's RESULT, not Run's score line above it.
     assert [m for m, _, _ in spawn] == ["spawn-vmas-0"] * 3
     assert all(3800 < v < 4200 for _, _, v in spawn)
+    assert run.left_out == ["unixbench-spawn with 4 copies (spawn-4-*.log): kperf's spawn is one process"]
 
 
 def test_a_real_unixbench_spawn_directory_imports(tmp_path: Path) -> None:
@@ -73,40 +75,162 @@ def test_a_real_unixbench_spawn_directory_imports(tmp_path: Path) -> None:
     assert run.benchmarks["spawn"].files == ["spawn-1-1.log", "spawn-1-2.log.gz"]
 
 
-@pytest.mark.parametrize(
-    ("bench", "raw", "overrides"),
-    [
-        ("aim9", "aim9-quick-qemu-x86_64.txt", {"iterations": 3}),
-        ("pagealloc", "pagealloc-quick-qemu-x86_64.txt", {}),
-        ("pft", "pft-native-threads-x86_64.txt", {"size_mb": 32, "clients": [1, 2, 4]}),
-        ("spawn", "spawn-native-x86_64.txt", {"duration": 0.2}),
-    ],
-)
-def test_kperfs_raw_output_as_mmtests_files_imports_as_kperfs_samples(
-    tmp_path: Path, bench: str, raw: str, overrides: dict[str, Any]
-) -> None:
-    """The runner's mmtests mapping and this importer agree with the runner's parser."""
-    benchmark = get_benchmark(bench)
+# kperf's raw output of every benchmark, both pft modes and spawn at five extra-VMA
+# counts: (benchmark, raw output, grid overrides). No metric is in two of them, so
+# an import that merged two experiments into one series shows as a wrong name.
+RAW_RUNS: list[tuple[str, str, dict[str, Any]]] = [
+    ("aim9", (RUNNER_DATA / "aim9-quick-qemu-x86_64.txt").read_text(), {"iterations": 3}),
+    ("pagealloc", (RUNNER_DATA / "pagealloc-quick-qemu-x86_64.txt").read_text(), {}),
+    ("pft", (RUNNER_DATA / "pft-native-threads-x86_64.txt").read_text(), {"size_mb": 32, "clients": [1, 2, 4]}),
+    (
+        "pft",
+        (RUNNER_DATA / "pft-native-processes-x86_64.txt").read_text(),
+        {"size_mb": 32, "clients": [1, 2], "mode": "processes"},
+    ),
+    ("spawn", (RUNNER_DATA / "spawn-native-x86_64.txt").read_text(), {"duration": 0.2}),
+    ("spawn", kperf_spawn_output([1, 100, 6400], 3, seed=7), {"duration": 0.2, "extra_vmas": [1, 100, 6400]}),
+]
+RAW_IDS = ["aim9", "pagealloc", "pft-threads", "pft-processes", "spawn-0-1000", "spawn-1-100-6400"]
+
+
+def kperfs_samples(bench: str, raw: str, overrides: dict[str, Any]) -> dict[tuple[str, int], float]:
     params = resolve_params(bench, "quick", overrides)
-    text = (RUNNER_DATA / raw).read_text()
-    expected: dict[str, list[float]] = {}
-    for sample in benchmark.parse(text, params):
-        expected.setdefault(sample.metric, []).append(sample.value)
-    imported: dict[str, list[float]] = {}
-    for run_name, files in benchmark.mmtests_runs(text, params).items():
-        logs = tmp_path / run_name / "iter-0" / benchmark.mmtests_name / "logs"
+    return {(s.metric, s.iteration): s.value for s in get_benchmark(bench).parse(raw, params)}
+
+
+def export(root: Path, bench: str, raw: str, overrides: dict[str, Any]) -> list[Path]:
+    """kperf's raw output as the mmtests run directories the export writes (one boot: iter-0)."""
+    benchmark = get_benchmark(bench)
+    runs = benchmark.mmtests_runs(raw, resolve_params(bench, "quick", overrides))
+    for run_name, files in runs.items():
+        logs = root / run_name / "iter-0" / benchmark.mmtests_name / "logs"
         logs.mkdir(parents=True)
         for name, content in files.items():
             (logs / name).write_text(content)
-        run = read_run(tmp_path / run_name)
-        # mmtests has no extra VMAs: each spawn-vmas-<n> run imports as spawn-vmas-0.
-        vmas = run_name.removeprefix("spawn-vmas-")
-        for metric, _, value in run.benchmarks[bench].samples:
-            imported.setdefault(metric.replace("spawn-vmas-0", f"spawn-vmas-{vmas}"), []).append(value)
-    assert imported.keys() == expected.keys()
-    for metric, values in expected.items():
+    return [root / run_name for run_name in runs]
+
+
+def assert_same_samples(got: dict[tuple[str, int], float], want: dict[tuple[str, int], float], bench: str) -> None:
+    # Names and iterations exactly: each experiment its own series.
+    assert sorted(got) == sorted(want)
+    for key, value in want.items():
         # UnixBench's row has one decimal of spawn's forks/s; everything else is as printed.
-        assert imported[metric] == pytest.approx(values, abs=0.051 if bench == "spawn" else 0)
+        assert got[key] == pytest.approx(value, abs=0.051 if bench == "spawn" else 0), key
+
+
+@pytest.mark.parametrize(("bench", "raw", "overrides"), RAW_RUNS, ids=RAW_IDS)
+def test_kperfs_raw_output_as_mmtests_files_imports_as_kperfs_samples(
+    tmp_path: Path, bench: str, raw: str, overrides: dict[str, Any]
+) -> None:
+    """The runner's mmtests mapping and this importer agree with the runner's parser, names and values."""
+    imported: dict[tuple[str, int], float] = {}
+    for run_dir in export(tmp_path, bench, raw, overrides):
+        run = read_run(run_dir)
+        assert list(run.benchmarks) == [bench] and run.left_out == []
+        for metric, iteration, value in run.benchmarks[bench].samples:
+            assert (metric, iteration) not in imported, f"{run_dir.name} repeats {metric} {iteration}"
+            imported[(metric, iteration)] = value
+    assert_same_samples(imported, kperfs_samples(bench, raw, overrides), bench)
+
+
+@pytest.mark.django_db
+def test_every_export_imported_for_one_kernel_keeps_each_experiment_in_its_series(
+    staff_api: Api, qemu_class: Any, tmp_path: Path
+) -> None:
+    """Stored, not only read: one kernel holds every experiment, each under its own metric."""
+    want: dict[tuple[str, int], float] = {}
+    for n, (bench, raw, overrides) in enumerate(RAW_RUNS):
+        samples = kperfs_samples(bench, raw, overrides)
+        assert not set(samples) & set(want)  # so a merge cannot hide among the expected
+        want.update(samples)
+        for run_dir in export(tmp_path / str(n), bench, raw, overrides):
+            resp = staff_api.post("/imports/mmtests", payload(run_dir, BASE))
+            assert resp.status_code == 201, resp.content
+    stored = Sample.objects.filter(boot_record__job__build__sha=BASE).values_list("metric", "iteration", "value")
+    got = {(m, i): v for m, i, v in stored}
+    assert len(got) == stored.count()
+    for bench in ("aim9", "pagealloc", "pft", "spawn"):
+        names = {m for m, _ in want if imports.METRIC_RULES[bench][0].fullmatch(m)}
+        assert_same_samples(
+            {k: v for k, v in got.items() if k[0] in names}, {k: v for k, v in want.items() if k[0] in names}, bench
+        )
+    assert {m for m, _ in got} == {m for m, _ in want}
+    assert {"spawn-vmas-0", "spawn-vmas-1000", "faults/sec-threads-2", "faults/sec-processes-2"} <= {m for m, _ in got}
+
+
+def write_logs(root: Path, bench_dir: str, files: dict[str, str]) -> Path:
+    logs = root / "iter-0" / bench_dir / "logs"
+    logs.mkdir(parents=True)
+    for name, text in files.items():
+        (logs / name).write_text(text)
+    return root
+
+
+def test_a_spawn_pass_of_unknown_extra_vmas_is_refused_not_taken_for_zero(tmp_path: Path) -> None:
+    row = f"{'Process Creation':<40} {126.0:12.1f} {5000.0:12.1f} {396.8:8.1f}\n"
+    bare = write_logs(tmp_path / "bare", "unixbench-spawn", {"workloads": "spawn\n", "spawn-1-1.log": row})
+    with pytest.raises(MmtestsImportError, match=r"spawn-1-1.log: cannot tell how many extra VMAs .* line 1"):
+        read_run(bare)
+    # A log named for one copy whose report ran four is not one experiment either.
+    four = write_logs(
+        tmp_path / "four", "unixbench-spawn", {"workloads": "spawn\n", "spawn-1-1.log": unixbench_spawn_log(9e3, 4)}
+    )
+    with pytest.raises(
+        MmtestsImportError, match=r"for spawn-1-\*\.log, but UnixBench's report on line 17 ran 4 parallel copies"
+    ):
+        read_run(four)
+    # Several copies are left out and said, not stored as kperf's one-process spawn.
+    only_four = write_logs(
+        tmp_path / "only-four",
+        "unixbench-spawn",
+        {"workloads": "spawn\n", "spawn-4-1.log": unixbench_spawn_log(9e3, 4)},
+    )
+    with pytest.raises(MmtestsImportError, match=r"no result lines .*left out: unixbench-spawn with 4 copies"):
+        read_run(only_four)
+
+
+def test_pft_runs_in_the_mode_commands_log_gives_for_each_client_count(tmp_path: Path) -> None:
+    row = "   0    1   1     0.00s     0.01s     0.03s  652541.023 305687.188\n"
+    two = row.replace("   0    1", "   0    2")
+
+    def pft(name: str, commands: str | None) -> Path:
+        files = {"pft-1.log": row, "pft-2.log": two} | ({"commands.log": commands} if commands is not None else {})
+        return write_logs(tmp_path / name, "pft", files)
+
+    mixed = pft("mixed", "./pft -m 33554432 -n 1\n./pft -m 33554432 -t 2\n")
+    assert {m for m, _, _ in read_run(mixed).benchmarks["pft"].samples} == {
+        "faults/sec-processes-1",
+        "faults/cpu-processes-1",
+        "faults/sec-threads-2",
+        "faults/cpu-threads-2",
+    }
+    with pytest.raises(MmtestsImportError, match="ran pft with 1 clients as processes, but --pft-mode says threads"):
+        read_run(mixed, pft_mode="threads")
+    both = pft("both", "./pft -m 33554432 -t 1\n./pft -m 33554432 -n 1\n./pft -m 33554432 -n 2\n")
+    with pytest.raises(MmtestsImportError, match=r"1 clients both as threads .* and as processes"):
+        read_run(both, pft_mode="processes")
+    missing = pft("missing", "./pft -m 33554432 -n 1\n")
+    with pytest.raises(MmtestsImportError, match=r"pft-2.log .* has no pft -t/-n command for 2 clients.*--pft-mode"):
+        read_run(missing)
+    # Where commands.log does not say, the user's --pft-mode does; where it does, they must agree.
+    assert {m for m, _, _ in read_run(missing, pft_mode="processes").benchmarks["pft"].samples} == {
+        "faults/sec-processes-1",
+        "faults/cpu-processes-1",
+        "faults/sec-processes-2",
+        "faults/cpu-processes-2",
+    }
+    with pytest.raises(MmtestsImportError, match="as processes, but --pft-mode says threads"):
+        read_run(missing, pft_mode="threads")
+
+
+def test_aim9_tests_kperf_does_not_run_are_said_to_be_left_out(tmp_path: Path) -> None:
+    table = (
+        "     2 page_test           15.00       1650   110.00000       187000.00 System Allocations & Pages/second\n"
+    )
+    disk = "     3 disk_rr             15.00        300    20.00000       102400.00 Random Disk Reads (K)/second\n"
+    run = read_run(write_logs(tmp_path / "r", "aim9", {"aim9-1": table + disk}))
+    assert run.benchmarks["aim9"].samples == [("page_test", 0, 187000.0)]
+    assert run.left_out == ["aim9 disk_rr: kperf's aim9 runs page_test, brk_test, exec_test, fork_test"]
 
 
 def test_it_says_what_is_wrong_with_a_directory(tmp_path: Path) -> None:
@@ -189,6 +313,7 @@ def test_the_cli_imports_a_run_and_compares_kernels(
         out = admin_cli("import-mmtests", str(run), "--kernel-sha", sha, "--machine-class", "qemu-x86_64")
         assert out.returncode == 0, out.stderr
         assert "aim9 (48 samples)" in out.stdout
+        assert "left out: unixbench-spawn with 4 copies (spawn-4-*.log)" in out.stdout
         page_test[sha].append([v for m, _, v in read_run(run).benchmarks["aim9"].samples if m == "page_test"])
     out = cli("compare-kernels", "--base", BASE, "--head", HEAD, "--machine-class", "qemu-x86_64", "--bench", "aim9")
     assert out.returncode == 0, out.stderr
