@@ -85,3 +85,66 @@ def test_grafana_reads_the_provisioned_dashboards_and_the_database() -> None:
     assert datasources["datasources"][0]["type"] == "grafana-postgresql-datasource"
     home = svc["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
     assert (ROOT / "dashboards/json" / Path(home).name).is_file()
+
+
+# Variables and environment keys that hold a secret: a password, a key, a token.
+SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|_KEY")
+# ${NAME}, ${NAME:-default}, ${NAME-default}, ${NAME:?message}, ${NAME?message}
+INTERPOLATION = re.compile(r"\$\{(\w+)(:?[-?+])?([^${}]*)")
+# Registered after compose is up (add_runner prints it), so present in .env but
+# possibly empty; `?` still stops compose when the line is missing.
+MAY_BE_EMPTY = {"KPERF_RUNNER_TOKEN"}
+
+
+def environments() -> dict[str, dict[str, str]]:
+    return {name: {k: str(v) for k, v in svc.get("environment", {}).items()} for name, svc in services().items()}
+
+
+def test_no_secret_has_a_default_anywhere_in_the_file() -> None:
+    text = (ROOT / "docker-compose.yml").read_text()
+    secrets = [(name, op, rest) for name, op, rest in INTERPOLATION.findall(text) if SECRET_NAME.search(name)]
+    assert {name for name, _, _ in secrets} >= {
+        "POSTGRES_PASSWORD",
+        "KPERF_SECRET_KEY",
+        "KPERF_S3_SECRET_ACCESS_KEY",
+        "GRAFANA_ADMIN_PASSWORD",
+        "GRAFANA_SECRET_KEY",
+        "KPERF_GRAFANA_DB_PASSWORD",
+        "KPERF_RUNNER_TOKEN",
+    }
+    for name, op, message in secrets:
+        wanted = "?" if name in MAY_BE_EMPTY else ":?"
+        # Compose stops with the message, so it must say what to set.
+        assert op == wanted and name in message, f"${{{name}{op}{message}}}: use ${{{name}{wanted}set {name} ...}}"
+
+
+def test_every_secret_in_a_service_comes_from_a_required_variable() -> None:
+    for service, env in environments().items():
+        for key, value in env.items():
+            if SECRET_NAME.search(key):
+                # The whole value is one required variable: no literal, no fallback to another.
+                m = re.fullmatch(r"\$\{(\w+)(:?\?)[^${}]*\}", value)
+                assert m, f"{service}: {key}={value!r} is not a required ${{VAR:?message}}"
+            for userinfo in re.findall(r"://[^/@\s]*:([^/@\s]*)@", value):
+                # A password inside a URL (DATABASE_URL) too.
+                assert re.fullmatch(r"\$\{\w+:\?[^${}]*\}", userinfo), f"{service}: {key} has a password {userinfo!r}"
+
+
+def test_grafana_has_no_default_admin_password_and_no_anonymous_access() -> None:
+    env = environments()["grafana"]
+    assert env["GF_SECURITY_ADMIN_PASSWORD"].startswith("${GRAFANA_ADMIN_PASSWORD:?")
+    # Its built-in key, which encrypts the data source's password, is published.
+    assert env["GF_SECURITY_SECRET_KEY"].startswith("${GRAFANA_SECRET_KEY:?")
+    assert env["GF_AUTH_ANONYMOUS_ENABLED"] == "false" and env["GF_USERS_ALLOW_SIGN_UP"] == "false"
+    assert env["KPERF_GRAFANA_DB_PASSWORD"].startswith("${KPERF_GRAFANA_DB_PASSWORD:?")
+
+
+def test_build_workers_can_make_the_build_sandbox_and_do_not_turn_it_off() -> None:
+    for name, svc in services().items():
+        if "-Q builds" not in command(svc):
+            continue
+        # bwrap makes mount and PID namespaces inside the container.
+        assert "SYS_ADMIN" in svc.get("cap_add", []), name
+        assert "apparmor=unconfined" in svc.get("security_opt", []), name
+        assert svc.get("environment", {}).get("KPERF_BUILD_SANDBOX", "bwrap") == "bwrap", name
+    assert "bubblewrap" in (ROOT / "Dockerfile").read_text()

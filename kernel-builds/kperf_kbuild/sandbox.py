@@ -177,20 +177,24 @@ class Sandbox:
             raise BuildInfraError("KPERF_BUILD_UID=0: builds must not run as root; choose an unused uid")
 
     def own(self, *paths: Path) -> None:
-        """Give the writable places to the build user (only when switching
-        to it): a tree made before the sandbox, or by root, becomes its."""
-        if not self.drops_to_uid:
+        """Give the writable places to whoever the build runs as: the build
+        user when root switches to it; root itself with the sandbox off, so
+        a cache once written by the build user does not turn read-only to
+        root in tuxmake's own user namespace. An ordinary user owns them
+        already."""
+        if os.geteuid() != 0:
             return
+        uid, gid = (self.uid, self.gid) if self.drops_to_uid else (0, 0)
         for top in paths:
             if not top.exists():
                 continue
             st = top.stat()
-            if st.st_uid == self.uid and st.st_gid == self.gid:
+            if st.st_uid == uid and st.st_gid == gid:
                 continue
             for root, dirs, files in os.walk(top):
                 for name in (*dirs, *files):
-                    os.lchown(os.path.join(root, name), self.uid, self.gid)
-            os.lchown(top, self.uid, self.gid)
+                    os.lchown(os.path.join(root, name), uid, gid)
+            os.lchown(top, uid, gid)
 
     def command(
         self,

@@ -39,7 +39,11 @@ def hostile_tree(root: Path, recipe: str) -> tuple[Path, str]:
     (repo / "mm" / "page_alloc.c").write_text("/* the allocator */\n")
     env = {**os.environ, "GIT_AUTHOR_NAME": "x", "GIT_AUTHOR_EMAIL": "x@example.org"}
     env.update(GIT_COMMITTER_NAME="x", GIT_COMMITTER_EMAIL="x@example.org")
-    for argv in (["init", "-q"], ["add", "Makefile", "Kconfig", "Kbuild", "mm/page_alloc.c"], ["commit", "-q", "-m", "hostile"]):
+    for argv in (
+        ["init", "-q"],
+        ["add", "Makefile", "Kconfig", "Kbuild", "mm/page_alloc.c"],
+        ["commit", "-q", "-m", "hostile"],
+    ):
         subprocess.run(["git", "-C", str(repo), *argv], check=True, env=env)
     sha = subprocess.run(
         ["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True, text=True

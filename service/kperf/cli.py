@@ -346,7 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("submit", help="compare a branch, or a patch series applied on it, against a base")
     s.add_argument(
-        "--tree", help="git URL (https://, git://, ssh://) or local path (a series: default, the service's tree)"
+        "--tree", help="git URL: https://, or what else the service allows (a series: default, the service's tree)"
     )
     cli_series.add_arguments(s)
     s.add_argument("--base", required=True, help="branch, tag or sha to compare against")
@@ -413,8 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
     nz.add_argument("--json", action="store_true")
     nz.set_defaults(func=cmd_noise)
 
-    from kperf import cli_mmtests, cli_runners, cli_track, cli_triage
+    from kperf import cli_addresses, cli_mmtests, cli_runners, cli_track, cli_triage
 
+    cli_addresses.add_parsers(sub)
     cli_mmtests.add_parsers(sub)
     cli_track.add_parsers(sub)
     cli_runners.add_parsers(sub)

@@ -27,7 +27,8 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
         "--reply-to",
         action="append",
         metavar="ADDR",
-        help="also mail the result to ADDR (repeat for more); a series' answer goes in reply to its cover letter",
+        help="also mail the result to ADDR (repeat for more), an address you confirmed (`kperf addresses "
+        "confirm ADDR`) or one the service allows; a series' answer goes in reply to its cover letter",
     )
 
 

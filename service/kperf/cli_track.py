@@ -86,7 +86,7 @@ def cmd_branches(args: argparse.Namespace) -> int:
 
 def add_parsers(sub: Any) -> None:
     t = sub.add_parser("track", help="follow a branch: measure every commit it moves to, find change points")
-    t.add_argument("tree", help="git URL (https://, git://, ssh://) or local path")
+    t.add_argument("tree", help="git URL (https://; git://, ssh:// or a local path where the service allows them)")
     t.add_argument("branch", help="the branch to follow")
     t.add_argument("--bench", action="append", help="benchmark (repeat for more; 'all' for every one)")
     t.add_argument("--grid", default="quick", help="parameter grid: quick or full")

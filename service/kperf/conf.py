@@ -9,6 +9,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from django.core.checks.security.base import (
+    SECRET_KEY_INSECURE_PREFIX,
+    SECRET_KEY_MIN_LENGTH,
+    SECRET_KEY_MIN_UNIQUE_CHARACTERS,
+)
+
 
 class ConfigError(ValueError):
     pass
@@ -63,3 +69,24 @@ def env_list(name: str, default: list[str]) -> list[str]:
 def env_path(name: str, default: Path) -> Path:
     raw = os.environ.get(name)
     return Path(raw).expanduser().resolve() if raw else default
+
+
+# How to make a key that passes secret_key_problem, for messages.
+SECRET_KEY_RECIPE = "python3 -c 'import secrets; print(secrets.token_urlsafe(50))'"
+
+
+def secret_key_problem(key: str) -> str | None:
+    """What makes a secret key guessable, or None for a usable one.
+
+    Django's own criteria (its deploy check security.W009): at least 50
+    characters, at least 5 different ones, not one of the keys
+    `startproject` writes. The message never repeats the key: it would end
+    up in logs.
+    """
+    if len(key) < SECRET_KEY_MIN_LENGTH:
+        return f"is {len(key)} characters long; it needs at least {SECRET_KEY_MIN_LENGTH}"
+    if len(set(key)) < SECRET_KEY_MIN_UNIQUE_CHARACTERS:
+        return f"has {len(set(key))} different characters; it needs at least {SECRET_KEY_MIN_UNIQUE_CHARACTERS}"
+    if key.startswith(SECRET_KEY_INSECURE_PREFIX):
+        return f"starts with {SECRET_KEY_INSECURE_PREFIX!r}, the mark of a key Django made for development"
+    return None

@@ -9,7 +9,17 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from kperf import storage_settings
-from kperf.conf import env_bool, env_float, env_int, env_list, env_path, env_str
+from kperf.conf import (
+    SECRET_KEY_RECIPE,
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_path,
+    env_str,
+    secret_key_problem,
+)
+from kperf.core import tree_urls
 
 BASE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BASE_DIR.parent.parent
@@ -24,15 +34,23 @@ DEBUG = env_bool("KPERF_DEBUG", False)
 # docker-compose's old fallback) is no key, so production refuses to start
 # with one. `kperf-up` makes a random key once and keeps it in KPERF_HOME.
 _DEVELOPMENT_SECRET_KEY = "kperf-development-key-change-me-in-production"
+_WHERE_KEYS_LIVE = "(`make up` keeps one in KPERF_HOME/secret_key; docker-compose reads it from .env)"
 SECRET_KEY = env_str("KPERF_SECRET_KEY", "")
 if SECRET_KEY.strip() in ("", _DEVELOPMENT_SECRET_KEY, "change-me"):
     if not DEBUG:
         raise ImproperlyConfigured(
-            "KPERF_SECRET_KEY is unset or a published default: set it to a long random value, e.g. "
-            "`python3 -c 'import secrets; print(secrets.token_urlsafe(50))'` (`make up` keeps one in "
-            "KPERF_HOME/secret_key; docker-compose reads it from .env); KPERF_DEBUG=1 allows a development key"
+            f"KPERF_SECRET_KEY is unset or a published default: set it to a long random value, e.g. "
+            f"`{SECRET_KEY_RECIPE}` {_WHERE_KEYS_LIVE}; KPERF_DEBUG=1 allows a development key"
         )
     SECRET_KEY = _DEVELOPMENT_SECRET_KEY
+elif (_key_problem := secret_key_problem(SECRET_KEY)) is not None:
+    # A short or repetitive key can be guessed, and with it every session
+    # forged; refused in debug mode too, where leaving it unset is the way
+    # to get a development key.
+    raise ImproperlyConfigured(
+        f"KPERF_SECRET_KEY is too weak: it {_key_problem}. Set it to a long random value, e.g. "
+        f"`{SECRET_KEY_RECIPE}` {_WHERE_KEYS_LIVE}"
+    )
 ALLOWED_HOSTS = env_list("KPERF_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("KPERF_CSRF_TRUSTED_ORIGINS", [])
 
@@ -51,9 +69,13 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    # First: refuses NUL bytes in the path or query before anything reads them,
-    # and turns the API's non-JSON 4xx answers into JSON.
+    # Turns the API's non-JSON 4xx and 5xx answers, from anything below it, into JSON.
     "kperf.core.api.middleware.ApiErrorsMiddleware",
+    # Before anything reads them: refuses NUL bytes anywhere in a request
+    # (PostgreSQL cannot hold them) and a query or form Django cannot read.
+    "kperf.core.request_guard.RequestGuardMiddleware",
+    # A page whose view found the database unreachable gets a plain 503 page.
+    "kperf.core.request_guard.DatabaseUnavailableMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -187,6 +209,11 @@ CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_BROKER_TRANSPORT_OPTIONS = (
     {"socket_connect_timeout": 3, "socket_timeout": 10} if CELERY_BROKER_URL.startswith("redis") else {}
 )
+# kombu's Redis transport with the fix that keeps a worker alive when Redis
+# restarts under it (kperf.celery.RedisChannel). redis:// only: for rediss://
+# the scheme itself turns TLS on, which naming a transport would lose.
+if CELERY_BROKER_URL.startswith("redis://"):
+    CELERY_BROKER_TRANSPORT = "kperf.celery:RedisTransport"
 CELERY_TASK_ALWAYS_EAGER = env_bool("KPERF_TASKS_EAGER", False)
 
 # --- kperf ------------------------------------------------------------------
@@ -209,6 +236,15 @@ KPERF_BUILD_TREES_BUDGET_BYTES = env_int("KPERF_BUILD_TREES_BUDGET_BYTES", 20 * 
 # anyone who may submit read the server's disk: off unless asked for
 # (`kperf-up` turns them on for the local user).
 KPERF_ALLOW_LOCAL_TREES = env_bool("KPERF_ALLOW_LOCAL_TREES", False)
+# Where a submitted tree may be fetched from (docs/operations.md, "Tree
+# URLs"): a fetch opens a connection wherever the URL says, so only these
+# schemes (ssh:// would use the server's own keys), and only the hosts listed
+# here or, with the entry `*`, hosts whose every address is public. A listed
+# host (name, *.domain or address, optionally :port) may be internal: a lab's
+# own git server. Parsed now so that a typo stops the service at start.
+KPERF_TREE_SCHEMES = tree_urls.parse_schemes("KPERF_TREE_SCHEMES", env_list("KPERF_TREE_SCHEMES", ["https"]))
+KPERF_TREE_HOSTS = env_list("KPERF_TREE_HOSTS", [tree_urls.ANY_PUBLIC_HOST])
+tree_urls.parse_hosts("KPERF_TREE_HOSTS", KPERF_TREE_HOSTS)
 KPERF_GIT_TIMEOUT = env_int("KPERF_GIT_TIMEOUT", 1800, minimum=10)
 # Patch series (docs/submitting.md): the largest mbox kperf takes (a big
 # series is well under a megabyte), and the tree a submission without one
@@ -270,8 +306,13 @@ KPERF_BUILD_RETRY_SECONDS = env_float("KPERF_BUILD_RETRY_SECONDS", 30.0)
 KPERF_BUILD_RETRY_MAX_SECONDS = env_float("KPERF_BUILD_RETRY_MAX_SECONDS", 600.0)
 # The sweeper runs every REDRIVE_SECONDS and re-drives any submission,
 # tracked commit or build that has not moved for REDRIVE_AFTER_SECONDS.
-KPERF_REDRIVE_SECONDS = env_int("KPERF_REDRIVE_SECONDS", 60, minimum=1)
+KPERF_REDRIVE_SECONDS = env_int("KPERF_REDRIVE_SECONDS", 30, minimum=1)
 KPERF_REDRIVE_AFTER_SECONDS = env_int("KPERF_REDRIVE_AFTER_SECONDS", 300, minimum=1)
+# An analysing submission or tracked commit that no worker is analysing (its
+# analysis lock is free: kperf.core.owners.analysis_running) and that has not
+# moved for this long lost its analysis, and the sweeper sends it again: with
+# REDRIVE_SECONDS, at most a minute after its worker died.
+KPERF_ANALYSIS_LOST_AFTER_SECONDS = env_int("KPERF_ANALYSIS_LOST_AFTER_SECONDS", 30, minimum=1)
 KPERF_CONSOLE_LOG_MAX_BYTES = env_int("KPERF_CONSOLE_LOG_MAX_BYTES", 2 * 1024 * 1024, minimum=1024)
 # --- Calibration and quarantine (docs/calibration.md) ------------------------
 # Every runner of a class with a reference build calibrates this often (0: never
@@ -322,6 +363,24 @@ KPERF_IMAP_USER = env_str("KPERF_IMAP_USER", "")
 KPERF_IMAP_PASSWORD = env_str("KPERF_IMAP_PASSWORD", "")
 KPERF_IMAP_MAILBOX = env_str("KPERF_IMAP_MAILBOX", "INBOX")
 KPERF_IMAP_POLL_SECONDS = env_int("KPERF_IMAP_POLL_SECONDS", 60, minimum=10)
+# Who wrote a reply is what the receiving MTA's Authentication-Results header
+# says (DMARC, or DKIM aligned with From), and only the headers of these
+# authserv-ids count: anyone can add one of their own to a mail. None set:
+# every reply is refused, unless the operator accepts unauthenticated replies
+# (a closed setup, where only a trusted MTA can reach the listener).
+KPERF_MAIL_AUTHSERV_IDS = [i.lower() for i in env_list("KPERF_MAIL_AUTHSERV_ID", [])]
+KPERF_MAIL_ACCEPT_UNAUTHENTICATED = env_bool("KPERF_MAIL_ACCEPT_UNAUTHENTICATED", False)
+# --- Who kperf mails besides the user (docs/submitting.md, "Who gets the result mail") ---
+# Addresses (`list@example.org`) or whole domains (`kvack.org`) any user may
+# have results mailed to without confirming them: the lab's mailing lists.
+KPERF_MAIL_ALLOWED_RECIPIENTS = [a.lower() for a in env_list("KPERF_MAIL_ALLOWED_RECIPIENTS", [])]
+# Mails asking an address to confirm, per user a day; each goes to an address kperf does not know yet.
+KPERF_MAIL_CONFIRMATIONS_PER_DAY = env_int("KPERF_MAIL_CONFIRMATIONS_PER_DAY", 10, minimum=0)
+# How long a confirmation link works.
+KPERF_MAIL_CONFIRM_DAYS = env_int("KPERF_MAIL_CONFIRM_DAYS", 7, minimum=1)
+# Recipients besides the user's own address, per user a day: counted when a
+# submission names them and again when the mail goes out.
+KPERF_MAIL_EXTRA_RECIPIENTS_PER_DAY = env_int("KPERF_MAIL_EXTRA_RECIPIENTS_PER_DAY", 20, minimum=0)
 
 # Periodic work; django-celery-beat copies these into its tables at start, where
 # operators can change the intervals in the admin.

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from kperf.conf import SECRET_KEY_RECIPE, secret_key_problem
 from kperf.embedded import EmbeddedPostgres, broker_url_for_database, start_postgres
 from kperf.web import command as web_command
 
@@ -49,6 +50,10 @@ def missing_tools(arch: str) -> list[tuple[str, str]]:
         ("bc", "bc"),
         ("ccache", "ccache"),
         ("cpio", "cpio"),
+        # Builds run the submitted tree's code inside bubblewrap (docs/security.md).
+        ("bwrap", "bubblewrap"),
+        ("setpriv", "util-linux"),
+        ("prlimit", "util-linux"),
     ]
     qemu, qemu_pkg = _QEMU[arch]
     need.append((qemu, qemu_pkg))
@@ -162,14 +167,23 @@ def local_secret_key(home: Path) -> str:
     """The secret key of this home's service: made once, random, kept in HOME/secret_key (mode 0600).
 
     Kept rather than made anew at each start, so logins and sessions survive a restart.
+    A key there that settings would refuse (empty, short, repetitive: an old
+    version's, or one written by hand) is replaced, saying so.
     """
     path = home / "secret_key"
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         key = path.read_text().strip()
-        if key:
+        problem = secret_key_problem(key)
+        if problem is None:
             return key
+        print(
+            f"kperf-up: the secret key in {path} {problem}: replaced it with a new random one "
+            "(everyone signed in must sign in again)",
+            file=sys.stderr,
+            flush=True,
+        )
         path.unlink()
         return local_secret_key(home)
     key = secrets.token_urlsafe(50)
@@ -210,6 +224,15 @@ def main(argv: list[str] | None = None) -> int:
 
     home = args.home.resolve()
     home.mkdir(parents=True, exist_ok=True)
+    given_key = os.environ.get("KPERF_SECRET_KEY")
+    if given_key and (problem := secret_key_problem(given_key)):
+        # Said once, first, rather than by every child failing to load its settings.
+        print(
+            f"kperf-up: KPERF_SECRET_KEY is too weak: it {problem}. Unset it and kperf-up keeps a random key "
+            f"in {home / 'secret_key'}, or set a long random one: {SECRET_KEY_RECIPE}",
+            file=sys.stderr,
+        )
+        return 1
     missing = missing_tools(args.arch)
     if missing:
         pkgs = " ".join(sorted({pkg for _, pkg in missing}))
@@ -278,9 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         bindir = Path(sys.executable).parent
         celery = [str(bindir / "celery"), "-A", "kperf"]
         # Gossip, mingle and the worker heartbeat talk to other workers over
-        # the broker; kperf needs none of them, and their shutdown on a lost
-        # Redis connection crashed the worker (kombu's 'NoneType' object has
-        # no attribute 'hostname'), so they are off.
+        # the broker; kperf needs none of them, so they are off. (What made a
+        # Redis restart crash workers is fixed in kperf.celery.RedisChannel.)
         solo = ["--without-gossip", "--without-mingle", "--without-heartbeat"]
         # waitress: a client that stalls mid-request cannot tie up the server (kperf.web).
         stack.start("web", web_command(args.host, args.port))

@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from kperf.core import lab_views, plot_views, triage_views, views
+from kperf.core import address_views, lab_views, plot_views, triage_views, views
 from kperf.core.api import api
 
 urlpatterns = [
@@ -23,6 +23,8 @@ urlpatterns = [
     path("builds/<int:build_id>/log", views.build_log, name="build-log"),
     path("jobs/<int:job_id>/console", views.job_console, name="job-console"),
     path("triage/<int:triage_id>", triage_views.change, name="triage-change"),
+    path("addresses", address_views.addresses, name="addresses"),
+    path("addresses/confirm/<str:token>", address_views.confirm, name="address-confirm"),
     path("lab/", lab_views.lab, name="lab"),
     path("lab/runners/<str:name>/release", lab_views.release, name="lab-release"),
     path("lab/runners/<str:name>/quarantine", lab_views.quarantine, name="lab-quarantine"),

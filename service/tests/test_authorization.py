@@ -22,7 +22,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 
-from kperf.core import access, dispatch, imports, tracking, triage
+from kperf.core import access, confirmations, dispatch, imports, tracking, triage
 from kperf.core.models import (
     ApiToken,
     BootRecord,
@@ -33,6 +33,7 @@ from kperf.core.models import (
     KernelBuild,
     MachineClass,
     MetricDef,
+    RecipientAddress,
     Runner,
     Sample,
     Submission,
@@ -212,6 +213,9 @@ def lab(django_user_model: Any, alice: User, staff: User, qemu_class: MachineCla
         head_samples=1,
         values={"base": [[100.0]], "head": [[90.0]]},
     )
+    # An address alice asked kperf to confirm, its link not yet followed.
+    link = {"token_hash": confirmations.token_hash("link-token"), "expires": timezone.now() + timedelta(days=7)}
+    RecipientAddress.objects.create(user=alice, address="dev@elsewhere.example", requested=timezone.now(), **link)
     lab.ids = {
         "sub": sub.pk,
         "bob_sub": bob_sub.pk,
@@ -230,6 +234,7 @@ def lab(django_user_model: Any, alice: User, staff: User, qemu_class: MachineCla
         "sub_triage": sub_triage.pk,
         "plot": f"class={qemu_class.name}&benchmark=spawn&clock={qemu_class.clock}",
         "class_id": qemu_class.pk,
+        "confirm_token": "link-token",
     }
     return lab
 
@@ -349,6 +354,15 @@ ROUTES: dict[str, tuple[str, str, Body, tuple[int, ...]]] = {
         OWNER_API,
     ),
     "api-v1:list_regressions": ("GET", "/api/v1/regressions", None, SIGNED_IN),
+    # Addresses for result mails are each user's own: asked, listed and forgotten per user (docs/submitting.md).
+    "api-v1:list_addresses": ("GET", "/api/v1/addresses", None, SIGNED_IN),
+    "api-v1:request_address": (
+        "POST",
+        "/api/v1/addresses",
+        lambda lab: {"address": "reader@elsewhere.example"},
+        (401, 201, 201, 201, 401),
+    ),
+    "api-v1:remove_address": ("DELETE", "/api/v1/addresses/dev@elsewhere.example", None, (401, 200, 404, 404, 401)),
     # The runner protocol: runner tokens only, and only the runner's own jobs and builds.
     "api-v1:heartbeat": ("POST", "/api/v1/runner/heartbeat", lambda lab: {}, RUNNER),
     "api-v1:claim": ("POST", "/api/v1/runner/claim", None, RUNNER),
@@ -393,6 +407,9 @@ ROUTES: dict[str, tuple[str, str, Body, tuple[int, ...]]] = {
     "lab": ("GET", "/lab/", None, PAGE),
     "lab-release": ("POST", "/lab/runners/qemu-1/release", None, (302, 403, 403, 302, 302)),
     "lab-quarantine": ("POST", "/lab/runners/qemu-1/quarantine", None, (302, 403, 403, 302, 302)),
+    # A user's addresses; the page a confirmation link opens is for whoever reads the mail, signed in or not.
+    "addresses": ("GET", "/addresses", None, PAGE),
+    "address-confirm": ("GET", "/addresses/confirm/{confirm_token}", None, PUBLIC),
     # The triage form (no state given: back to the page saying so).
     "triage-change": ("POST", "/triage/{sub_triage}", None, (302, 302, 404, 302, 302)),
 }

@@ -5,6 +5,11 @@ from __future__ import annotations
 import pytest
 
 from kperf.core.gitops import GitInputError, validate_ref, validate_tree_url
+from kperf.core.tree_urls import SCHEMES, TreePolicy
+
+# An operator who allows every scheme and local trees; the defaults have tests in test_tree_urls.py.
+EVERYTHING = TreePolicy.build(schemes=SCHEMES, allow_local=True)
+DEFAULTS_AND_LOCAL = TreePolicy.build(allow_local=True)
 
 GOOD_URLS = [
     "https://git.kernel.org/pub/scm/linux/kernel/git/akpm/mm.git",
@@ -19,7 +24,7 @@ GOOD_URLS = [
 
 @pytest.mark.parametrize("url", GOOD_URLS)
 def test_it_accepts_the_usual_git_urls(url: str) -> None:
-    assert validate_tree_url(url, allow_local=True) == url
+    assert validate_tree_url(url, EVERYTHING) == url
 
 
 @pytest.mark.parametrize(
@@ -34,6 +39,8 @@ def test_it_accepts_the_usual_git_urls(url: str) -> None:
         ("https://", "host"),
         ("https://example.org", "repository path"),
         ("https://example.org:notaport/x.git", "port"),
+        ("https://[::1/x.git", "host"),
+        ("https://a@127.0.0.1@example.org/x.git", "more than one '@'"),
         ("not a url", "white space"),
         ("relative/path", "not a git URL"),
         ("", "empty"),
@@ -43,15 +50,15 @@ def test_it_accepts_the_usual_git_urls(url: str) -> None:
 )
 def test_it_refuses_bad_urls_and_says_why(url: str, says: str) -> None:
     with pytest.raises(GitInputError) as exc:
-        validate_tree_url(url, allow_local=True)
+        validate_tree_url(url, DEFAULTS_AND_LOCAL)
     assert says in str(exc.value)
 
 
 def test_local_paths_can_be_turned_off() -> None:
     with pytest.raises(GitInputError, match="KPERF_ALLOW_LOCAL_TREES"):
-        validate_tree_url("/srv/git/linux.git", allow_local=False)
+        validate_tree_url("/srv/git/linux.git", TreePolicy.build(schemes=SCHEMES))
     with pytest.raises(GitInputError, match="KPERF_ALLOW_LOCAL_TREES"):
-        validate_tree_url("file:///srv/git/linux.git", allow_local=False)
+        validate_tree_url("file:///srv/git/linux.git", TreePolicy.build(schemes=SCHEMES))
 
 
 @pytest.mark.parametrize("ref", ["master", "mm-unstable", "v6.1", "people/me/fork-vma", "a" * 40, "x.y_z"])

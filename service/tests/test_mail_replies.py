@@ -4,7 +4,9 @@ Mail goes in with smtplib to kperf.core.mail_listener.MailListener, the
 server `kperf-manage mail_listener` runs; kperf's answers go out through
 kperf.core.alerts to an aiosmtpd sink, as every alert does. The listener
 reads in its own thread with its own database connection, so these tests
-commit (transaction=True).
+commit (transaction=True). Every reply carries the Authentication-Results
+the site's MTA (authserv-id MX, the one kperf trusts) adds to a mail whose
+DMARC passed; test_mail_auth.py has the mails that are refused.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from email.message import EmailMessage
-from email.utils import make_msgid
+from email.utils import make_msgid, parseaddr
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 DOMAIN = "kperf.example.org"
 KPERF = f"kperf <kperf@{DOMAIN}>"
 SMTP_POLICY = email.policy.SMTP
+# The authserv-id of the MTA in front of kperf (KPERF_MAIL_AUTHSERV_ID).
+MX = "mx.kperf.example.org"
+
+
+def vouched(sender: str) -> str:
+    """The Authentication-Results the MTA adds to a mail from `sender` that passed DMARC."""
+    domain = parseaddr(sender)[1].rpartition("@")[2]
+    return f"{MX}; spf=pass smtp.mailfrom={domain}; dkim=pass header.d={domain}; dmarc=pass header.from={domain}"
 
 
 @pytest.fixture
@@ -62,6 +72,7 @@ def sink(settings: Any) -> Iterator[Inbox]:
     settings.KPERF_MAIL_DOMAIN = DOMAIN
     settings.DEFAULT_FROM_EMAIL = KPERF
     settings.KPERF_BASE_URL = "https://kperf.example.org"
+    settings.KPERF_MAIL_AUTHSERV_IDS = [MX]
     inbox = Inbox()
     controller = Controller(inbox, hostname="127.0.0.1", port=free_port())
     controller.start()
@@ -91,9 +102,12 @@ def reply(
     html: str | None = None,
     headers: dict[str, str] | None = None,
     envelope_from: str | None = None,
+    authenticated: bool = True,
 ) -> str:
-    """Send a reply as a mail client would; returns its Message-ID."""
+    """Send a reply as a mail client would, through the MTA that vouches for it; returns its Message-ID."""
     msg = EmailMessage()
+    if authenticated:
+        msg["Authentication-Results"] = vouched(sender)
     msg["From"], msg["To"], msg["Subject"] = sender, to, "Re: [kperf] #1 mm-fix vs v6.1: 1 regression"
     msg["Message-ID"] = make_msgid(domain="example.org")
     for name, value in (headers or {}).items():
@@ -337,7 +351,10 @@ def test_kperf_never_answers_its_own_mail_nor_anyone_without_end(
     assert len(answers(sink)) == 3
 
 
-def test_an_alert_copied_to_a_mailing_list_gets_no_reply_address(alice: User, qemu_class: MachineClass) -> None:
+def test_an_alert_copied_to_a_mailing_list_gets_no_reply_address(
+    alice: User, qemu_class: MachineClass, settings: Any
+) -> None:
+    settings.KPERF_MAIL_ALLOWED_RECIPIENTS = ["kvack.org"]  # the operator lets results go to the list
     sub = regressed_submission(alice, qemu_class)
     Submission.objects.filter(pk=sub.pk).update(mail_to=["linux-mm@kvack.org"])
     sub.refresh_from_db()
@@ -405,6 +422,7 @@ def test_the_mailbox_poll_reads_each_reply_once_and_keeps_what_failed(
     good = EmailMessage()
     good["From"], good["To"], good["Message-ID"] = "alice@example.org", reply_to, make_msgid()
     good["Delivered-To"] = reply_to
+    good["Authentication-Results"] = vouched("alice@example.org")
     good.set_content("#kperf confirmed: looking")
     box = Box({"7": good.as_bytes(), "8": b"not read"})
 
@@ -427,7 +445,8 @@ def test_the_mailbox_poll_reads_each_reply_once_and_keeps_what_failed(
 def raw_reply(sender: str, to: str, text: str, subject: str = "Re: [kperf] #1", msgid: str = "") -> bytes:
     """A reply as bytes written by hand: headers no mail library would write (encoded NUL, bad Message-IDs)."""
     msgid = msgid or make_msgid(domain="example.org")
-    head = f"From: {sender}\r\nTo: {to}\r\nSubject: {subject}\r\nMessage-ID: {msgid}\r\n"
+    head = f"Authentication-Results: {vouched(sender)}\r\nFrom: {sender}\r\nTo: {to}\r\n"
+    head += f"Subject: {subject}\r\nMessage-ID: {msgid}\r\n"
     return (head + "Content-Type: text/plain; charset=utf-8\r\n\r\n" + text + "\r\n").encode()
 
 

@@ -26,6 +26,12 @@ from .test_alerts import Inbox, real_smtp_backend, smtp  # noqa: F401 (fixtures)
 COVER_ID = message_id("cover")
 
 
+@pytest.fixture(autouse=True)
+def lists_allowed(settings: Any) -> None:
+    """The lists these series' answers go to are ones the operator allows (docs/submitting.md)."""
+    settings.KPERF_MAIL_ALLOWED_RECIPIENTS = ["list@example.org", "other@example.org", "linux-mm@example.org"]
+
+
 @pytest.fixture
 def series_tree(small_tree: Path) -> Path:
     """small_tree with a branch `series` of two commits on master: one edits README, one adds NOTES."""

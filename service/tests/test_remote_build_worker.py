@@ -125,6 +125,10 @@ def test_a_build_worker_on_another_host_builds_into_the_object_store_and_a_runne
             # ccache: its warm build tree makes every later run's build
             # incremental (nothing the web side can see).
             "KPERF_BUILD_ROOT": str(build_root),
+            # The tree is the lab's own git daemon, at a private address: the
+            # operator allows git:// and lists that host and port.
+            "KPERF_TREE_SCHEMES": "https,git",
+            "KPERF_TREE_HOSTS": f"{namespace.host_ip}:{git_port},*",
         }
     )
     assert namespace.host_ip in env["DATABASE_URL"], env["DATABASE_URL"]

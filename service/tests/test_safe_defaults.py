@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,9 @@ from typing import Any
 
 import pytest
 
+from kperf.conf import secret_key_problem
 from kperf.up import local_secret_key
+from kperf.up import main as kperf_up
 
 from .conftest import Api
 
@@ -36,13 +39,13 @@ def test_production_refuses_to_start_without_a_real_secret_key(tmp_path: Path, k
 
 def test_debug_mode_or_a_real_key_starts_with_safe_defaults(tmp_path: Path) -> None:
     assert load_settings(tmp_path, KPERF_DEBUG="1").returncode == 0
-    proc = load_settings(tmp_path, KPERF_SECRET_KEY="a-real-and-long-random-value-0123456789")
+    proc = load_settings(tmp_path, KPERF_SECRET_KEY=secrets.token_urlsafe(50))
     assert proc.returncode == 0, proc.stderr
     # Local trees off; ten failed logins, then a quarter of an hour.
     assert proc.stdout.split() == ["False", "10", "900"]
     proc = load_settings(
         tmp_path,
-        KPERF_SECRET_KEY="another-real-key-0123456789",
+        KPERF_SECRET_KEY=secrets.token_hex(32),
         KPERF_LOGIN_FAILURE_LIMIT="3",
         KPERF_LOGIN_COOLOFF_MINUTES="5",
     )
@@ -67,3 +70,52 @@ def test_kperf_up_keeps_one_random_key_readable_only_by_its_user(tmp_path: Path)
     other = tmp_path / "other"
     other.mkdir()
     assert local_secret_key(other) != key
+
+
+WEAK_KEYS = {
+    "one character": "x",
+    "short but random": secrets.token_urlsafe(36)[:49],
+    "long, one character": "a" * 64,
+    "long, four characters": "abcd" * 16,
+    "Django's development mark": "django-insecure-" + secrets.token_urlsafe(40),
+}
+
+
+@pytest.mark.parametrize("key", WEAK_KEYS.values(), ids=WEAK_KEYS.keys())
+@pytest.mark.parametrize("debug", ["0", "1"])
+def test_a_weak_secret_key_is_refused_saying_how_to_make_one(tmp_path: Path, key: str, debug: str) -> None:
+    proc = load_settings(tmp_path, KPERF_SECRET_KEY=key, KPERF_DEBUG=debug)
+    assert proc.returncode != 0
+    assert "ImproperlyConfigured: KPERF_SECRET_KEY is too weak: it " in proc.stderr, proc.stderr
+    assert "python3 -c 'import secrets; print(secrets.token_urlsafe(50))'" in proc.stderr
+    # The message says what is wrong without repeating the key into a log.
+    assert len(key) < 8 or key not in proc.stderr
+
+
+def test_the_keys_kperf_makes_pass_the_check() -> None:
+    # The tests' own (kperf.testing.plugin), shared with every server they start.
+    assert secret_key_problem(os.environ["KPERF_SECRET_KEY"]) is None
+    assert secret_key_problem(secrets.token_urlsafe(50)) is None
+
+
+def test_kperf_up_replaces_a_weak_key_it_finds_in_its_home(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "secret_key").write_text("kperf\n")
+    key = local_secret_key(tmp_path)
+    assert secret_key_problem(key) is None and (tmp_path / "secret_key").read_text() == key + "\n"
+    assert (tmp_path / "secret_key").stat().st_mode & 0o777 == 0o600
+    err = capsys.readouterr().err
+    assert f"the secret key in {tmp_path / 'secret_key'} is 5 characters long; it needs at least 50" in err
+    assert "replaced it with a new random one" in err
+    # A strong one is kept, silently.
+    assert local_secret_key(tmp_path) == key and capsys.readouterr().err == ""
+
+
+def test_kperf_up_refuses_a_weak_key_from_the_environment_before_starting_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("KPERF_SECRET_KEY", "x")
+    assert kperf_up(["--home", str(tmp_path / "home"), "--no-runner"]) == 1
+    err = capsys.readouterr().err
+    assert "kperf-up: KPERF_SECRET_KEY is too weak: it is 1 characters long; it needs at least 50" in err
+    assert f"keeps a random key in {tmp_path / 'home' / 'secret_key'}" in err and "token_urlsafe(50)" in err
+    assert not (tmp_path / "home" / "secret_key").exists()

@@ -144,3 +144,15 @@ class UnreadableMailAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def has_add_permission(self, request: Any) -> bool:
         return False
+
+
+@admin.register(models.RecipientAddress)
+class RecipientAddressAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    # Addresses users asked to have results mailed to (docs/submitting.md): deleting one withdraws it.
+    list_display = ("address", "user", "requested", "expires", "confirmed")
+    list_filter = (("confirmed", admin.EmptyFieldListFilter),)
+    search_fields = ("address", "user__username")
+    readonly_fields = [f.name for f in models.RecipientAddress._meta.fields]
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False

@@ -14,12 +14,13 @@ import textwrap
 from collections import Counter
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.core.mail import EmailMessage, get_connection
 from django.db import transaction
 from django.utils import timezone
 
-from kperf.core import dispatch, mail_replies, outcome
-from kperf.core.models import Alert, ChangePoint, MetricComparison, PatchSeries, Submission
+from kperf.core import dispatch, mail_replies, outcome, recipients
+from kperf.core.models import Alert, ChangePoint, MetricComparison, PatchSeries, RecipientAddress, Submission
 
 log = logging.getLogger("kperf.alerts")
 
@@ -27,19 +28,21 @@ WRAP = 80
 TABLE_MAX_LINES = 200  # longer mmtests-style tables stay on the page
 
 
-def _queue(kind: str, key: str, recipients: list[str], subject: str, body: str) -> Alert:
+def _queue(kind: str, key: str, to: list[str], subject: str, body: str, owner: User | None = None) -> Alert:
+    """The alert of `key`, written now if it is new; `owner` is whose limits it counts against (recipients)."""
     alert, created = Alert.objects.get_or_create(
         key=key,
         defaults={
             "kind": kind,
-            "recipients": recipients,
+            "owner": owner,
+            "recipients": to,
             "subject": subject[:300],
             "body": body,
-            "status": Alert.Status.PENDING if recipients else Alert.Status.NO_RECIPIENT,
-            "last_error": "" if recipients else "nobody to tell: the user has no e-mail address",
+            "status": Alert.Status.PENDING if to else Alert.Status.NO_RECIPIENT,
+            "last_error": "" if to else "nobody to tell: the user has no e-mail address",
         },
     )
-    if created and recipients:
+    if created and to:
         dispatch.after_commit("kperf.send_alerts")
     return alert
 
@@ -131,15 +134,52 @@ def submission_finished(sub: Submission) -> Alert:
     """Queue the answer to a submission that just finished (caller's transaction)."""
     subject, body = submission_mail(sub)
     email = sub.owner.email
-    # The owner, and whoever they asked for (a list a patch series was posted to).
-    recipients = list(dict.fromkeys(([email] if email else []) + list(sub.mail_to)))
-    alert = _queue(Alert.Kind.SUBMISSION, f"submission:{sub.pk}", recipients, subject, body)
+    # The owner, and whoever they asked for (a list a patch series was posted to), if kperf may mail them.
+    mail_to, refused = recipients.permitted(sub.owner, list(sub.mail_to))
+    if refused:
+        # Named before addresses had to be confirmed, or no longer confirmed: the owner hears why.
+        body += "\n" + _not_mailed(refused, 'not confirmed (docs/submitting.md, "Who gets the result mail")')
+        log.warning("submission %s: not mailed to %s: not confirmed", sub.pk, ", ".join(refused))
+    to = list(dict.fromkeys(([email] if email else []) + mail_to))
+    alert = _queue(Alert.Kind.SUBMISSION, f"submission:{sub.pk}", to, subject, body, owner=sub.owner)
     # A patch series' answer goes into its thread (kperf.core.series).
     thread = PatchSeries.objects.filter(submission=sub).values_list("message_id", flat=True).first()
     if thread and not alert.in_reply_to and alert.status == Alert.Status.PENDING:
         Alert.objects.filter(pk=alert.pk).update(in_reply_to=thread)
         alert.in_reply_to = thread
     return alert
+
+
+def _not_mailed(addresses: list[str], why: str) -> str:
+    """The paragraph that tells the owner whom kperf left out, and why."""
+    return textwrap.fill(f"kperf did not mail this to {', '.join(addresses)}: {why}.", WRAP, break_on_hyphens=False)
+
+
+def address_confirmation(user: User, row: RecipientAddress, token: str) -> Alert:
+    """Queue the mail asking `row.address` to agree to get the user's results (kperf.core.confirmations)."""
+    name = user.get_username()
+    email = recipients.own_address(user)
+    link = f"{settings.KPERF_BASE_URL}/addresses/confirm/{token}"
+    subject = f"[kperf] may {name} send kernel test results to this address?"
+    body = "\n".join(
+        [
+            f"{name}{f' <{email}>' if email else ''}, a user of kperf at",
+            f"{settings.KPERF_BASE_URL}, asked to have the results of their kernel",
+            "performance tests mailed to",
+            "",
+            f"  {row.address}",
+            "",
+            f"If that is welcome, open this link and press Confirm (within {settings.KPERF_MAIL_CONFIRM_DAYS} days):",
+            "",
+            f"  {link}",
+            "",
+            "If not, ignore this mail: kperf mails nothing more here unless the link",
+            "is followed. It reads no replies to this mail.",
+            "",
+        ]
+    )
+    key = f"confirm:{row.pk}:{row.token_hash[:16]}"
+    return _queue(Alert.Kind.CONFIRM, key, [row.address], subject, body, owner=user)
 
 
 def change_point_mail(cp: ChangePoint) -> tuple[str, str]:
@@ -202,6 +242,8 @@ def send_pending(limit: int = 50) -> int:
         )
         if not batch:
             return 0
+        # The owners' recipient limits are counted under their locks, held to the commit (recipients).
+        recipients.lock(a.owner_id for a in batch if a.owner_id is not None)
         try:
             connection = get_connection(fail_silently=False)
             connection.open()
@@ -211,6 +253,8 @@ def send_pending(limit: int = 50) -> int:
             return 0
         try:
             for alert in batch:
+                if not _within_limit(alert):
+                    continue
                 msg = EmailMessage(
                     alert.subject,
                     alert.body,
@@ -242,6 +286,23 @@ def send_pending(limit: int = 50) -> int:
     if sent:
         log.info("sent %d alerts", sent)
     return sent
+
+
+def _within_limit(alert: Alert) -> bool:
+    """Leave out recipients over the owner's daily limit, saying so in the mail; False if none is left."""
+    dropped = recipients.within_limit(alert)
+    if not dropped:
+        return True
+    limit = settings.KPERF_MAIL_EXTRA_RECIPIENTS_PER_DAY
+    why = f"kperf mails at most {limit} addresses a day besides yours (KPERF_MAIL_EXTRA_RECIPIENTS_PER_DAY)"
+    alert.body += "\n" + _not_mailed(dropped, why) + "\n"
+    log.warning("alert %s: not mailed to %s: over the owner's daily limit of %d", alert.pk, ", ".join(dropped), limit)
+    fields = ["recipients", "body"]
+    if not alert.recipients:
+        alert.status, alert.last_error = Alert.Status.NO_RECIPIENT, f"nobody left to tell: {why}"
+        fields += ["status", "last_error"]
+    alert.save(update_fields=fields)
+    return bool(alert.recipients)
 
 
 def _thread_headers(alert: Alert) -> dict[str, str]:

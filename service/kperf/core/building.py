@@ -23,6 +23,7 @@ from pathlib import Path
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
@@ -30,6 +31,7 @@ from kperf.core import artifacts as artifact_store
 from kperf.core import dispatch, gitops, series_git, states
 from kperf.core.models import KernelBuild, Tree
 from kperf_kbuild.driver import BuildInfraError, BuildRequest, build_kernel
+from kperf_kbuild.sandbox import Sandbox
 
 log = logging.getLogger("kperf.builds")
 
@@ -41,15 +43,37 @@ def output_dir(build: KernelBuild) -> Path:
     return Path(settings.KPERF_BUILD_ROOT) / "outputs" / str(build.pk)
 
 
-def need_build(tree: Tree, sha: str, arch: str, digest: str) -> KernelBuild:
+LAB_SCOPE = "lab"
+
+
+def scope_for(user: AbstractBaseUser | None) -> str:
+    """Whose warm trees and ccache a build for ``user`` may use and write:
+    the lab's for staff (they vouch for what they submit), one of their own
+    for everyone else (kperf_kbuild.driver, "Scopes"; docs/security.md)."""
+    if user is None or getattr(user, "is_staff", False):
+        return LAB_SCOPE
+    return f"user-{user.pk}"
+
+
+def need_build(tree: Tree, sha: str, arch: str, digest: str, scope: str = LAB_SCOPE) -> KernelBuild:
     """The build of (sha, arch, config) an owner needs, queued when it must run (caller is in a transaction).
 
     A kernel that did not build is a fact about that sha and config and is
     reused as is; a build that failed because of the build machine is queued
-    again, so a machine fault never stands for the kernel.
+    again, so a machine fault never stands for the kernel. Outside the lab's
+    scope, the lab's build of the same kernel is used when there is one:
+    everyone trusts what the lab built; nobody else's scope is trusted.
     """
+    if scope != LAB_SCOPE:
+        lab = (
+            KernelBuild.objects.filter(sha=sha, arch=arch, config_digest=digest, scope=LAB_SCOPE)
+            .exclude(status=_B.FAILED, failure_kind=KernelBuild.FailureKind.INFRA)
+            .first()
+        )
+        if lab is not None:
+            return lab
     build, created = KernelBuild.objects.get_or_create(
-        sha=sha, arch=arch, config_digest=digest, defaults={"tree": tree}
+        sha=sha, arch=arch, config_digest=digest, scope=scope, defaults={"tree": tree}
     )
     if created:
         dispatch.after_commit("kperf.build_kernel", build.pk)
@@ -234,6 +258,10 @@ def _run(build: KernelBuild, attempt: int, heartbeat: _Heartbeat) -> None:
         ccache_dir=Path(settings.KPERF_CCACHE_DIR),
         jobs=settings.KPERF_BUILD_JOBS,
         trees_budget_bytes=settings.KPERF_BUILD_TREES_BUDGET_BYTES,
+        scope=build.scope,
+        # The sandbox's own wall limit stops a build that never ends as the
+        # tree's failure, before the task's time limit calls it the machine's.
+        sandbox=_sandbox(),
     )
     log.info("build %s: %s for %s (attempt %s)", build_id, build.sha[:12], build.arch, attempt)
     result = build_kernel(req, progress)
@@ -247,6 +275,11 @@ def _run(build: KernelBuild, attempt: int, heartbeat: _Heartbeat) -> None:
     artifacts = artifact_store.store_build_outputs(build_id, attempt, result.artifacts)
     shutil.rmtree(out_dir, ignore_errors=True)
     _finish(build_id, attempt, ok=result.ok, error=result.error, log_tail=result.log_tail, artifacts=artifacts)
+
+
+def _sandbox() -> Sandbox:
+    sandbox = Sandbox.from_environ()
+    return sandbox.with_limits(wall_seconds=min(sandbox.limits.wall_seconds, settings.KPERF_BUILD_TIME_LIMIT * 0.9))
 
 
 def _finish(

@@ -13,22 +13,26 @@ A reply triages when all of these hold, in this order:
    other than `no`, Precedence bulk/list/junk, X-Autoreply and kin), not
    list traffic, not from a mailer-daemon, not kperf's own mail. These are
    dropped without an answer, always: answering them is how mail loops;
-2. it is addressed to a reply token kperf handed out, and the token has
+2. its author is authenticated (kperf.core.mail_auth): exactly one plain
+   From address, and the receiving MTA's Authentication-Results (of an
+   authserv-id the operator trusts) say DMARC passed for its domain, or a
+   DKIM signature aligned with it verified;
+3. it is addressed to a reply token kperf handed out, and the token has
    not expired (KPERF_MAIL_REPLY_DAYS);
-3. it is at most KPERF_MAIL_MAX_BYTES and has a text/plain part (HTML is
+4. it is at most KPERF_MAIL_MAX_BYTES and has a text/plain part (HTML is
    not read: the command must be exactly what the person typed);
-4. its first line is a command (kperf.core.mail_commands);
-5. its From address is an active kperf account that may triage the
+5. its first line is a command (kperf.core.mail_commands);
+6. its From address is an active kperf account that may triage the
    regression (kperf.core.triage.may_triage: the owner, the branch's
    watchers, staff).
 
 Who hears why a mail was ignored: only addresses kperf already knows, so a
 forged From never turns kperf into a source of backscatter. The sender is
 answered when their address is a kperf account's or one the alert went
-to; a reply with a valid token from anyone else (a forged or unknown
-sender) is reported to the people the alert went to instead, since their
-token is in someone else's hands. Nobody gets more than
-KPERF_MAIL_ANSWERS_PER_DAY answers a day.
+to; a reply with a valid token from anyone else (an unknown sender, or
+one kperf could not authenticate) is reported to the people the alert
+went to instead, since their token is in someone else's hands. Nobody
+gets more than KPERF_MAIL_ANSWERS_PER_DAY answers a day.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from kperf.core import alerts, mail_commands, mail_replies
+from kperf.core import alerts, mail_auth, mail_commands, mail_replies
 from kperf.core import triage as triage_mod
 from kperf.core.models import Alert, InboundMail, ReplyToken, Triage, TriageEvent
 from kperf.core.series import SeriesError, clean_message_id
@@ -168,6 +172,9 @@ _SAYS = {
     "with the command line and without attachments.",
     "html-only": "it has no plain-text part, and kperf reads only plain text (what you typed, "
     "nothing a mail client rendered). Send it as plain text.",
+    "bad-from": "{error}",
+    "unauthenticated": "{error}",
+    "auth-not-configured": "{error}",
     "no-text": "kperf could not read its text (no text part, or an unknown character set). Send it as plain text.",
     "bad-command": "{error}",
     "unknown-sender": "its sender, {sender}, is not the address of a kperf account that may triage "
@@ -192,6 +199,10 @@ def _answer_text(mail: InboundMail, row: Triage | None, reason: str, detail: str
     return subject.strip()[:300] or "Re: your mail to kperf", body
 
 
+# Reasons to tell the people of a live token, not the sender, that someone else used it.
+_SOMEONE_ELSE = ("unknown-sender", "bad-from", "unauthenticated")
+
+
 def _known(address: str, token: ReplyToken | None) -> bool:
     """Whether kperf may write to this address unasked: a kperf account's, or one the alert was for."""
     if not address:
@@ -208,13 +219,18 @@ def _answer(mail: InboundMail, token: ReplyToken | None, reason: str, detail: st
     live = token is not None and token.expires > timezone.now()
     if _known(mail.from_address, token):
         to = [mail.from_address]
-    elif reason == "unknown-sender" and live and token is not None:
+    elif reason in _SOMEONE_ELSE and live and token is not None:
         # Someone else holds the token: its owners hear of it, the stranger does not.
         to = sorted(mail_replies.people(token.triage))
+        who = (
+            "is not a kperf account that may triage this regression"
+            if reason == "unknown-sender"
+            else f"could not be authenticated ({detail})"
+        )
         detail = (
-            f"its sender, {mail.from_address or 'unknown'}, is not a kperf account that may triage "
-            "this regression, yet it was sent to the reply address of an alert that went to you. "
-            "If you forwarded the alert, that is why; if not, someone else has its reply address."
+            f"its sender, {mail.from_address or 'unknown'}, {who}, yet it was sent to the reply address "
+            "of an alert that went to you. If you forwarded the alert, that is why; if not, someone "
+            "else has its reply address."
         )
     else:
         log.info("mail %s from %s ignored (%s), not answered: an address kperf does not know", mail.pk, mail, reason)
@@ -301,11 +317,18 @@ def _handle(mail: InboundMail, msg: EmailMessage, envelope_from: str | None, rec
                 _duplicate(mail, first)
                 return
         token_text, token = ("", None) if reason else _find_token(msg, recipients)
+        author = None if reason else mail_auth.author(msg)
+        if author is not None:
+            # The address kperf read strictly; the header as written when it is no plain address.
+            mail.from_address = printable(author.address or author.written)[:300]
         too_large = mail.size > settings.KPERF_MAIL_MAX_BYTES
         outcome: Outcome
         detail, outcome = "", Outcome.IGNORED
-        if reason:
+        if reason or author is None:
             pass
+        elif author.reason:
+            # Before anything the mail says is read: who wrote it decides whether it is read at all.
+            reason, detail = author.reason, author.detail
         elif not token_text:
             reason = "no-token"
         elif token is None:
@@ -317,7 +340,7 @@ def _handle(mail: InboundMail, msg: EmailMessage, envelope_from: str | None, rec
         else:
             text, reason = _plain_text(msg)
             if text is not None:
-                outcome, reason, detail = _apply(token.triage, mail.from_address, text)
+                outcome, reason, detail = _apply(token.triage, author.address, text)
         if outcome == Outcome.IGNORED:
             detail = _SAYS.get(reason, reason).format(
                 days=settings.KPERF_MAIL_REPLY_DAYS,

@@ -4,8 +4,9 @@ A small aiosmtpd server: it accepts mail only for kperf's reply addresses
 (`<KPERF_MAIL_LOCAL_PART>+<token>@<KPERF_MAIL_DOMAIN>`), so it relays
 nothing, and hands each message to kperf.core.inbound.receive. It is meant
 to sit behind the site's MTA (which forwards `kperf+*@domain` to it) on
-loopback, not on the open internet: it does no TLS, and it trusts the
-MTA's checks of the sending host (SPF, DKIM, DMARC).
+loopback, not on the open internet: it does no TLS. Who sent a reply is
+what that MTA's Authentication-Results header says (DMARC, DKIM), read only
+from the authserv-id the operator trusts (kperf.core.mail_auth).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 from django.conf import settings
 from django.db import connection
 
-from kperf.core import inbound, mail_replies
+from kperf.core import inbound, mail_auth, mail_replies
 
 log = logging.getLogger("kperf.mail_listener")
 
@@ -88,6 +89,8 @@ class MailListener:
     def start(self) -> None:
         if not mail_replies.enabled():
             log.warning("KPERF_MAIL_DOMAIN is not set: alerts carry no Reply-To and every recipient is refused")
+        if problem := mail_auth.configuration_problem():
+            log.warning("replies cannot be authenticated: %s", problem)
         self.controller.start()
         log.info("listening for replies on %s:%d", self.host, self.port)
 

@@ -11,6 +11,8 @@ GIVE_UP_AFTER polls in a row is marked \\Seen (left in the mailbox for a
 look) and recorded as ignored, `unreadable`: a mail that can never be read
 would otherwise be tried forever, and enough of them fill every batch.
 Two polls never overlap (a PostgreSQL advisory lock; the second returns).
+The mail system that delivers into the mailbox must add Authentication-Results
+with the authserv-id kperf trusts, as for the listener (kperf.core.mail_auth).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.db.models import F
 
-from kperf.core import inbound
+from kperf.core import inbound, mail_auth
 from kperf.core.models import UnreadableMail
 
 log = logging.getLogger("kperf.mail_poll")
@@ -183,6 +185,8 @@ def poll() -> PollResult | None:
                 log.warning("IMAP logout from %s failed: %s", settings.KPERF_IMAP_HOST, e)
     finally:
         _unlock()
+    if result.read and (problem := mail_auth.configuration_problem()):
+        log.warning("IMAP poll: replies cannot be authenticated: %s", problem)
     if result.read or result.failed:
         log.info(
             "IMAP poll: %d messages read, %d left for the next poll, %d given up as unreadable",

@@ -15,11 +15,12 @@ changes nothing the first one did not.
 from __future__ import annotations
 
 import logging
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import InterfaceError, OperationalError, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.db.models import Model
 
 from kperf.core import dispatch, sharing, states
@@ -182,8 +183,62 @@ def advance(kind: OwnerKind, pk: int) -> None:
                 dispatch.after_commit(kind.analyse_task, pk)
 
 
+def _analysis_lock(kind: OwnerKind, pk: int) -> tuple[int, int]:
+    """The PostgreSQL advisory lock (two keys) an analysis of this owner holds while it runs."""
+    return zlib.crc32(f"kperf.analysis.{kind.name}".encode()) - (1 << 31), pk % (1 << 31)
+
+
+def _try_lock(key: tuple[int, int]) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", list(key))
+        row = cursor.fetchone()
+    return bool(row and row[0])
+
+
+def _unlock(key: tuple[int, int]) -> None:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", list(key))
+    except DatabaseError as e:  # the connection broke: the lock went with it
+        log.warning("analysis lock %r not released: %s", key, e)
+
+
+def analysis_running(kind: OwnerKind, pk: int) -> bool:
+    """Whether a worker is analysing this owner right now.
+
+    An analysis holds a session advisory lock from start to end (`analyse`).
+    PostgreSQL drops it with the session, so a worker killed mid-analysis
+    (SIGKILL, out of memory, its container stopped) releases it as soon as
+    the server sees the connection close, while one that is merely slow
+    keeps it however long it takes: the sweeper re-sends only the former.
+    """
+    key = _analysis_lock(kind, pk)
+    if not _try_lock(key):
+        return True
+    # Held for a moment only; an analysis starting in that moment returns at
+    # once, as from a duplicate, and the sweeper, having found the lock free,
+    # sends the owner's analysis again.
+    _unlock(key)
+    return False
+
+
 def analyse(kind: OwnerKind, pk: int) -> None:
-    """Analyse an owner; an analysis that raises fails the owner, saying so, instead of leaving it analysing."""
+    """Analyse an owner, at most one worker at a time; an analysis that raises
+    fails the owner, saying so, instead of leaving it analysing."""
+    key = _analysis_lock(kind, pk)
+    if not _try_lock(key):
+        # A second delivery (the sweeper's re-send of a message that was only
+        # queued, or the broker's of one whose ack was lost) while the first
+        # runs: that one finishes the job, this worker is free at once.
+        log.info("%s %s: another worker is analysing it", kind.name, pk)
+        return
+    try:
+        _analyse(kind, pk)
+    finally:
+        _unlock(key)
+
+
+def _analyse(kind: OwnerKind, pk: int) -> None:
     try:
         kind.analyse(pk)
     except TEMPORARY:

@@ -15,6 +15,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 
 from kperf.core import access, plot_data, plots
+from kperf.core.request_guard import whole_number
 
 
 def _svg(body: str) -> HttpResponse:
@@ -60,6 +61,7 @@ def branch_series(request: HttpRequest, branch_id: int) -> HttpResponse:
     """One metric's series of a tracked branch: ?class=&benchmark=&clock=&metric= (class by id)."""
     branch = get_object_or_404(access.visible_branches(request.user), pk=branch_id)
     mclass, bench, clock, metric = _params(request, "class", "benchmark", "clock", "metric")
-    if not mclass.isdigit():
+    class_id = whole_number(mclass)
+    if class_id is None:
         raise Http404("class is a machine class id")
-    return _svg(plots.series_svg(plot_data.series_plot(branch, int(mclass), bench, clock, metric)))
+    return _svg(plots.series_svg(plot_data.series_plot(branch, class_id, bench, clock, metric)))

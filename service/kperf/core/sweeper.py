@@ -26,6 +26,18 @@ def _deadline(seconds: float) -> timedelta:
     return timedelta(seconds=max(settings.KPERF_REDRIVE_AFTER_SECONDS, seconds))
 
 
+def lost_analysis_resent_within() -> float:
+    """At most how many seconds after its worker died an analysis is sent again.
+
+    The dead worker's lock goes when PostgreSQL sees its connection close
+    (at once for a killed process); the owner has then not moved for
+    ANALYSIS_LOST_AFTER_SECONDS at the latest that long after, and the next
+    sweep, at most REDRIVE_SECONDS later, sends it (docs/operations.md,
+    "Recovery").
+    """
+    return float(settings.KPERF_ANALYSIS_LOST_AFTER_SECONDS + settings.KPERF_REDRIVE_SECONDS)
+
+
 def redrive() -> dict[str, int]:
     """One sweep; returns what it did, by kind, for the log and the tests."""
     now = timezone.now()
@@ -68,11 +80,19 @@ def redrive() -> dict[str, int]:
             if model.objects.filter(pk=pk).exclude(status=status).exists():
                 done[f"{kind.name}s moved on"] += 1
 
-        # An analysis runs at most its time limit: one older than that was lost.
+        # An analysis holds its owner's lock while it runs, however long it
+        # takes; a worker that died released it with its database session.
+        # So an owner analysing, not moved for ANALYSIS_LOST_AFTER_SECONDS,
+        # whose lock nobody holds, lost its analysis, or its message still
+        # waits behind others, where the copy sent now returns at once.
+        # Nothing here waits for the broker's visibility timeout (an hour),
+        # which would also send again an analysis still running.
         analysing = model.objects.filter(
-            status=owners.ANALYSING, updated__lt=now - _deadline(settings.KPERF_ANALYSIS_TIME_LIMIT + 60)
+            status=owners.ANALYSING, updated__lt=now - timedelta(seconds=settings.KPERF_ANALYSIS_LOST_AFTER_SECONDS)
         ).values_list("pk", flat=True)
         for pk in list(analysing):
+            if owners.analysis_running(kind, pk):
+                continue
             if dispatch.send(kind.analyse_task, pk):
                 model.objects.filter(pk=pk, status=owners.ANALYSING).update(updated=now)
                 done[f"{kind.name} analyses re-sent"] += 1

@@ -236,7 +236,9 @@ def _add_commits(branch: TrackedBranch, wanted: list[tuple[str, str, int]]) -> l
         if not new:
             continue
         for arch in branch.arches:
-            commit.builds.add(building.need_build(branch.tree, sha, arch, config_digest(arch)))
+            commit.builds.add(
+                building.need_build(branch.tree, sha, arch, config_digest(arch), building.scope_for(branch.owner))
+            )
         dispatch.after_commit("kperf.advance_branch_commit", commit.pk)
         created.append(commit)
     return created

@@ -13,6 +13,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 
 from kperf.core import access, archive, artifacts, benchmarks, presenters, workflow
 from kperf.core.models.submissions import BOOT_PARAMS_MAX_LENGTH, Thp
+from kperf.core.recipients import RecipientError
 from kperf_kbuild.driver import SUPPORTED_ARCHES
 
 
@@ -21,7 +22,7 @@ class SubmissionForm(forms.Form):
         label="Tree URL",
         max_length=1000,
         required=False,
-        help_text="https://, git://, ssh:// or a local path (for a patch series: empty for the service's default tree)",
+        help_text="https://, or what else the service allows (a patch series: empty for the service's default tree)",
     )
     branch = forms.CharField(label="Branch (head)", max_length=255, required=False)
     mbox = forms.FileField(
@@ -33,7 +34,8 @@ class SubmissionForm(forms.Form):
         label="Also mail the result to",
         max_length=2000,
         required=False,
-        help_text="e-mail addresses, separated by commas (a series' answer goes in reply to its cover letter)",
+        help_text="e-mail addresses, separated by commas (a series' answer goes in reply to its cover letter); "
+        "each one confirmed on the Addresses page (/addresses) or allowed by this service",
     )
     base = forms.CharField(label="Base", max_length=255, help_text="branch, tag or sha to compare against")
     benchmarks = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, choices=[])
@@ -92,6 +94,9 @@ def submission_new(request: HttpRequest) -> HttpResponse:
                 sub = workflow.create_submission(request.user, req)  # type: ignore[arg-type]
             except workflow.SubmissionError as e:
                 form.add_error(e.field if e.field in form.fields else None, str(e))
+            except RecipientError as e:
+                # Nothing was stored; the form comes back filled in, to submit without those addresses.
+                form.add_error("mail_to", e.message)
             except artifacts.ArtifactUnavailable as e:
                 form.add_error("mbox", f"the mbox could not be stored, nothing was submitted: {e}; try again later")
             else:

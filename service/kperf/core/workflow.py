@@ -17,7 +17,20 @@ from django.db import transaction
 from django.db.models import Exists, F, Max, OuterRef
 from django.utils import timezone
 
-from kperf.core import alerts, artifacts, benchmarks, building, dispatch, gitops, series, series_git, sharing, states
+from kperf.core import (
+    alerts,
+    artifacts,
+    benchmarks,
+    building,
+    dispatch,
+    gitops,
+    recipients,
+    series,
+    series_git,
+    sharing,
+    states,
+    tree_urls,
+)
 from kperf.core.boot_params import BootParamsError, clean_boot_params, clean_thp
 from kperf.core.models import (
     Job,
@@ -96,7 +109,7 @@ def validate(req: SubmissionRequest) -> SubmissionRequest:
     try:
         # A series is usually posted against mainline: the service's default tree.
         tree_url = req.tree_url or (settings.KPERF_DEFAULT_TREE if parsed else "")
-        url = gitops.validate_tree_url(tree_url, allow_local=settings.KPERF_ALLOW_LOCAL_TREES)
+        url = gitops.validate_tree_url(tree_url, tree_urls.policy_from_settings())
     except gitops.GitInputError as e:
         raise SubmissionError(str(e), "tree") from None
     try:
@@ -165,6 +178,9 @@ def create_submission(owner: User, req: SubmissionRequest) -> Submission:
 
 def _create(owner: User, clean: SubmissionRequest, stored: dict[str, Any]) -> Submission:
     """The rows of a validated request (caller's transaction); `stored` gets the stored mbox's meta."""
+    # Whom the result may be mailed to, counted under the owner's lock held to the commit
+    # (recipients.RecipientError: nothing is stored).
+    recipients.check_submission(owner, clean.mail_to)
     tree, _ = Tree.objects.get_or_create(url=clean.tree_url)
     sub = Submission.objects.create(
         owner=owner,
@@ -234,7 +250,8 @@ def prepare_submission(sub_id: int) -> None:
     except gitops.GitError as e:
         with transaction.atomic():
             locked = Submission.objects.select_for_update().get(pk=sub_id)
-            fail_submission(locked, f"could not fetch {tree.url}: {e}")
+            # A fetch's own message says what the submitter may know (gitops.TreeUnreachable).
+            fail_submission(locked, str(e) if isinstance(e, gitops.FetchError) else f"could not fetch {tree.url}: {e}")
         return
     Tree.objects.filter(pk=tree.pk).update(last_fetched=timezone.now())
     if sub.kind == Submission.Kind.SERIES:
@@ -251,7 +268,7 @@ def prepare_submission(sub_id: int) -> None:
         for arch in locked.arches:
             digest = config_digest(arch)
             for side, sha in ((SubmissionBuild.Side.BASE, base_sha), (SubmissionBuild.Side.HEAD, head_sha)):
-                build = building.need_build(tree, sha, arch, digest)
+                build = building.need_build(tree, sha, arch, digest, building.scope_for(locked.owner))
                 SubmissionBuild.objects.get_or_create(submission=locked, build=build, side=side)
         states.move(locked, Submission.Status.BUILDING, base_sha=base_sha, head_sha=head_sha)
         dispatch.after_commit("kperf.advance_submission", sub_id)

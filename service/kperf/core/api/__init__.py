@@ -12,6 +12,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
+from kperf.core.api.addresses import router as addresses_router
 from kperf.core.api.errors import ApiError, too_large_detail
 from kperf.core.api.lab import router as lab_router
 from kperf.core.api.parsing import BodyError, KperfParser
@@ -31,6 +32,7 @@ log = logging.getLogger("kperf.api")
 api.add_router("/", users_router)
 api.add_router("/", lab_router)
 api.add_router("/", triage_router)
+api.add_router("/", addresses_router)
 api.add_router("/runner/", runner_router)
 
 

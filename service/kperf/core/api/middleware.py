@@ -1,8 +1,8 @@
 """Request checks and error shapes that apply before or outside the API's own views.
 
-- A NUL byte in the path or query string is refused with 400 before any
-  view sees it: PostgreSQL cannot store or compare text containing one, so
-  it would otherwise surface as a 500 wherever the value reaches a query.
+(A NUL byte anywhere in a request, and a query Django cannot read, are
+refused before this, by kperf.core.request_guard, in the same JSON shape.)
+
 - A body under /api/ must be JSON: another declared media type gets 415
   before anything (django-axes reading request.POST, say) parses it as a form.
 - Every 4xx and 5xx under /api/ is JSON `{"detail": ..., "code": ...}`,
@@ -14,22 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
 from kperf.core.api.errors import too_large_detail
 
 API_PREFIX = "/api/"
-
-
-def _nul_problem(request: HttpRequest) -> str | None:
-    if "\0" in request.path_info:
-        return "the URL path contains a NUL byte (%00): remove it; no kperf name or id contains one"
-    for key, values in request.GET.lists():
-        if "\0" in key:
-            return f"a query parameter name ({key!r}) contains a NUL byte (%00): remove it"
-        if any("\0" in v for v in values):
-            return f"query parameter {key!r} contains a NUL byte (%00): remove it; no kperf value contains one"
-    return None
 
 
 def _media_problem(request: HttpRequest) -> str | None:
@@ -72,11 +61,6 @@ class ApiErrorsMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
         is_api = request.path_info.startswith(API_PREFIX)
-        problem = _nul_problem(request)
-        if problem is not None:
-            if is_api:
-                return JsonResponse({"detail": problem, "code": "invalid-parameter"}, status=400)
-            return HttpResponse(problem, status=400, content_type="text/plain; charset=utf-8")
         media = _media_problem(request) if is_api else None
         if media is not None:
             return JsonResponse({"detail": media, "code": "unsupported-media-type"}, status=415)

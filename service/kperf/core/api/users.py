@@ -17,6 +17,7 @@ from kperf.core import (
     benchmarks,
     imports,
     presenters,
+    recipients,
     runner_state,
     throttle,
     tracking,
@@ -60,7 +61,8 @@ class SubmissionIn(Schema):
     boot_params: str = ""
     # Transparent huge pages: always, madvise or never; empty for the kernel's default.
     thp: str = ""
-    # More addresses for the result mail, besides the submitter's (a list the series went to).
+    # More addresses for the result mail, besides the submitter's (a list the series went to):
+    # each one confirmed (POST /addresses) or allowed by the operator (docs/submitting.md).
     mail_to: list[str] = []
 
 
@@ -91,7 +93,7 @@ def list_benchmarks(request: HttpRequest) -> list[dict[str, Any]]:
     "/submissions",
     auth=USER_AUTH,
     tags=["submissions"],
-    response=responses(201, dict[str, Any], 400, 401, 413, 415, 422, 503),
+    response=responses(201, dict[str, Any], 400, 401, 413, 415, 422, 429, 503),
 )
 def create_submission(request: HttpRequest, payload: SubmissionIn) -> Status[dict[str, Any]]:
     req = workflow.SubmissionRequest(
@@ -111,6 +113,10 @@ def create_submission(request: HttpRequest, payload: SubmissionIn) -> Status[dic
         sub = workflow.create_submission(request.auth, req)  # type: ignore[attr-defined]
     except workflow.SubmissionError as e:
         raise ApiError(400, "invalid-submission", str(e), field=e.field) from None
+    except recipients.RecipientError as e:
+        # Nothing was stored: the same request without the refused addresses goes through.
+        extra = {"retry_after": e.retry_after} if e.retry_after else {}
+        raise ApiError(e.status, e.code, e.message, field="mail_to", addresses=e.addresses, **extra) from None
     except artifacts.ArtifactUnavailable as e:
         raise ApiError(503, "unavailable", f"the mbox could not be stored, nothing was submitted: {e}") from None
     return Status(201, presenters.submission_detail(sub))

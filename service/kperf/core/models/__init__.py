@@ -14,6 +14,7 @@ from kperf.core.models.history import (
 )
 from kperf.core.models.lab import Clock, Job, MachineClass, Runner
 from kperf.core.models.mail import InboundMail, ReplyToken, UnreadableMail
+from kperf.core.models.recipients import RecipientAddress
 from kperf.core.models.results import BootRecord, Comparison, MetricComparison, MetricDef, Sample
 from kperf.core.models.series import PatchSeries
 from kperf.core.models.sharing import SharedJob
@@ -39,6 +40,7 @@ __all__ = [
     "MetricDef",
     "NoisePool",
     "PatchSeries",
+    "RecipientAddress",
     "ReplyToken",
     "RunSummary",
     "Runner",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 
@@ -16,6 +17,7 @@ class Alert(models.Model):
         SUBMISSION = "submission"  # a submission finished (done or failed)
         CHANGE_POINT = "change-point"  # a tracked branch regressed
         REPLY = "reply"  # the answer to a mail kperf ignored, saying why (kperf.core.inbound)
+        CONFIRM = "confirm-address"  # asks an address to agree to get a user's results (kperf.core.confirmations)
 
     class Status(models.TextChoices):
         PENDING = "pending"
@@ -24,6 +26,11 @@ class Alert(models.Model):
         NO_RECIPIENT = "no-recipient"
 
     kind = models.CharField(max_length=16, choices=Kind.choices)
+    # The user on whose behalf it is mailed: their daily limit of recipients
+    # besides themselves is counted on these rows when it goes out (kperf.core.recipients).
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="alerts"
+    )
     # One alert per event: a re-analysis that finds the same change again
     # does not mail again.
     key = models.CharField(max_length=300, unique=True)

@@ -1,4 +1,8 @@
-"""Kernel builds: one per (sha, arch, config digest), shared by everyone."""
+"""Kernel builds: one per (sha, arch, config digest, scope).
+
+A build runs the tree's own code; its warm object tree and ccache are only
+shared within its scope (kperf_kbuild.driver, "Scopes"), so a build is only
+reused within its scope, or from the lab's scope, which everyone trusts."""
 
 from __future__ import annotations
 
@@ -18,6 +22,9 @@ class KernelBuild(models.Model):
     sha = models.CharField(max_length=40)
     arch = models.CharField(max_length=16)
     config_digest = models.CharField(max_length=64)
+    # "lab" (operators' and staff's builds, trusted by everyone) or
+    # "user-<id>" (one submitter's builds, reused only by that submitter).
+    scope = models.CharField(max_length=64, default="lab")
 
     class FailureKind(models.TextChoices):
         # The kernel does not build: a fact about this sha and config, reused.
@@ -57,7 +64,9 @@ class KernelBuild(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["sha", "arch", "config_digest"], name="unique_build_per_sha_arch_config")
+            models.UniqueConstraint(
+                fields=["sha", "arch", "config_digest", "scope"], name="unique_build_per_sha_arch_config_scope"
+            )
         ]
 
     def __str__(self) -> str:
