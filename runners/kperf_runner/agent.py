@@ -17,7 +17,7 @@ What went wrong decides how the job is reported:
     413 too-large                        sent again with the console or log cut to its end;
                                          results still too large: fail, kind "infra"
     service unreachable at upload        abandoned: the lease expires, the job is requeued;
-                                         kexec: kept and sent again (see below)
+    or at a failure report               kexec: kept and sent again (see below)
     going quiet not delivered            fail, kind "infra", before the watchdog or the jump
     (other progress calls that fail are logged and the boot carries on)
 
@@ -30,12 +30,16 @@ mid-boot) has the attempt reported as `infra` at once, so the job is
 retried without waiting for its lease to expire.
 
 A backend whose boots outlive the agent (kexec: its resume() reads the
-outcome back from outside this process, and in doing so deletes it there)
-has the in-flight record written again as soon as a boot's result is back,
-with the result in it. An upload the service did not get leaves that record
-in place: the loop sends it again, from the record alone, with a growing
-pause, until the service takes it or answers not-held (the lease ran out and
-the job is the service's to queue again).
+outcome back from outside this process, from pstore) has the in-flight
+record written again as soon as a boot's outcome is back: the result, or the
+failure report the service is to get. Only then does the backend let go of
+where it read it from (`release()`: pstore is cleared), so a power cut at
+any step finds the outcome in pstore, on disk, or both (crashpoints.py
+names the steps). A report the service did not get leaves that record in
+place: the loop sends it again, from the record alone, with a growing
+pause, at every start of the agent and every poll, and claims nothing
+meanwhile, until the service takes it or answers not-held (the lease ran
+out and the job is the service's to queue again).
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__, inflight
+from .artifacts import download_bench_artifacts, download_kernel
 from .backends import Backend, BenchmarkFailure, BootFailure, BootJob, BootResult, CannotResume
 from .benchmarks import BENCHMARKS, Benchmark, get_benchmark
 from .client import (
@@ -64,6 +69,7 @@ from .client import (
     ServerUnavailable,
     TooLarge,
 )
+from .crashpoints import BOOT_READ, OUTCOME_SAVED, PSTORE_CLEARED, Crashpoints
 from .inflight import InFlight
 from .reporting import NotToldQuiet, Progress, boot_record, join_consoles, label
 from .toolchain import compile_all, normalize_arch
@@ -76,7 +82,7 @@ DEFAULT_POLL = 5.0
 # it is sent again cut to its end (where a panic or a failing benchmark
 # shows), at most this many characters.
 RESEND_TAIL = 256 * 1024
-# The longest pause between two tries of an upload the service did not get.
+# The longest pause between two tries of a report the service did not get.
 RETRY_MAX = 300.0
 
 DONE, FAILED, DROPPED, ABANDONED = "done", "failed", "dropped", "abandoned"
@@ -100,16 +106,18 @@ class Agent:
         backend: Backend,
         stop: threading.Event | None = None,
         clock: Callable[[], float] = time.monotonic,
+        crashpoints: Crashpoints | None = None,
     ) -> None:
         self.config = config
         self.client = client
         self.backend = backend
         self.stop = stop or threading.Event()
         self.clock = clock
+        self.crashpoints = crashpoints or Crashpoints(config.state_dir)
         self.poll = config.poll if config.poll is not None else DEFAULT_POLL
         self.last_heartbeat = float("-inf")
         self.jobs: dict[str, int] = {DONE: 0, FAILED: 0, DROPPED: 0, ABANDONED: 0}
-        # A kept upload (see the module's docstring) is tried again no sooner than this.
+        # A kept report (see the module's docstring) is tried again no sooner than this.
         self.retry_at = float("-inf")
         self.retry_delay = 0.0
 
@@ -213,13 +221,22 @@ class Agent:
         name = label(job)
         if resumed is None:
             log.info("%s: claimed, %d boot(s)", name, job.get("boots", 0))
+        elif resumed.failure is not None:
+            log.info("%s: reporting the failure kept in the state directory", name)
         elif not resumed.under_way and resumed.boot >= int(job.get("boots", 0)):
             log.info("%s: uploading the %d boot(s) kept in the state directory", name, len(resumed.results))
         else:
             log.info("%s: resuming at boot %d of %d", name, resumed.boot + 1, job.get("boots", 0))
         consoles: list[str] = []
         try:
-            outcome = self._execute(job, name, consoles, resumed)
+            if resumed is not None and resumed.failure is not None:
+                # Decided before the agent went away: only the telling is
+                # left. pstore is not looked at again (records the agent
+                # could not clear before it went are stale: the next boot's
+                # start clears them).
+                outcome = self._report_failure(job, name, resumed.failure)
+            else:
+                outcome = self._execute(job, name, consoles, resumed)
         except NotHeld as error:
             log.warning("%s: dropped, the lease is no longer ours: %s", name, error.detail)
             outcome = DROPPED
@@ -264,22 +281,31 @@ class Agent:
         return type(self.backend).resume is not Backend.resume
 
     def _kept_for_retry(self) -> bool:
-        """An in-flight record with every finished boot's result in it, worth sending again."""
-        if not self._spans_restarts():
-            return False
-        record = inflight.load(self.config.state_dir)
-        return record is not None and not record.under_way
+        """Whether the in-flight record is to be tried again rather than dropped with the job.
+
+        Any record of a backend whose boots outlive the agent: a result or a
+        failure to report, or a boot under way whose outcome is still in
+        pstore (read again next time; dropping the record would lose it).
+        """
+        return self._spans_restarts() and inflight.load(self.config.state_dir) is not None
 
     def _save_results(self, job: dict[str, Any], boot: int, results: list[dict[str, Any]], consoles: list[str]) -> None:
         """Write the finished boots (before boot `boot`) to the in-flight record, for a backend that spans restarts.
 
-        Its resume() took the outcome from where it was (pstore): from here
-        on this record is the only copy.
+        Its resume() read the outcome from where it was (pstore), which is
+        cleared once this record is on disk: from then on it is the only copy.
         """
         if self._spans_restarts():
             done = [{**record, "console": console} for record, console in zip(results, consoles)]
             state = InFlight(job, boot, self.backend.name, {}, done, under_way=False)
             inflight.save(self.config.state_dir, state)
+            self._saved()
+
+    def _saved(self) -> None:
+        """The outcome is on disk: now, and only now, the backend may let go of its copy."""
+        self.crashpoints.reached(OUTCOME_SAVED)
+        self.backend.release()
+        self.crashpoints.reached(PSTORE_CLEARED)
 
     def _execute(self, job: dict[str, Any], label: str, consoles: list[str], resumed: InFlight | None) -> str:
         job_id, boots = int(job["id"]), int(job["boots"])
@@ -344,8 +370,9 @@ class Agent:
             raise RuntimeError(f"the job is for {job['arch']} but this runner boots {self.config.arch}")
         # Downloads and compiles come from the state directory's caches when
         # the job is resumed: same sha256, same sources, no work.
-        kernel = self._download_kernel(job, label, progress)
-        extra = self._download_bench_artifacts(job, label, bench, progress)
+        artifacts = self.config.state_dir / "artifacts"
+        kernel = download_kernel(self.client, artifacts, job, label, progress)
+        extra = download_bench_artifacts(self.client, artifacts, job, label, bench, progress)
         progress.update("preparing", 1, f"compiling {bench.name} for {job['arch']}")
         binaries = compile_all(bench.sources(), job["arch"], self.config.state_dir)
         binaries.update(extra)
@@ -377,6 +404,12 @@ class Agent:
                 result = self.backend.resume(boot_job, resumed.state)
             except CannotResume as error:
                 raise CannotResume(f"the runner restarted during {step}: {error}") from None
+            except Exception:
+                # A failure read from pstore is as fragile as a result: kept
+                # there until the report is on disk (_fail).
+                self.crashpoints.reached(BOOT_READ)
+                raise
+            self.crashpoints.reached(BOOT_READ)
             progress.console(result.console)
             results.append(self._record(label, bench, params, boot_job, resumed.boot, boots, result))
             consoles.append(results[-1].pop("console"))
@@ -455,54 +488,6 @@ class Agent:
             operations,
         )
 
-    def _download_bench_artifacts(
-        self, job: dict[str, Any], label: str, bench: Benchmark, progress: Progress
-    ) -> dict[str, Path]:
-        """The build artifacts the benchmark runs (e.g. pagealloc.ko), by name.
-
-        A build without one is a fact about the kernel under test (a kernel
-        without CONFIG_MODULES, a module that does not compile against it),
-        so the job fails as a benchmark failure, not as the runner's fault.
-        """
-        artifacts = {artifact["name"]: artifact for artifact in job.get("artifacts", [])}
-        out: dict[str, Path] = {}
-        for name in bench.artifacts():
-            if name not in artifacts:
-                raise BenchmarkFailure(
-                    f"{bench.name} needs the build artifact {name}, which build "
-                    f"{(job.get('kernel') or {}).get('build_id')} does not have (has: "
-                    f"{', '.join(sorted(artifacts))}): the kernel was built without "
-                    "CONFIG_MODULES or the module did not compile against it; the build's "
-                    "warnings say which"
-                )
-            out[name] = self._download(artifacts[name], label, progress)
-        return out
-
-    def _download_kernel(self, job: dict[str, Any], label: str, progress: Progress) -> Path:
-        artifacts = {artifact["name"]: artifact for artifact in job.get("artifacts", [])}
-        if "kernel" not in artifacts:
-            raise RuntimeError(f"the job lists no kernel artifact (has: {sorted(artifacts)})")
-        return self._download(artifacts["kernel"], label, progress)
-
-    def _download(self, artifact: dict[str, Any], label: str, progress: Progress) -> Path:
-        start = self.clock()
-        path = self.client.download(
-            artifact["url"],
-            self.config.state_dir / "artifacts",
-            artifact["sha256"],
-            artifact.get("size"),
-            on_chunk=lambda _received: progress.console(""),
-        )
-        log.info(
-            "%s: %s %s (%d bytes) ready in %.1f s",
-            label,
-            artifact.get("name", "artifact"),
-            artifact["sha256"][:12],
-            path.stat().st_size,
-            self.clock() - start,
-        )
-        return path
-
     def _fail(
         self,
         job: dict[str, Any],
@@ -512,13 +497,26 @@ class Agent:
         text: str,
     ) -> str:
         log.error("%s: failed (%s): %s", label, kind, message)
-        body = {"attempt": job["attempt"], "kind": kind, "message": message, "log": text}
+        failure = {"kind": kind, "message": message, "log": text}
+        if self._spans_restarts():
+            # On disk before the report is sent, and before pstore (where a
+            # boot failure was read from) is cleared: a power cut or a
+            # service outage from here on delays the report, never loses it.
+            record = inflight.load(self.config.state_dir)
+            boot = record.boot if record is not None else 0
+            kept = InFlight(job, boot, self.backend.name, under_way=False, failure=failure)
+            inflight.save(self.config.state_dir, kept)
+            self._saved()
+        return self._report_failure(job, label, failure)
+
+    def _report_failure(self, job: dict[str, Any], label: str, failure: dict[str, str]) -> str:
+        body = {"attempt": job["attempt"], **failure}
         try:
             try:
                 self.client.fail(int(job["id"]), body)
             except TooLarge as error:
                 log.warning("%s: failure report refused as too large, sending the log's end: %s", label, error)
-                self.client.fail(int(job["id"]), {**body, "log": _tail(text)})
+                self.client.fail(int(job["id"]), {**body, "log": _tail(failure["log"])})
         except NotHeld as error:
             log.warning(
                 "%s: could not report the failure, no longer ours: %s",
@@ -526,11 +524,18 @@ class Agent:
                 error.detail,
             )
             return DROPPED
-        except (ProtocolError, ServerUnavailable) as error:
-            if isinstance(error, BadToken):
-                raise
+        except (ServerUnavailable, BadAnswer) as error:
             log.error("%s: could not report the failure: %s", label, error)
             return ABANDONED
+        except ProtocolError as error:
+            if isinstance(error, BadToken):
+                raise
+            # The service understood and refused: asking again cannot
+            # change its answer, so nothing is kept; the lease runs out.
+            log.error("%s: the service refused the failure report: %s", label, error)
+            inflight.clear(self.config.state_dir)
+            return ABANDONED
+        log.info("%s: failure reported (%s)", label, failure["kind"])
         return FAILED
 
 

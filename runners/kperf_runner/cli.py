@@ -4,7 +4,7 @@ kperf-runner run --server URL --token TOKEN --name NAME [--arch x86_64]
                  [--machine-class qemu-x86_64] [--backend qemu] [--state-dir DIR]
                  [--once] [--poll SECONDS] [--qemu-accel auto|kvm|tcg]
                  [--backend kexec --kexec-ramoops ADDRESS:SIZE [--kexec-cmdline TEXT]
-                  [--kexec-watchdog /dev/watchdog] [--kexec-watchdog-timeout SECONDS] [--kexec-boot-seconds S]
+                  [--kexec-watchdog /dev/watchdog] [--kexec-boot-seconds S]
                   [--kexec-reboot auto|systemctl|kexec] [--kexec-return-timeout SECONDS]]
 kperf-runner bench NAME [--grid quick] [--set key=value ...] [--json]
                    [--artifact pagealloc.ko=PATH]
@@ -127,9 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     kexec.add_argument(
         "--kexec-watchdog-timeout",
         type=int,
-        default=120,
-        help="least watchdog timeout in seconds; a longer boot arms it for its time limit + --kexec-boot-seconds "
-        "(default 120)",
+        default=None,
+        help="no longer used: each boot arms the watchdog for its own time limit + --kexec-boot-seconds, within "
+        "what the watchdog's driver takes (accepted so that existing unit files keep working)",
     )
     kexec.add_argument(
         "--kexec-boot-seconds",
@@ -241,7 +241,14 @@ def run_command(args: argparse.Namespace) -> int:
 
 def kexec_backend(args: argparse.Namespace, arch: str, state_dir: Path) -> Backend | None:
     """The kexec backend for these flags, or None after saying what is wrong with the machine."""
-    from .backends.kexec import KexecBackend, KexecSetupError, Ramoops, check_machine
+    from .backends.kexec import (
+        KexecBackend,
+        KexecSetupError,
+        Ramoops,
+        check_ramoops,
+        check_tools,
+        handover_warning,
+    )
 
     try:
         if not args.kexec_ramoops:
@@ -250,24 +257,34 @@ def kexec_backend(args: argparse.Namespace, arch: str, state_dir: Path) -> Backe
                 "(e.g. 0x30000000:0x1000000, as on this machine's command line; docs/runners-bare-metal.md)"
             )
         ramoops = Ramoops.parse(args.kexec_ramoops)
-        kexec = check_machine(ramoops, arch=arch)
         backend = KexecBackend(
             arch,
             state_dir,
             ramoops,
             cmdline=args.kexec_cmdline,
             watchdog=args.kexec_watchdog,
-            watchdog_timeout=args.kexec_watchdog_timeout,
             boot_seconds=args.kexec_boot_seconds,
             reboot=args.kexec_reboot,
             return_timeout=args.kexec_return_timeout,
-            kexec=kexec,
+            kexec=check_tools(),
         )
+        # Before anything else: a boot's records in ramoops last for this
+        # boot of the machine only once ramoops has started.
+        backend.open_pstore()
+        check_ramoops(ramoops, arch=arch)
     except (KexecSetupError, ValueError) as error:
         print(f"kperf-runner: {error}", file=sys.stderr)
         return None
     if args.kexec_watchdog is None:
         log.warning("no --kexec-watchdog: a kernel that hangs keeps this machine until someone resets it")
+    if args.kexec_watchdog_timeout is not None:
+        log.info(
+            "--kexec-watchdog-timeout %d is ignored: the watchdog is set from each boot's time limit",
+            args.kexec_watchdog_timeout,
+        )
+    warning = handover_warning()
+    if warning:
+        log.warning("%s", warning)
     # Left armed by a jump that never happened, it would reset the machine mid-job; each jump arms it again.
     backend.stop_watchdog()
     log.info("kexec backend: test kernels get %s", backend.kernel_cmdline())

@@ -5,11 +5,13 @@ backend jumps into the kernel under test and the agent is started again on
 the machine's own kernel afterwards. What it needs to carry on is written
 here before every boot begins: the job as the service handed it, which boot
 is under way, the results of the boots before it, and what the backend needs
-to resume. Once a boot's outcome is read back (which takes it out of pstore)
-the record is written again at once, with that result added and `under_way`
-false: the next boot, or the upload, starts from there, so a result is never
-only in memory. The file is removed once the job is reported (done, failed,
-dropped); a results upload the service did not get keeps it, to be sent again.
+to resume. Once a boot's outcome is read back from pstore the record is
+written again with that result added and `under_way` false, and only then
+is pstore cleared: the next boot, or the upload, starts from there, so a
+result is never only in memory. A failure is kept the same way (`failure`:
+the report the service is to get) until the service has acknowledged it.
+The file is removed once the job is reported (done, failed, dropped); a
+report the service did not get keeps it, to be sent again.
 
 Written atomically (a temporary file, fsync, rename, fsync of the
 directory): a power cut leaves either the old record or the new one, never
@@ -45,6 +47,9 @@ class InFlight:
     # boot == the job's boots, only the upload is left). A record from before
     # this field was always written just before a boot began.
     under_way: bool = True
+    # The job's failure report ({"kind", "message", "log"}, the fail call's
+    # fields), once decided: all that is left is to deliver it.
+    failure: dict[str, str] | None = None
 
 
 def path_in(state_dir: Path) -> Path:
@@ -53,9 +58,12 @@ def path_in(state_dir: Path) -> Path:
 
 def save(state_dir: Path, inflight: InFlight) -> None:
     state_dir.mkdir(parents=True, exist_ok=True)
-    target = path_in(state_dir)
-    tmp = target.with_name(f".{FILE_NAME}.{os.getpid()}.tmp")
-    data = json.dumps({"format": FORMAT, **asdict(inflight)}).encode()
+    write_durably(path_in(state_dir), json.dumps({"format": FORMAT, **asdict(inflight)}).encode())
+
+
+def write_durably(target: Path, data: bytes) -> None:
+    """target holds data, or what it held before, whenever the power goes: never a part of either."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
         view = memoryview(data)
@@ -65,7 +73,8 @@ def save(state_dir: Path, inflight: InFlight) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, target)
-    _fsync_dir(state_dir)
+    # The rename is in the directory: without this a power cut can undo it.
+    _fsync_dir(target.parent)
 
 
 def load(state_dir: Path) -> InFlight | None:
@@ -80,6 +89,11 @@ def load(state_dir: Path) -> InFlight | None:
             raise ValueError("no job or boot in it")
         if not isinstance(inflight.results, list) or not isinstance(inflight.under_way, bool):
             raise ValueError("results or under_way of the wrong type")
+        failure = inflight.failure
+        if failure is not None and not (
+            isinstance(failure, dict) and all(isinstance(failure.get(k), str) for k in ("kind", "message", "log"))
+        ):
+            raise ValueError("a failure without kind, message and log")
         return inflight
     except FileNotFoundError:
         return None

@@ -20,14 +20,8 @@ import pytest
 from namespace_init import run_init_with_pmsg
 
 from kperf_runner.backends import BENCHMARK_CMDLINE, BenchmarkFailure, BootFailure, BootJob, CannotResume
-from kperf_runner.backends.kexec import (
-    WDIOC_KEEPALIVE,
-    WDIOC_SETTIMEOUT,
-    KexecBackend,
-    KexecSetupError,
-    Ramoops,
-    check_ramoops,
-)
+from kperf_runner.backends.kexec import KexecBackend, KexecSetupError, Ramoops, check_ramoops
+from kperf_runner.backends.watchdog import WDIOC_KEEPALIVE, WDIOC_SETTIMEOUT
 from kperf_runner.benchmarks import get_benchmark
 from kperf_runner.toolchain import host_arch
 
@@ -146,7 +140,11 @@ def test_a_boot_is_resumed_from_the_transcript_init_wrote_to_pmsg(
     assert result.details["machine_kernel_release"] == os.uname().release
     samples = get_benchmark("spawn").parse(result.raw_output, SPAWN_PARAMS)
     assert {s.metric for s in samples} == {"spawn-vmas-0", "spawn-vmas-10"}
-    # Read and removed: the next boot's records are its own.
+    # Read, and left there until the agent has saved what it made of them ...
+    assert sorted(p.name for p in backend.pstore.iterdir()) == ["console-ramoops-0", "pmsg-ramoops-0"]
+    assert backend.resume(job, _state(30)).raw_output == result.raw_output
+    # ... then removed: the next boot's records are its own.
+    backend.release()
     assert list(backend.pstore.iterdir()) == []
 
 
@@ -192,7 +190,8 @@ def test_a_panic_record_is_a_boot_failure_that_names_the_panic(
     assert message.startswith("came back without KPERF-DONE after 40 s: kernel panic while command 1 of 2")
     assert message.endswith("Fatal exception") and "watchdog" not in message
     assert "BUG: unable to handle page fault" in failure.value.console
-    assert list(backend.pstore.iterdir()) == []
+    # A failure is kept in pstore as a result is, until it is saved.
+    assert len(list(backend.pstore.iterdir())) == 3
 
 
 def test_a_transcript_that_stops_without_a_panic_is_a_hang_the_watchdog_ended(
@@ -203,11 +202,14 @@ def test_a_transcript_that_stops_without_a_panic_is_a_hang_the_watchdog_ended(
     (backend.pstore / "pmsg-ramoops-0").write_bytes(transcript)
     with pytest.raises(BootFailure, match=r"after 700 s: hang ended by the watchdog .*command 1 of 2"):
         backend.resume(BootJob(commands=commands, binaries={}), _state(700))
+    # The period the watchdog was armed for, when the boot's state has it.
+    with pytest.raises(BootFailure, match=r"hang ended by the watchdog \(armed for 655 s, no panic was recorded\)"):
+        backend.resume(BootJob(commands=commands, binaries={}), {**_state(700), "watchdog_seconds": 655})
 
 
 def test_an_empty_pstore_is_the_runners_problem_not_the_kernels(tmp_path: Path) -> None:
     backend = _backend(tmp_path)
-    with pytest.raises(RuntimeError, match="is empty: nothing is known") as failure:
+    with pytest.raises(RuntimeError, match="has nothing of the boot: nothing is known") as failure:
         backend.resume(BootJob(commands=[["true"]], binaries={}), _state())
     assert not isinstance(failure.value, BootFailure)
 
@@ -244,6 +246,7 @@ def test_a_boot_whose_transcript_names_its_nonce_is_resumed(
     result = backend.resume(BootJob(commands=commands, binaries={}), {**_state(), "boot": NONCE})
     assert [c.status for c in result.commands] == [0] * len(commands)
     # Another boot's nonce is not this one's.
+    backend.release()
     (backend.pstore / "pmsg-ramoops-0").write_bytes(_with_nonce(transcript, "0" * 32))
     with pytest.raises(RuntimeError, match="without having booted the kernel under test"):
         backend.resume(BootJob(commands=commands, binaries={}), {**_state(), "boot": NONCE})
@@ -261,6 +264,7 @@ def test_a_panic_before_init_counts_by_the_kernels_own_command_line(tmp_path: Pa
         )
         with pytest.raises(BootFailure, match="Unable to mount root"):
             backend.resume(BootJob(commands=[["true"]], binaries={}), {**_state(), "boot": NONCE})
+        backend.release()  # the failure is saved: the next reading is of pstore again
 
 
 def test_a_machine_that_reset_without_jumping_is_the_runners_fault_not_the_kernels(tmp_path: Path) -> None:
@@ -276,7 +280,7 @@ def test_a_machine_that_reset_without_jumping_is_the_runners_fault_not_the_kerne
         backend.resume(BootJob(commands=[["true"]], binaries={}), {**_state(), "boot": NONCE})
     assert not isinstance(failure.value, BootFailure)
     assert str(failure.value).startswith("the machine came back after 30 s without having booted the kernel under test")
-    assert f"(no kperf.boot={NONCE} in what pstore kept)" in str(failure.value)
+    assert f"(no kperf.boot={NONCE} in what pstore kept, and no kexec in" in str(failure.value)
     assert "console-ramoops-0, dmesg-ramoops-0" in str(failure.value)
     # A state from before boots had a nonce: the same records are the kernel's boot failure, as before.
     (backend.pstore / "dmesg-ramoops-0").write_text("<0>[  901.0] Kernel panic - not syncing: Fatal exception\n")
@@ -288,6 +292,9 @@ class _StopsAtTheJump(KexecBackend):
     """start() up to the jump: what it loads, and the state it commits."""
 
     loaded: tuple[Path, str] | None = None
+
+    def ramoops_loaded(self) -> bool:
+        return True
 
     def load(self, kernel: Path, initrd: Path, cmdline: str) -> None:
         self.loaded = (initrd, cmdline)
@@ -309,13 +316,17 @@ def test_start_gives_each_boot_a_nonce_and_an_initramfs_that_reboots(tmp_path: P
     commits: list[dict[str, Any]] = []
     nonces = []
     for _ in range(2):
-        backend = _StopsAtTheJump(host_arch(), state, RAMOOPS, pstore=tmp_path / "pstore")
+        kmsg = tmp_path / "kmsg"  # the kernel log's device, which the backend never creates
+        kmsg.write_text("")
+        backend = _StopsAtTheJump(host_arch(), state, RAMOOPS, pstore=tmp_path / "pstore", kmsg=kmsg)
         with pytest.raises(SystemExit):
             backend.start(BootJob(commands=[["true"]], binaries={}), kernel, lambda s, _quiet: commits.append(s))
         assert backend.loaded is not None
         initrd, cmdline = backend.loaded
         nonce = commits[-1]["boot"]
         assert len(nonce) == 32 and int(nonce, 16) >= 0 and f" kperf.boot={nonce} " in cmdline
+        # The machine's own kernel log names the boot it jumps into (its shutdown dump keeps it).
+        assert kmsg.read_text().endswith(f"<5>kperf-runner: jumping into the kernel under test, boot {nonce}\n")
         assert commits[-1]["cmdline"] == cmdline
         nonces.append(nonce)
         root = tmp_path / f"root-{len(nonces)}"

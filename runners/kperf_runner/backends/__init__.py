@@ -183,6 +183,15 @@ class Backend(ABC):
             )
         return result
 
+    def release(self) -> None:
+        """The outcome resume() gave is durably saved: let go of where it was read from.
+
+        Until then it must stay there (kexec: pstore), so that an agent
+        stopped in between (a power cut) reads it again. Nothing to do for a
+        backend that keeps the outcome in memory.
+        """
+        return None
+
     def run_boot(self, job: BootJob, kernel: Path, on_console: ConsoleCallback | None = None) -> BootResult:
         """One whole boot in one call, for backends that do not span a reboot."""
         if type(self).boot is not Backend.boot:

@@ -8,34 +8,37 @@ kperf init writes its transcript to /dev/pmsg0 as well as to the console and
 ends with a reboot (/kperf/end in the initramfs); a panic reboots too
 (panic=10), and a hang is ended by the watchdog. Back on the machine's own
 kernel the agent starts again, and `resume()` reads what pstore kept in RAM
-across the reboot: pmsg-ramoops-0 (init's transcript), console-ramoops-0
-(the test kernel's console), dmesg-ramoops-* (the log of a panic). Those
-records count only if they name the boot's nonce (kperf.boot= on the test
-kernel's command line): a machine that reset without ever jumping holds its
-own kernel's records, which say nothing about the kernel under test.
+across the reboot (backends/pstore.py): pmsg-ramoops-0 (init's transcript),
+console-ramoops-0 (the test kernel's console), dmesg-ramoops-* (the log of
+a panic, or the machine's own kernel's as it went down for the jump). The
+test kernel's records count only if they name the boot's nonce (kperf.boot=
+on its command line): a machine that reset without ever jumping holds its
+own kernel's records, which say nothing about the kernel under test. The
+records are copied to the state directory as soon as ramoops hands them
+over (`open_pstore()`, at the agent's start) and stay in pstore until the
+agent has saved what it made of them (`release()`), so a reset in between
+loses nothing.
 
 Both kernels must reserve the same RAM for ramoops (memmap=, ramoops.*):
-the machine's own command line has it (checked by `check_machine()`), and
+the machine's own ramoops has it (checked by `check_ramoops()`), and
 the agent puts the same on the test kernel's (docs/runners-bare-metal.md).
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import platform
-import re
 import secrets
 import shutil
 import signal
-import struct
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from .. import inflight
 from ..initramfs import GUEST_BINDIR, job_initramfs
 from ..toolchain import compile_static, normalize_arch
 from . import (
@@ -49,23 +52,26 @@ from . import (
     ConsoleCallback,
     parse_boot,
 )
+from .pstore import (
+    JUMP_MARK,
+    Snapshot,
+    booted_under_test,
+    clear_records,
+    console_from_records,
+    died_early,
+    explain_return,
+    forget,
+    handover,
+    load_snapshot,
+    note_reading,
+    read_records,
+    reading_note,
+    save_snapshot,
+    split_records,
+)
+from .watchdog import WATCHDOG_SYSFS, Watchdog, rounding_allowance
 
 log = logging.getLogger(__name__)
-
-# Linux's ioctl numbers (include/uapi/asm-generic/ioctl.h, used by x86 and
-# arm64): dir << 30 | size << 16 | type << 8 | nr, with _IOC_WRITE = 1 and
-# _IOC_READ = 2. The watchdog's are in include/uapi/linux/watchdog.h:
-#   WDIOC_KEEPALIVE  = _IOR('W', 5, int)
-#   WDIOC_SETTIMEOUT = _IOWR('W', 6, int)
-_IOC_WRITE, _IOC_READ = 1, 2
-
-
-def _ioc(direction: int, kind: str, nr: int, size: int) -> int:
-    return (direction << 30) | (size << 16) | (ord(kind) << 8) | nr
-
-
-WDIOC_KEEPALIVE = _ioc(_IOC_READ, "W", 5, struct.calcsize("i"))  # 0x80045705
-WDIOC_SETTIMEOUT = _ioc(_IOC_READ | _IOC_WRITE, "W", 6, struct.calcsize("i"))  # 0xc0045706
 
 # How ramoops splits its RAM (the same on both kernels, or the test kernel's
 # records are unreadable on the way back): dmesg records of a panic, the
@@ -87,10 +93,11 @@ DEFAULT_BOOT_SECONDS = 120.0
 DEFAULT_RETURN = 300.0
 PSTORE = Path("/sys/fs/pstore")
 SYS_MODULE = Path("/sys/module")
-WATCHDOG_SYSFS = Path("/sys/class/watchdog")
-# The kernel's own account of its command line, early in its log: "Command
-# line: ..." on x86_64, "Kernel command line: ..." on arm64.
-COMMAND_LINE = re.compile(r"(?:Kernel command|Command) line: (.*)")
+KMSG = Path("/dev/kmsg")
+# ramoops' max_reason on the machine's own kernel from which it dumps its log
+# at a shutdown or kexec (KMSG_DUMP_SHUTDOWN in include/linux/kmsg_dump.h):
+# the evidence that it handed over to the kernel under test.
+MAX_REASON_SHUTDOWN = 4
 
 
 class KexecSetupError(RuntimeError):
@@ -115,6 +122,18 @@ class Ramoops:
                 f"({CONSOLE_SIZE:#x} console, {PMSG_SIZE:#x} pmsg, {RECORD_SIZE:#x} per panic record)"
             )
         return ramoops
+
+    def module_options(self) -> list[str]:
+        """ramoops' options for the machine's own kernel when the agent loads it (modprobe ramoops ...)."""
+        return [
+            f"mem_address={self.address:#x}",
+            f"mem_size={self.size:#x}",
+            f"record_size={RECORD_SIZE:#x}",
+            f"console_size={CONSOLE_SIZE:#x}",
+            f"pmsg_size={PMSG_SIZE:#x}",
+            "ecc=0",
+            f"max_reason={MAX_REASON_SHUTDOWN}",
+        ]
 
     def cmdline(self, arch: str = "x86_64") -> str:
         """What reserves the RAM and sets ramoops up on a kernel's command line (both kernels).
@@ -158,22 +177,19 @@ def find_kexec() -> str | None:
     return None
 
 
-def check_machine(
-    ramoops: Ramoops, sys_module: Path = SYS_MODULE, root_needed: bool = True, arch: str = "x86_64"
-) -> str:
+def check_tools(root_needed: bool = True) -> str:
     """The kexec binary's path, or KexecSetupError saying what the machine lacks."""
     kexec = find_kexec()
     if kexec is None:
         raise KexecSetupError("the kexec backend needs kexec-tools: apt-get install kexec-tools")
     if root_needed and os.geteuid() != 0:
         raise KexecSetupError("the kexec backend loads and boots kernels and arms the watchdog: run the agent as root")
-    check_ramoops(ramoops, sys_module, arch)
     return kexec
 
 
 def check_ramoops(ramoops: Ramoops, sys_module: Path = SYS_MODULE, arch: str = "x86_64") -> None:
     """KexecSetupError unless the running kernel has ramoops on the RAM --kexec-ramoops names."""
-    want = f"add to the machine's kernel command line: {ramoops.cmdline(arch)}, and reboot"
+    want = f"add to the machine's kernel command line: {ramoops.cmdline(arch)} ramoops.max_reason=4, and reboot"
     params = sys_module / "ramoops" / "parameters"
     try:
         address = int((params / "mem_address").read_text().strip(), 0)
@@ -188,6 +204,26 @@ def check_ramoops(ramoops: Ramoops, sys_module: Path = SYS_MODULE, arch: str = "
             f"ramoops here uses {size:#x} bytes at {address:#x} but --kexec-ramoops says {ramoops.size:#x} at "
             f"{ramoops.address:#x}: both kernels must use the same RAM; {want}"
         )
+
+
+def handover_warning(sys_module: Path = SYS_MODULE) -> str:
+    """What to change when the machine's ramoops does not dump its log at a kexec; "" when it does.
+
+    Not fatal: without that dump everything works, except that a kernel
+    under test that dies before its own ramoops starts cannot be told from
+    a machine that never jumped, and is reported as the runner's (`infra`).
+    """
+    try:
+        reason = int((sys_module / "ramoops" / "parameters" / "max_reason").read_text().strip())
+    except (OSError, ValueError):
+        return ""  # a kernel from before max_reason: nothing to set
+    if reason >= MAX_REASON_SHUTDOWN:
+        return ""
+    return (
+        f"ramoops here has max_reason={reason}: add ramoops.max_reason={MAX_REASON_SHUTDOWN} to this machine's "
+        "kernel command line, or a kernel under test that dies before its ramoops starts is reported as infra "
+        "instead of boot (docs/runners-bare-metal.md)"
+    )
 
 
 def systemd_is_init() -> bool:
@@ -205,13 +241,14 @@ class KexecBackend(Backend):
         ramoops: Ramoops,
         cmdline: str = "",
         watchdog: Path | None = None,
-        watchdog_timeout: int = 120,
         boot_seconds: float = DEFAULT_BOOT_SECONDS,
         reboot: str = "auto",
         return_timeout: float = DEFAULT_RETURN,
         pstore: Path = PSTORE,
         kexec: str = "kexec",
         watchdog_sysfs: Path = WATCHDOG_SYSFS,
+        kmsg: Path = KMSG,
+        sys_module: Path = SYS_MODULE,
     ) -> None:
         if reboot not in ("auto", "systemctl", "kexec"):
             raise ValueError(f"--kexec-reboot must be auto, systemctl or kexec, not {reboot!r}")
@@ -220,14 +257,16 @@ class KexecBackend(Backend):
         self.ramoops = ramoops
         self.extra_cmdline = cmdline
         self.watchdog = watchdog
-        self.watchdog_timeout = watchdog_timeout
         self.boot_seconds = boot_seconds
         self.reboot = reboot
         self.return_timeout = return_timeout
         self.pstore = pstore
         self.kexec = kexec
-        self.watchdog_sysfs = watchdog_sysfs
-        self._watchdog_fd: int | None = None
+        self.kmsg = kmsg
+        self.sys_module = sys_module
+        # The backend's files: the job's initramfs, pstore's copy and note.
+        self.work = state_dir / "kexec"
+        self.watchdog_driver = Watchdog(watchdog, watchdog_sysfs) if watchdog is not None else None
 
     def clocks(self) -> tuple[str, ...]:
         # Real hardware, real time: there is no instruction clock here.
@@ -273,9 +312,8 @@ class KexecBackend(Backend):
         self.check_clock(job.clock)
         if not kernel.is_file():
             raise RuntimeError(f"kernel image {kernel} does not exist")
-        work = self.state_dir / "kexec"
-        work.mkdir(parents=True, exist_ok=True)
-        initrd = work / "initrd.gz"
+        self.work.mkdir(parents=True, exist_ok=True)
+        initrd = self.work / "initrd.gz"
         init = compile_static("init.c", self.arch, self.state_dir).read_bytes()
         binaries = {name: path.read_bytes() for name, path in job.binaries.items()}
         # init reboots at its end, and at any failure before it: a machine
@@ -284,29 +322,45 @@ class KexecBackend(Backend):
         boot = secrets.token_hex(16)
         cmdline = self.kernel_cmdline(job.cmdline, boot)
         self.load(kernel, initrd, cmdline)
-        # Records left from before belong to no boot of ours.
-        stale = self.take_records()
+        # The boot's time limit sets the watchdog (the driver having its
+        # say), and a job it cannot cover fails here, before anything is
+        # committed.
+        watchdog = self.watchdog_seconds(job.timeout)
+        # Records left from before belong to no boot of ours: every earlier
+        # boot's outcome is saved already (the agent starts a boot only
+        # then). Cleared before the jump, so anything pstore holds when the
+        # machine is back was written after this point.
+        if not self.ramoops_loaded():
+            raise RuntimeError("ramoops is not running on this machine: the boot's records would be lost")
+        stale = clear_records(self.pstore)
         if stale:
-            log.warning("removed stale pstore records from before this boot: %s", ", ".join(sorted(stale)))
+            log.warning("removed stale pstore records from before this boot: %s", ", ".join(stale))
+        forget(self.work)
         state = {
             "started": time.time(),
             "timeout": job.timeout,
+            "watchdog_seconds": watchdog,
             "cmdline": cmdline,
             "boot": boot,
-            "boot_id": _boot_id(),
+            "boot_id": self.boot_id(),
             "machine_hostname": platform.node(),
             "machine_kernel_release": os.uname().release,
         }
+        # The machine is away until the boot ends or the watchdog ends it,
+        # and then on its way back. The period's rounding by the driver
+        # (checked when armed) is included.
+        away = max(job.timeout, watchdog + rounding_allowance(watchdog) if watchdog else 0.0)
         # Persisted (and the lease extended) before the watchdog is armed:
         # nothing may stop the agent between arming and jumping.
-        commit(state, job.timeout + self.return_timeout)
-        self.arm_watchdog(job.timeout)
+        commit(state, away + self.return_timeout)
+        self.arm_watchdog(watchdog)
         # systemd stops the agent on the way to the kexec: its SIGTERM must
         # end the agent at once (everything is persisted), not after the
         # current boot as the agent's own handler would have it, which would
         # hold the jump up for systemd's whole stop timeout.
         previous = _sigterm(signal.SIG_DFL)
         try:
+            self.mark_jump(boot)
             self.jump()
             self._wait_for_jump(on_console)
         except BaseException:
@@ -328,69 +382,64 @@ class KexecBackend(Backend):
             raise BootFailure(f"kexec -l refused the kernel image: {said[-300:]}", said)
         raise RuntimeError(f"kexec -l failed with status {run.returncode}: {said[-300:]}")
 
-    def arm_watchdog(self, boot_timeout: float) -> None:
-        """Open the watchdog and give it long enough for the whole boot; it is never closed cleanly.
+    def watchdog_seconds(self, boot_timeout: float) -> int:
+        """The watchdog's period for a boot with this time limit (0: no watchdog); WatchdogError if it cannot.
+
+        The limit plus --kexec-boot-seconds again, so that a boot that is
+        slow but healthy is never cut: the watchdog is the last resort.
+        """
+        if self.watchdog_driver is None:
+            return 0
+        return self.watchdog_driver.plan(boot_timeout + self.boot_seconds)
+
+    def arm_watchdog(self, seconds: float) -> None:
+        """Start the watchdog for `seconds`; it is never closed cleanly.
 
         Closing without the magic 'V' leaves it counting: if the test kernel
-        hangs, nothing pings it, and it resets the machine back to its own
+        hangs, nothing feeds it, and it resets the machine back to its own
         kernel (which needs watchdog.stop_on_reboot=0 so the kexec itself
         does not stop it).
         """
-        if self.watchdog is None:
+        if self.watchdog_driver is None or seconds <= 0:
             return
-        seconds = max(self.watchdog_timeout, int(boot_timeout + self.boot_seconds))
-        if self._watchdog_fd is None:
-            try:
-                self._watchdog_fd = os.open(self.watchdog, os.O_WRONLY | os.O_CLOEXEC)
-            except OSError as error:
-                raise RuntimeError(f"cannot open the watchdog {self.watchdog}: {error}") from error
-        try:
-            fcntl.ioctl(self._watchdog_fd, WDIOC_SETTIMEOUT, struct.pack("i", seconds))
-            fcntl.ioctl(self._watchdog_fd, WDIOC_KEEPALIVE, struct.pack("i", 0))
-        except OSError as error:
-            raise RuntimeError(
-                f"the watchdog {self.watchdog} refused a {seconds} s timeout ({error}); "
-                "a shorter --kexec-watchdog-timeout or a shorter job is needed"
-            ) from error
+        got = self.watchdog_driver.arm(int(seconds))
+        log.info("watchdog %s armed for %d s", self.watchdog, got)
 
     def disarm_watchdog(self) -> None:
-        """Stop the watchdog: the magic close ('V', then close)."""
-        if self._watchdog_fd is None:
-            return
-        fd, self._watchdog_fd = self._watchdog_fd, None
-        try:
-            os.write(fd, b"V")
-        except OSError as error:
-            log.warning("could not stop the watchdog %s: %s", self.watchdog, error)
-        finally:
-            os.close(fd)
+        if self.watchdog_driver is not None:
+            self.watchdog_driver.disarm()
 
     def stop_watchdog(self) -> None:
-        """Stop a watchdog that may have been left counting: open it, magic close.
+        """Stop a watchdog that may have been left counting.
 
         At agent start-up and when the agent finds it never jumped: the
         watchdog armed for a jump that did not happen (the agent died between
         arming and jumping) would reset the machine in the middle of the next
-        job. The agent arms it again right before each jump. A watchdog sysfs
-        says is inactive is left alone: opening it would start it.
+        job. The agent arms it again right before each jump.
         """
-        if self.watchdog is None:
+        if self.watchdog_driver is not None:
+            self.watchdog_driver.stop_if_running()
+
+    def mark_jump(self, boot: str) -> None:
+        """Say in the kernel log which boot the machine jumps into: its shutdown dump then names it."""
+        try:
+            fd = os.open(self.kmsg, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        except OSError as error:
+            log.warning("could not write to %s: %s", self.kmsg, error)
             return
-        if self._watchdog_fd is None:
-            name = self.watchdog.name if self.watchdog.name != "watchdog" else "watchdog0"
-            try:
-                state = (self.watchdog_sysfs / name / "state").read_text().strip()
-            except OSError:
-                state = ""  # no CONFIG_WATCHDOG_SYSFS: it may be running
-            if state == "inactive":
-                return
-            try:
-                self._watchdog_fd = os.open(self.watchdog, os.O_WRONLY | os.O_CLOEXEC)
-            except OSError as error:
-                log.warning("could not open the watchdog %s to stop it: %s", self.watchdog, error)
-                return
-        log.info("stopping the watchdog %s in case a jump that never happened left it armed", self.watchdog)
-        self.disarm_watchdog()
+        try:
+            os.write(fd, f"<5>{JUMP_MARK}{boot}\n".encode())
+        except OSError as error:
+            log.warning("could not write to %s: %s", self.kmsg, error)
+        finally:
+            os.close(fd)
+
+    def boot_id(self) -> str:
+        """This boot of the machine's own kernel (changes at every boot)."""
+        try:
+            return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        except OSError:
+            return ""
 
     def jump(self) -> None:
         how = self.reboot
@@ -410,56 +459,109 @@ class KexecBackend(Backend):
         deadline = time.monotonic() + JUMP_LIMIT
         while time.monotonic() < deadline:
             time.sleep(1.0)
-            if self._watchdog_fd is not None:
+            if self.watchdog_driver is not None:
                 # Until the jump the machine is fine: keep the watchdog from firing.
-                fcntl.ioctl(self._watchdog_fd, WDIOC_KEEPALIVE, struct.pack("i", 0))
+                self.watchdog_driver.keepalive()
             if on_console is not None:
                 on_console("")
         raise RuntimeError(f"the machine did not kexec into the kernel under test within {JUMP_LIMIT:.0f} s")
 
     # -- resume: what pstore kept ------------------------------------------
 
-    def take_records(self) -> dict[str, str]:
-        """Every pstore record by file name, removed from pstore (which frees it in ramoops)."""
-        records: dict[str, str] = {}
-        try:
-            entries = sorted(self.pstore.iterdir())
-        except OSError:
-            return records
-        for entry in entries:
-            try:
-                records[entry.name] = entry.read_bytes().decode("utf-8", "replace").replace("\r", "")
-                entry.unlink()
-            except OSError as error:
-                log.warning("pstore record %s: %s", entry, error)
-        return records
+    def ramoops_loaded(self) -> bool:
+        return (self.sys_module / "ramoops" / "parameters" / "mem_address").exists()
+
+    def load_ramoops(self) -> None:
+        """modprobe ramoops on --kexec-ramoops' RAM; KexecSetupError when it cannot be."""
+        argv = ["modprobe", "ramoops", *self.ramoops.module_options()]
+        run = subprocess.run(argv, capture_output=True, text=True, errors="replace", check=False)
+        if run.returncode != 0:
+            raise KexecSetupError(
+                f"{' '.join(argv)} failed ({(run.stderr or run.stdout).strip()[-300:]}): this machine's kernel "
+                "needs ramoops (CONFIG_PSTORE_RAM), and the RAM reserved with memmap= (docs/runners-bare-metal.md)"
+            )
+        log.info("loaded ramoops: %s", " ".join(argv[2:]))
+
+    def open_pstore(self) -> None:
+        """At the agent's start: start ramoops if need be, keeping first what it hands over of a boot in flight.
+
+        Starting ramoops empties the console and pmsg zones into pstore's
+        files, for this boot of the machine only: the records of a boot
+        under way (the job in flight) are copied to the state directory at
+        once, and a note says beforehand that this boot is the one taking them.
+        """
+        record = inflight.load(self.state_dir)
+        state = record.state if record is not None and record.backend == self.name and record.under_way else {}
+        boot = str(state.get("boot") or "")
+        if boot and state.get("boot_id") != self.boot_id():
+            if self.ramoops_loaded() and reading_note(self.work).get("boot_id") != self.boot_id():
+                log.warning(
+                    "ramoops was started before the agent (built in, or in modules-load.d): a reset of this "
+                    "boot before now would have lost the boot's records unnoticed; let the agent load it"
+                )
+            self._records_of(boot, start_ramoops=True)
+        # Running in any case: each jump clears what is left in it first.
+        if not self.ramoops_loaded():
+            self.load_ramoops()
+
+    def _records_of(self, boot: str, start_ramoops: bool = False) -> Snapshot:
+        """What pstore held of boot `boot` when first read: the copy if there is one, else read (and copied) now."""
+        kept = load_snapshot(self.work, boot)
+        if kept is not None:
+            return kept
+        note = reading_note(self.work)
+        lost = note.get("boot") == boot and note.get("boot_id") != self.boot_id()
+        if note.get("boot") != boot:
+            note_reading(self.work, boot, self.boot_id())
+        if start_ramoops and not self.ramoops_loaded():
+            self.load_ramoops()
+        snapshot = Snapshot(read_records(self.pstore), lost)
+        save_snapshot(self.work, boot, snapshot)
+        return snapshot
 
     def resume(self, job: BootJob, state: dict[str, Any]) -> BootResult:
         if not state or "started" not in state:
             raise CannotResume("the kexec backend has no record of the boot it started")
-        if state.get("boot_id") and state.get("boot_id") == _boot_id():
+        if state.get("boot_id") and state.get("boot_id") == self.boot_id():
             # The watchdog may have been armed already: it must not reset the machine mid next job.
             self.stop_watchdog()
             raise CannotResume("the machine never left its own kernel: the agent stopped before the kexec")
         seconds = max(0.0, time.time() - float(state["started"]))
-        records = self.take_records()
-        console = console_from_records(records)
-        if not records:
-            raise RuntimeError(
-                f"the machine came back after {seconds:.0f} s and {self.pstore} is empty: nothing is known of "
-                "the boot. Is ramoops reserving the same RAM on both command lines, and is "
-                "systemd-pstore.service masked (it moves the records away)?"
-            )
         # A state from before boots had a nonce has nothing to check.
         boot = str(state.get("boot") or "")
-        if boot and not booted_under_test(records, boot):
+        snapshot = self._records_of(boot) if boot else Snapshot(read_records(self.pstore), False)
+        records = snapshot.records
+        kernels, own = split_records(records)
+        if boot and not booted_under_test(kernels, boot):
+            if snapshot.lost:
+                raise RuntimeError(
+                    f"the machine came back after {seconds:.0f} s, and a boot of its own kernel took the boot's "
+                    "records out of ramoops and was reset before the agent could keep them: what the kernel "
+                    f"under test left is lost (pstore now holds {', '.join(sorted(records)) or 'nothing'})"
+                )
+            evidence = handover(own, boot)
+            if evidence is not None:
+                # The machine's own kernel handed over, and nothing came
+                # from the kernel under test: it died before its ramoops.
+                message, text = died_early(seconds, boot, evidence, kernels)
+                raise BootFailure(message, text)
+            if records:
+                raise RuntimeError(
+                    f"the machine came back after {seconds:.0f} s without having booted the kernel under test "
+                    f"(no kperf.boot={boot} in what pstore kept, and no kexec in the machine's own shutdown log): "
+                    f"pstore held {', '.join(sorted(records))}, the machine's own kernel's records. The jump never "
+                    "happened (systemctl kexec failing after the agent was stopped, or the machine's kernel "
+                    "crashing on the way down) and the watchdog or a crash reset the machine; see the machine's "
+                    "journal of the previous boot"
+                )
+        if not kernels:
             raise RuntimeError(
-                f"the machine came back after {seconds:.0f} s without having booted the kernel under test "
-                f"(no kperf.boot={boot} in what pstore kept): pstore held {', '.join(sorted(records))}, the "
-                "machine's own kernel's records. The jump never happened (systemctl kexec failing after the "
-                "agent was stopped, or the machine's kernel crashing on the way down) and the watchdog or a "
-                "crash reset the machine; see the machine's journal of the previous boot"
+                f"the machine came back after {seconds:.0f} s and {self.pstore} has nothing of the boot: nothing "
+                "is known of it. Is ramoops reserving the same RAM on both command lines (and dumping at "
+                f"shutdown: ramoops.max_reason={MAX_REASON_SHUTDOWN}), does this machine's RAM survive a reset, "
+                "and is systemd-pstore.service masked (it moves the records away)?"
             )
+        console = console_from_records(kernels)
         details = {
             "clock": "wall",
             "machine_hostname": state.get("machine_hostname", platform.node()),
@@ -468,52 +570,16 @@ class KexecBackend(Backend):
         try:
             record = parse_boot(console, job.commands)
         except BootFailure as failure:
-            raise BootFailure(explain_return(failure.message, console, seconds), console) from None
+            watchdog = int(state.get("watchdog_seconds") or 0)
+            raise BootFailure(explain_return(failure.message, console, seconds, watchdog), console) from None
         return BootResult(console, record.environment, record.commands, seconds, True, details)
 
-
-def booted_under_test(records: dict[str, str], boot: str) -> bool:
-    """Whether pstore's records come from the boot with nonce boot: its command line has kperf.boot=<boot>.
-
-    init's transcript (pmsg) names the command line in KPERF-ENV
-    kernel_cmdline; the kernel's console and panic logs in "Command line:".
-    Only those lines count: the machine's own log may mention the nonce
-    elsewhere (the agent logs the command line it loads).
-    """
-    word = f"kperf.boot={boot}"
-    for name, text in records.items():
-        for line in text.splitlines():
-            if name.startswith("pmsg-"):
-                _, marker, rest = line.partition("KPERF-ENV kernel_cmdline=")
-                found = rest if marker else None
-            else:
-                match = COMMAND_LINE.search(line)
-                found = match.group(1) if match else None
-            if found is not None and word in found.split():
-                return True
-    return False
-
-
-def console_from_records(records: dict[str, str]) -> str:
-    """Init's transcript, then the test kernel's console, then any panic log: the boot's console."""
-    transcript = "".join(text for name, text in sorted(records.items()) if name.startswith("pmsg-"))
-    kernel = "".join(text for name, text in sorted(records.items()) if name.startswith("console-"))
-    panics = [text for name, text in sorted(records.items()) if name.startswith("dmesg-")]
-    parts = [transcript]
-    if kernel:
-        parts.append(f"--- kperf: the kernel's console (pstore) ---\n{kernel}")
-    for text in panics:
-        parts.append(f"--- kperf: the kernel's log at the crash (pstore) ---\n{text}")
-    return "\n".join(part.rstrip("\n") + "\n" for part in parts if part)
-
-
-def explain_return(message: str, console: str, seconds: float) -> str:
-    if "Kernel panic" in console or "KPERF-ERROR" in console:
-        return f"came back without KPERF-DONE after {seconds:.0f} s: {message}"
-    return (
-        f"came back without KPERF-DONE after {seconds:.0f} s: hang ended by the watchdog "
-        f"(no panic was recorded): {message}"
-    )
+    def release(self) -> None:
+        """What resume() read is saved: pstore's records go (which frees their RAM in ramoops), and the copy."""
+        removed = clear_records(self.pstore)
+        if removed:
+            log.info("cleared pstore: %s", ", ".join(removed))
+        forget(self.work)
 
 
 def _sigterm(handler: Any) -> Any:
@@ -524,10 +590,3 @@ def _sigterm(handler: Any) -> Any:
         return signal.signal(signal.SIGTERM, handler)
     except ValueError:
         return None
-
-
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""

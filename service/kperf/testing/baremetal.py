@@ -67,9 +67,11 @@ IMAGE_SIZE = "3G"
 # RAM for ramoops, the same on the machine's and on the test kernel's command
 # line (the agent adds it to the test kernel's itself from --kexec-ramoops).
 RAMOOPS_REGION = "0x30000000:0x1000000"
+# max_reason=4: the machine's kernel dumps its log as it goes down (showing a kexec's handover).
 RAMOOPS_CMDLINE = (
     "memmap=16M$0x30000000 ramoops.mem_address=0x30000000 ramoops.mem_size=0x1000000 "
-    "ramoops.record_size=0x40000 ramoops.console_size=0x200000 ramoops.pmsg_size=0x800000 ramoops.ecc=0"
+    "ramoops.record_size=0x40000 ramoops.console_size=0x200000 ramoops.pmsg_size=0x800000 ramoops.ecc=0 "
+    "ramoops.max_reason=4"
 )
 MACHINE_CMDLINE = f"root=/dev/vda rw console=ttyS0,115200 watchdog.stop_on_reboot=0 {RAMOOPS_CMDLINE}"
 # QEMU user networking: the guest is 10.0.2.15, the host's loopback is 10.0.2.2.
@@ -91,7 +93,8 @@ CONFIG_FILES: dict[str, str] = {
     # systemd must not arm the watchdog on reboot (and so disarm it on the
     # way): the agent owns /dev/watchdog across the kexec.
     "etc/systemd/system.conf.d/kperf-watchdog.conf": "[Manager]\nRuntimeWatchdogSec=off\nRebootWatchdogSec=off\n",
-    "etc/modules-load.d/kperf.conf": "i6300esb\nramoops\n",
+    # Not ramoops: the agent loads it, after noting that it does (docs/runners-bare-metal.md).
+    "etc/modules-load.d/kperf.conf": "i6300esb\n",
     # Every boot of a TCG machine costs a minute or more, four per test run:
     # an initrd with the three modules the root disk needs (not the 36 MB
     # of "most"), and none of the drivers udev would load for QEMU's PC
@@ -467,12 +470,16 @@ class Machine:
             time.sleep(1)
         raise AssertionError(f"{needle!r} not on the console after {timeout:.0f} s")
 
+    def reset(self) -> None:
+        """Press the machine's reset button (QMP system_reset): its RAM, and so pstore's records, survive."""
+        _qmp(self.qmp, "system_reset")
+
     def stop(self, timeout: float = 20) -> None:
         """Quit QEMU through its monitor (the overlay is thrown away: no guest shutdown needed)."""
         if not self.alive():
             return
         try:
-            _qmp_quit(self.qmp)
+            _qmp(self.qmp, "quit")
             self.proc.wait(timeout=timeout)
         except (OSError, subprocess.TimeoutExpired):
             self.proc.terminate()
@@ -483,14 +490,14 @@ class Machine:
                 self.proc.wait()
 
 
-def _qmp_quit(path: Path) -> None:
+def _qmp(path: Path, command: str) -> None:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(10)
         sock.connect(str(path))
         reader = sock.makefile("rb")
         reader.readline()  # greeting
-        for command in ("qmp_capabilities", "quit"):
-            sock.sendall(json.dumps({"execute": command}).encode() + b"\n")
+        for name in ("qmp_capabilities", command):
+            sock.sendall(json.dumps({"execute": name}).encode() + b"\n")
             reader.readline()
 
 
