@@ -23,25 +23,17 @@ import argparse
 import os
 import platform
 import statistics
-import subprocess
 import time
 from pathlib import Path
+
+# The same test tree and cache as bench/builds.py (run as a script, bench/ is on sys.path).
+from builds import cache_dir, rev
 
 from kperf_kbuild.driver import BuildRequest, build_kernel
 from kperf_kbuild.sandbox import Sandbox
 from kperf_kbuild.testing import ensure_test_tree
 
 GOAL = 1.10
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("KPERF_CACHE", Path.home() / ".cache" / "kperf"))
-
-
-def rev(tree: Path, branch: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(tree), "rev-parse", f"refs/heads/{branch}"], check=True, capture_output=True, text=True
-    ).stdout.strip()
 
 
 def main() -> int:
