@@ -55,6 +55,7 @@ class Migration(migrations.Migration):
             ],
             options={
                 "ordering": ["address"],
+                "verbose_name_plural": "recipient addresses",
                 "constraints": [
                     models.UniqueConstraint(fields=("user", "address"), name="recipient_address_once_per_user")
                 ],

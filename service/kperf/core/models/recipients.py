@@ -26,6 +26,7 @@ class RecipientAddress(models.Model):
 
     class Meta:
         ordering = ["address"]
+        verbose_name_plural = "recipient addresses"
         constraints = [models.UniqueConstraint(fields=["user", "address"], name="recipient_address_once_per_user")]
 
     def __str__(self) -> str:
