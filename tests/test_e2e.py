@@ -41,6 +41,9 @@ TIMEOUT_S = 40 * 60
 def stack_env(tmp_path: Path, cache: Path) -> tuple[dict[str, str], Callable[[], None]]:
     """Environment for a stack of our own, and how to drop its database afterwards."""
     env = {"KPERF_CCACHE_DIR": str(cache / "ccache"), "KPERF_LOG_LEVEL": "INFO"}
+    # The series test copies its result to a list, as a developer would:
+    # an address this lab allows (docs/security.md, "Mail").
+    env["KPERF_MAIL_ALLOWED_RECIPIENTS"] = "linux-mm@example.org"
     original = os.environ.get("KPERF_ORIGINAL_DATABASE_URL", "")
 
     def nothing() -> None:
