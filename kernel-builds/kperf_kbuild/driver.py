@@ -60,7 +60,7 @@ from kperf_kbuild.host import BuildInfraError as BuildInfraError
 from kperf_kbuild.host import default_ccache_dir as _default_ccache_dir
 from kperf_kbuild.host import file_lock as file_lock
 from kperf_kbuild.logscan import COMPILER_KILLED, NO_SPACE, LogScanner, ProgressFn, read_stats_log
-from kperf_kbuild.modules import ModuleRunner, build_benchmark_modules, has_modules, module_names, module_sources
+from kperf_kbuild.modules import build_benchmark_modules, has_modules, module_names, module_sources
 from kperf_kbuild.sandbox import Sandbox, build_env
 from kperf_kbuild.trees import DEFAULT_BUDGET_BYTES, WarmTree
 
@@ -509,7 +509,7 @@ def _run_tuxmake(
     if ok:
         report("modules", f"building {', '.join(module_names()) or 'no'} benchmark module(s)")
         built, warnings = build_benchmark_modules(
-            req.arch, src, obj, output_dir, scratch / "ext", _module_runner(sandbox, src, env, writable), sandbox.own
+            req.arch, src, obj, output_dir, scratch / "ext", sandbox.make_runner(src, env, writable), sandbox.own
         )
         artifacts.update(built)
         for warning in warnings:
@@ -528,23 +528,6 @@ def _run_tuxmake(
         warnings=warnings,
         compiled=scanner.compiled,
     )
-
-
-def _module_runner(sandbox: Sandbox, src: Path, env: dict[str, str], writable: list[Path]) -> ModuleRunner:
-    """Runs the benchmark modules' make in the same sandbox as the kernel:
-    it reads the tree's Makefiles too."""
-
-    def run(argv: list[str]) -> tuple[int, str]:
-        lines: list[str] = []
-        ran = sandbox.run(
-            argv, cwd=src, env=env, on_line=lines.append, readonly=[src / ".git"], writable=[src, *writable]
-        )
-        text = "\n".join(lines) + "\n"
-        if ran.stopped:
-            return 1, text + ran.stopped + "\n"
-        return ran.returncode, text
-
-    return run
 
 
 def _reproducible_env(src: Path, sha: str) -> dict[str, str]:

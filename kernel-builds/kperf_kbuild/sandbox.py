@@ -286,6 +286,25 @@ class Sandbox:
         # worker's reaches even the sandbox's setup.
         return out, {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 
+    def make_runner(
+        self, src: Path, env: Mapping[str, str], writable: Sequence[Path]
+    ) -> Callable[[list[str]], tuple[int, str]]:
+        """(argv) -> (exit code, output), run in this sandbox like the
+        kernel's build: kperf's benchmark modules are built with the tree's
+        own Makefiles too."""
+
+        def run(argv: list[str]) -> tuple[int, str]:
+            lines: list[str] = []
+            ran = self.run(
+                argv, cwd=src, env=env, on_line=lines.append, readonly=[src / ".git"], writable=[src, *writable]
+            )
+            text = "\n".join(lines) + "\n"
+            if ran.stopped:
+                return 1, text + ran.stopped + "\n"
+            return ran.returncode, text
+
+        return run
+
     def rlimit_prefix(self) -> list[str]:
         """``prlimit`` with the per-process limits, put before bwrap so that
         everything the build starts (setpriv, tuxmake, make, gcc) inherits
