@@ -10,13 +10,10 @@ pages answer a plain 503 page and the API a JSON 503.
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
-import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +24,9 @@ from django.contrib.auth.models import User
 from kperf.core.models import ApiToken, MachineClass, Triage
 from kperf.testing.plugin import database_url_for_tests
 from kperf.testing.stack import free_port
-from kperf.web import command
 
 from .test_triage import regressed_branch, regressed_submission
+from .test_web_server import running_web
 
 # A session id of a valid length with a NUL in it: cookies are unquoted by
 # Django, so "\000" arrives in the session lookup as U+0000.
@@ -37,34 +34,9 @@ NUL_SESSION_COOKIE = 'sessionid="abcdefgh\\000ijklmnopqrstuvwx"'
 PASSWORD = "a-long-enough-password-1"
 
 
-@contextmanager
-def kperf_web(tmp_path: Path, database_url: str, **env: str) -> Iterator[str]:
-    """`kperf-web` as kperf-up starts it, on a free loopback port; yields its URL once it answers at all."""
-    port = free_port()
-    log_path = tmp_path / f"web-{port}.log"
-    full_env = dict(os.environ, DATABASE_URL=database_url, KPERF_HOME=str(tmp_path / "home"), **env)
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(command("127.0.0.1", port), env=full_env, stdout=log, stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    # Any answer will do: with the database down, the health check is a 503.
-                    requests.get(f"{url}/api/v1/health", timeout=2)
-                    break
-                except requests.RequestException:
-                    pass
-                assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()
-                time.sleep(0.2)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+def kperf_web(tmp_path: Path, database_url: str, **env: str) -> AbstractContextManager[str]:
+    """`kperf-web` on ``database_url``; its URL once it answers at all."""
+    return running_web(tmp_path, env, database_url=database_url, any_answer=True)
 
 
 def raw(url: str, request: bytes, *more: bytes) -> tuple[int, dict[str, str], bytes]:
