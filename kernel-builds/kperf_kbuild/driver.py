@@ -429,7 +429,6 @@ def _run_tuxmake(
         on_line=on_line,
         readonly=[src / ".git", *{f.parent for f in fragments}],
         writable=[src, *writable],
-        tmp=scratch / "tmp",
         watch=[obj, output_dir, scratch],
     )
     returncode = ran.returncode

@@ -204,11 +204,10 @@ class Sandbox:
         env: Mapping[str, str],
         readonly: Sequence[Path] = (),
         writable: Sequence[Path] = (),
-        tmp: Path | None = None,
     ) -> tuple[list[str], dict[str, str]]:
         """(argv, env) for subprocess: ``argv`` run in the sandbox with
         exactly ``env``, ``readonly`` and ``writable`` visible at their own
-        paths (``tmp`` is for the caller's TMPDIR). With the sandbox off: argv and env as given."""
+        paths. With the sandbox off: argv and env as given."""
         if not self.enabled:
             return list(argv), dict(env)
         binds: list[str] = []
@@ -230,7 +229,7 @@ class Sandbox:
             mounts.append(("--bind", str(p), str(p)))
         # /tmp would live in the sandbox's root tmpfs, in memory and outside
         # every limit: it is there but not writable; TMPDIR points into the
-        # build's scratch directory (``tmp``), which the disk limit watches.
+        # build's scratch directory (build_env), which the disk limit watches.
         binds += ["--perms", "0755", "--dir", "/tmp"]
         # bwrap makes missing parents of a mount point 0700 and root-owned,
         # which the build user could not cross: make them 0755 first.
@@ -333,13 +332,12 @@ class Sandbox:
         on_line: Callable[[str], None],
         readonly: Sequence[Path] = (),
         writable: Sequence[Path] = (),
-        tmp: Path | None = None,
         watch: Sequence[Path] = (),
     ) -> Ran:
         """Run ``argv`` in the sandbox, feeding each output line to
         ``on_line``, and stop it whole when it passes a limit: wall time,
         the bytes under ``watch`` (what it wrote), or its log size."""
-        cmd, outer_env = self.command(argv, cwd=cwd, env=env, readonly=readonly, writable=writable, tmp=tmp)
+        cmd, outer_env = self.command(argv, cwd=cwd, env=env, readonly=readonly, writable=writable)
         cmd = [*self.rlimit_prefix(), *cmd]
         try:
             proc = subprocess.Popen(
