@@ -44,7 +44,26 @@ def test_every_celery_queue_has_its_own_worker() -> None:
 
     declared = {q.name for q in app.conf.task_queues}
     assert declared == {"default", "builds", "analysis"}
-    assert consumed == declared
+    # Builds are pulled by build machines over HTTP there, never sent to the builds queue.
+    assert environments()["web"]["KPERF_BUILDERS"] == "remote"
+    assert consumed == declared - {"builds"}
+
+
+def test_build_machines_hold_only_their_token_and_reach_only_web() -> None:
+    data = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    svc = services()
+    builders = {name: s for name, s in svc.items() if command(s).startswith("kperf-builder run")}
+    assert set(builders) == {"builder", "builder-2"}
+    others = [s for name, s in svc.items() if name not in builders]
+    for name, builder in builders.items():
+        assert list(builder["environment"]) == ["KPERF_BUILDER_TOKEN"], name
+        assert "--server http://web:8000" in command(builder)
+        assert builder["networks"] == ["builds"] and data["networks"]["builds"]["internal"] is True
+        volumes = {v.split(":")[0] for v in builder["volumes"]}
+        assert not volumes & {v.split(":")[0] for s in others for v in s.get("volumes", [])}, name
+        assert builder["cap_add"] == ["SYS_ADMIN"] and "apparmor=unconfined" in builder["security_opt"]
+    on_builds = [name for name, s in svc.items() if "builds" in s.get("networks", [])]
+    assert sorted(on_builds) == ["builder", "builder-2", "web"]
 
 
 def test_service_processes_use_postgres_and_redis_and_wait_for_them() -> None:
@@ -93,7 +112,7 @@ SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|_KEY")
 INTERPOLATION = re.compile(r"\$\{(\w+)(:?[-?+])?([^${}]*)")
 # Registered after compose is up (add_runner prints it), so present in .env but
 # possibly empty; `?` still stops compose when the line is missing.
-MAY_BE_EMPTY = {"KPERF_RUNNER_TOKEN"}
+MAY_BE_EMPTY = {"KPERF_RUNNER_TOKEN", "KPERF_BUILDER_TOKEN", "KPERF_BUILDER_2_TOKEN"}
 
 
 def environments() -> dict[str, dict[str, str]]:
@@ -140,11 +159,14 @@ def test_grafana_has_no_default_admin_password_and_no_anonymous_access() -> None
 
 
 def test_build_workers_can_make_the_build_sandbox_and_do_not_turn_it_off() -> None:
+    builders = 0
     for name, svc in services().items():
-        if "-Q builds" not in command(svc):
+        if "-Q builds" not in command(svc) and not command(svc).startswith("kperf-builder"):
             continue
+        builders += 1
         # bwrap makes mount and PID namespaces inside the container.
         assert "SYS_ADMIN" in svc.get("cap_add", []), name
         assert "apparmor=unconfined" in svc.get("security_opt", []), name
         assert svc.get("environment", {}).get("KPERF_BUILD_SANDBOX", "bwrap") == "bwrap", name
+    assert builders == 2
     assert "bubblewrap" in (ROOT / "Dockerfile").read_text()

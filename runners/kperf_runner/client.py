@@ -100,6 +100,7 @@ class Client:
         backoff: float = 1.0,
         max_backoff: float = 60.0,
         sleep: Callable[[float], None] = time.sleep,
+        api: str = API,
     ) -> None:
         if not server.startswith(("http://", "https://")):
             raise ValueError(f"server URL must start with http:// or https://, got {server!r}")
@@ -110,6 +111,8 @@ class Client:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.sleep = sleep
+        # The runner protocol's calls by default; build machines (kperf_kbuild.builder) speak /api/v1/builder/.
+        self.api = api
 
     # -- the protocol ------------------------------------------------------
 
@@ -184,11 +187,17 @@ class Client:
     # -- plumbing ----------------------------------------------------------
 
     def post_json(self, endpoint: str, payload: dict[str, Any]) -> dict[str, Any]:
-        body = json.dumps(payload).encode()
-        url = self._url(API + endpoint)
+        return self._call("POST", endpoint, json.dumps(payload).encode(), "application/json")
+
+    def put_bytes(self, endpoint: str, data: bytes) -> dict[str, Any]:
+        """PUT a raw body (a chunk of a file); the JSON answer."""
+        return self._call("PUT", endpoint, data, "application/octet-stream")
+
+    def _call(self, method: str, endpoint: str, body: bytes, media: str) -> dict[str, Any]:
+        url = self._url(self.api + endpoint)
 
         def call() -> dict[str, Any]:
-            request = self._request("POST", url, body)
+            request = self._request(method, url, body, media)
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 raw = response.read()
             try:
@@ -205,13 +214,15 @@ class Client:
     def _url(self, path: str) -> str:
         return urllib.parse.urljoin(self.server, path.lstrip("/"))
 
-    def _request(self, method: str, url: str, body: bytes | None) -> urllib.request.Request:
+    def _request(
+        self, method: str, url: str, body: bytes | None, media: str = "application/json"
+    ) -> urllib.request.Request:
         headers = {
             "Authorization": f"Bearer {self.token}",
             "Accept": "application/json",
         }
         if body is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = media
         return urllib.request.Request(url, data=body, headers=headers, method=method)
 
     def _with_retries(self, what: str, call: Callable[[], Any]) -> Any:

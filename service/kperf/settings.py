@@ -304,6 +304,18 @@ KPERF_BUILD_LEASE_SECONDS = env_int("KPERF_BUILD_LEASE_SECONDS", 120, minimum=4)
 KPERF_BUILD_MAX_ATTEMPTS = env_int("KPERF_BUILD_MAX_ATTEMPTS", 3, minimum=1)
 KPERF_BUILD_RETRY_SECONDS = env_float("KPERF_BUILD_RETRY_SECONDS", 30.0)
 KPERF_BUILD_RETRY_MAX_SECONDS = env_float("KPERF_BUILD_RETRY_MAX_SECONDS", 600.0)
+# Who builds (docs/builders.md): "local", Celery workers on the builds queue
+# (what `make up` runs; they hold the database and broker credentials), or
+# "remote", build machines running `kperf-builder` that pull builds over
+# HTTP with a token of their own and no other secret (docker-compose).
+KPERF_BUILDERS = env_str("KPERF_BUILDERS", "local").strip() or "local"
+if KPERF_BUILDERS not in ("local", "remote"):
+    raise ImproperlyConfigured(f"KPERF_BUILDERS={KPERF_BUILDERS!r}: use 'local' (Celery build workers) or 'remote'")
+# How long a build machine waits between claims when nothing is queued, and
+# what one build's uploaded files may take on the web server's disk before
+# they are in the artifact storage.
+KPERF_BUILDER_POLL_SECONDS = env_int("KPERF_BUILDER_POLL_SECONDS", 5, minimum=1)
+KPERF_BUILDER_MAX_UPLOAD_BYTES = env_int("KPERF_BUILDER_MAX_UPLOAD_BYTES", 4 * 1024**3, minimum=1024**2)
 # The sweeper runs every REDRIVE_SECONDS and re-drives any submission,
 # tracked commit or build that has not moved for REDRIVE_AFTER_SECONDS.
 KPERF_REDRIVE_SECONDS = env_int("KPERF_REDRIVE_SECONDS", 30, minimum=1)

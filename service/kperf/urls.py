@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from kperf.core import address_views, lab_views, plot_views, triage_views, views
+from kperf.core import address_views, git_http, lab_views, plot_views, triage_views, views
 from kperf.core.api import api
 
 urlpatterns = [
@@ -12,6 +12,8 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(template_name="kperf/login.html"), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", api.urls),
+    # Build machines fetch commits from the service's mirrors (docs/builders.md).
+    path("builder-git/<int:tree_id>/<path:rest>", git_http.serve, name="builder-git"),
     path("", views.submission_list, name="submission-list"),
     path("submissions/new", views.submission_new, name="submission-new"),
     path("submissions/<int:sub_id>", views.submission_detail, name="submission-detail"),

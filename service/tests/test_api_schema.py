@@ -21,18 +21,19 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from kperf.core.api import api
-from kperf.core.models import ApiToken, MachineClass, Runner
+from kperf.core.models import ApiToken, BuildMachine, MachineClass, Runner
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
 
 @pytest.fixture
 def tokens(transactional_db: Any, alice: Any) -> dict[str, str]:
-    """A user's token and a runner's: each operation is called as the one it is for."""
+    """A user's token, a runner's and a build machine's: each operation is called as the one it is for."""
     mclass = MachineClass.objects.create(name="qemu-x86_64", arch="x86_64")
     _, runner = Runner.register("qemu-1", mclass)
     _, user = ApiToken.issue(alice)
-    return {"user": user, "runner": runner}
+    _, builder = BuildMachine.register("builder-1")
+    return {"user": user, "runner": runner, "builder": builder}
 
 
 # The schema the server publishes at /api/v1/openapi.json, read in-process so
@@ -43,7 +44,7 @@ schema = schemathesis.openapi.from_dict(api.get_openapi_schema())
 @schema.parametrize()
 @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_every_operation_answers_as_documented(case: Any, live_server: Any, tokens: dict[str, str]) -> None:
-    who = "runner" if case.path.startswith("/api/v1/runner/") else "user"
+    who = {"runner": "runner", "builder": "builder"}.get(case.path.split("/")[3], "user")
     case.call_and_validate(
         base_url=live_server.url, headers={"Authorization": f"Bearer {tokens[who]}"}, checks=CHECKS, timeout=30
     )

@@ -55,6 +55,19 @@ def scope_for(user: AbstractBaseUser | None) -> str:
     return f"user-{user.pk}"
 
 
+def pulled() -> bool:
+    """Whether build machines pull builds over HTTP (KPERF_BUILDERS=remote,
+    kperf.core.build_machines) instead of Celery workers on the builds queue."""
+    return bool(settings.KPERF_BUILDERS == "remote")
+
+
+def nudge(build_id: int, countdown: float | None = None) -> None:
+    """Tell the builds queue once the caller commits; nothing when build
+    machines pull: they find the queued row (and its not_before) themselves."""
+    if not pulled():
+        dispatch.after_commit("kperf.build_kernel", build_id, countdown=countdown)
+
+
 def need_build(tree: Tree, sha: str, arch: str, digest: str, scope: str = LAB_SCOPE) -> KernelBuild:
     """The build of (sha, arch, config) an owner needs, queued when it must run (caller is in a transaction).
 
@@ -76,11 +89,11 @@ def need_build(tree: Tree, sha: str, arch: str, digest: str, scope: str = LAB_SC
         sha=sha, arch=arch, config_digest=digest, scope=scope, defaults={"tree": tree}
     )
     if created:
-        dispatch.after_commit("kperf.build_kernel", build.pk)
+        nudge(build.pk)
     elif build.status == _B.FAILED and build.failure_kind == KernelBuild.FailureKind.INFRA:
         if states.move_where(KernelBuild.objects.filter(pk=build.pk, failure_kind="infra"), _B.QUEUED, attempt=0):
             log.info("build %s: failed on the build machine before, queued again", build.pk)
-            dispatch.after_commit("kperf.build_kernel", build.pk)
+            nudge(build.pk)
         build.refresh_from_db()
     return build
 
@@ -89,7 +102,7 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{threading.get_native_id()}"
 
 
-def _lease() -> timedelta:
+def lease() -> timedelta:
     return timedelta(seconds=settings.KPERF_BUILD_LEASE_SECONDS)
 
 
@@ -109,7 +122,7 @@ class _Heartbeat(threading.Thread):
                 try:
                     kept = KernelBuild.objects.filter(
                         pk=self.build_id, status=_B.BUILDING, attempt=self.attempt
-                    ).update(lease_expires=timezone.now() + _lease())
+                    ).update(lease_expires=timezone.now() + lease())
                 except Exception:  # the database may be restarting: try again next beat
                     log.warning("build %s: could not extend the lease", self.build_id, exc_info=True)
                     close_old_connections()
@@ -131,12 +144,12 @@ def expire_builds() -> int:
     )
     for build_id, worker, attempt in stale:
         reason = f"the worker {worker or '?'} stopped reporting on attempt {attempt} (killed, or its machine went away)"
-        if _retry_or_fail(build_id, attempt, reason, only_expired=True):
+        if retry_or_fail(build_id, attempt, reason, only_expired=True):
             changed += 1
     return changed
 
 
-def _retry_or_fail(build_id: int, attempt: int, reason: str, only_expired: bool = False) -> bool:
+def retry_or_fail(build_id: int, attempt: int, reason: str, only_expired: bool = False) -> bool:
     """After an infrastructure fault on `attempt`: queue the build again with
     backoff, or after the last attempt fail it as `infra`. False if the build
     moved on meanwhile (another worker has it)."""
@@ -156,8 +169,9 @@ def _retry_or_fail(build_id: int, attempt: int, reason: str, only_expired: bool 
                 error=reason,
                 lease_expires=None,
                 worker="",
+                not_before=timezone.now() + timedelta(seconds=delay),
             )
-            dispatch.after_commit("kperf.build_kernel", build_id, countdown=delay)
+            nudge(build_id, countdown=delay)
             log.warning("build %s: attempt %s failed (%s); again in %.0f s", build_id, attempt, reason, delay)
         else:
             _store_failure(build, KernelBuild.FailureKind.INFRA, reason, log_tail=build.log_tail)
@@ -167,25 +181,31 @@ def _retry_or_fail(build_id: int, attempt: int, reason: str, only_expired: bool 
 
 def _claim(build_id: int) -> KernelBuild | None:
     """Take a queued build (conditional update: if another worker has it, nothing changes)."""
-    now = timezone.now()
     with transaction.atomic():
         build = KernelBuild.objects.select_for_update(skip_locked=True).filter(pk=build_id).first()
         if build is None or build.status != _B.QUEUED:
             return None
-        states.move(
-            build,
-            _B.BUILDING,
-            attempt=build.attempt + 1,
-            worker=worker_name(),
-            lease_expires=now + _lease(),
-            started=now,
-            finished=None,
-            phase="checkout",
-            progress="starting",
-            error="",
-            failure_kind="",
-        )
+        take(build, worker_name())
     return build
+
+
+def take(build: KernelBuild, worker: str) -> None:
+    """Move a queued build, locked by the caller's transaction, to building under `worker`'s lease."""
+    now = timezone.now()
+    states.move(
+        build,
+        _B.BUILDING,
+        attempt=build.attempt + 1,
+        worker=worker,
+        not_before=None,
+        lease_expires=now + lease(),
+        started=now,
+        finished=None,
+        phase="checkout",
+        progress="starting",
+        error="",
+        failure_kind="",
+    )
 
 
 def run_build(build_id: int) -> None:
@@ -210,7 +230,7 @@ def run_build(build_id: int) -> None:
             why = f"the build's files could not be stored: {e}"
         else:
             why = f"the build could not run: {e}"
-        _retry_or_fail(build_id, attempt, why)
+        retry_or_fail(build_id, attempt, why)
     finally:
         heartbeat.stopped.set()
 
@@ -274,7 +294,7 @@ def _run(build: KernelBuild, attempt: int, heartbeat: _Heartbeat) -> None:
     # a runner on any host finds every file the row lists.
     artifacts = artifact_store.store_build_outputs(build_id, attempt, result.artifacts)
     shutil.rmtree(out_dir, ignore_errors=True)
-    _finish(build_id, attempt, ok=result.ok, error=result.error, log_tail=result.log_tail, artifacts=artifacts)
+    finish(build_id, attempt, ok=result.ok, error=result.error, log_tail=result.log_tail, artifacts=artifacts)
 
 
 def _sandbox() -> Sandbox:
@@ -282,7 +302,7 @@ def _sandbox() -> Sandbox:
     return sandbox.with_limits(wall_seconds=min(sandbox.limits.wall_seconds, settings.KPERF_BUILD_TIME_LIMIT * 0.9))
 
 
-def _finish(
+def finish(
     build_id: int, attempt: int, ok: bool, error: str, log_tail: str, artifacts: dict[str, dict[str, object]]
 ) -> None:
     with transaction.atomic():

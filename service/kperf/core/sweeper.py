@@ -16,7 +16,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from kperf.core import building, dispatch, leases, owners, series_git
+from kperf.core import build_machines, building, dispatch, leases, owners, series_git
 from kperf.core.models import BranchCommit, KernelBuild, Submission
 
 log = logging.getLogger("kperf.sweeper")
@@ -44,6 +44,7 @@ def redrive() -> dict[str, int]:
     done: Counter[str] = Counter()
     done["job leases expired"] = leases.expire_leases()
     done["builds taken back from dead workers"] = building.expire_builds()
+    done["uploads of ended builds removed"] = build_machines.sweep_uploads()
 
     # A queued build nobody took: its message was lost (broker down) or is
     # still waiting behind other builds. Re-sending is harmless either way
@@ -52,7 +53,8 @@ def redrive() -> dict[str, int]:
     stale_builds = KernelBuild.objects.filter(
         status=KernelBuild.Status.QUEUED, updated__lt=now - _deadline(0)
     ).values_list("pk", flat=True)
-    for build_id in list(stale_builds):
+    # Build machines that pull (KPERF_BUILDERS=remote) find queued rows themselves.
+    for build_id in [] if building.pulled() else list(stale_builds):
         if dispatch.send("kperf.build_kernel", build_id):
             KernelBuild.objects.filter(pk=build_id, status=KernelBuild.Status.QUEUED).update(updated=now)
             done["queued builds re-sent"] += 1

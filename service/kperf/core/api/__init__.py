@@ -13,6 +13,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from kperf.core.api.addresses import router as addresses_router
+from kperf.core.api.builder import router as builder_router
 from kperf.core.api.errors import ApiError, too_large_detail
 from kperf.core.api.lab import router as lab_router
 from kperf.core.api.parsing import BodyError, KperfParser
@@ -34,6 +35,7 @@ api.add_router("/", lab_router)
 api.add_router("/", triage_router)
 api.add_router("/", addresses_router)
 api.add_router("/runner/", runner_router)
+api.add_router("/builder/", builder_router)
 
 
 def _error(request: HttpRequest, status: int, code: str, detail: str, **extra: object) -> HttpResponse:

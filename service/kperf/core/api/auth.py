@@ -1,4 +1,4 @@
-"""Bearer-token authentication: users' API tokens and runners' tokens never mix."""
+"""Bearer-token authentication: users', runners' and build machines' tokens never mix."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from django.http import HttpRequest
 from django.utils import timezone
 from ninja.security import HttpBearer, SessionAuth
 
-from kperf.core import leases
-from kperf.core.models import ApiToken, Runner
+from kperf.core import build_machines, leases
+from kperf.core.models import ApiToken, BuildMachine, Runner
 from kperf.core.models.accounts import hash_token
 
 
@@ -31,6 +31,11 @@ class RunnerToken(HttpBearer):
         return leases.runner_for_token(token)
 
 
+class BuilderToken(HttpBearer):
+    def authenticate(self, request: HttpRequest, token: str) -> BuildMachine | None:
+        return build_machines.machine_for_token(token)
+
+
 class BrowserSession(SessionAuth):
     """The web pages' session (with CSRF), so the browser can read the same JSON the CLI does.
 
@@ -47,3 +52,4 @@ class BrowserSession(SessionAuth):
 
 USER_AUTH: list[Any] = [UserToken(), BrowserSession()]
 RUNNER_AUTH = RunnerToken()
+BUILDER_AUTH = BuilderToken()

@@ -12,19 +12,27 @@ refused before this, by kperf.core.request_guard, in the same JSON shape.)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
+from django.http.request import split_domain_port, validate_host
 
 from kperf.core.api.errors import too_large_detail
 
 API_PREFIX = "/api/"
+# The one API body that is not JSON: a chunk of a build's file, sent by a
+# build machine (kperf.core.api.builder).
+RAW_UPLOAD = re.compile(r"/api/v1/builder/builds/[0-9]+/artifacts/[^/]+")
 
 
 def _media_problem(request: HttpRequest) -> str | None:
     if request.method not in ("POST", "PUT", "PATCH") or request.META.get("CONTENT_LENGTH") in (None, "", "0"):
         return None
     media = request.content_type or ""
+    if media == "application/octet-stream" and RAW_UPLOAD.fullmatch(request.path_info):
+        return None
     # No Content-Type at all is read as JSON, as it always was.
     if media in ("", "application/json") or media.endswith("+json"):
         return None
@@ -33,6 +41,11 @@ def _media_problem(request: HttpRequest) -> str | None:
 
 def _is_json(response: HttpResponseBase) -> bool:
     return str(response.get("Content-Type", "")).startswith("application/json")
+
+
+def _host_allowed(request: HttpRequest) -> bool:
+    domain, _ = split_domain_port(request._get_raw_host())
+    return bool(domain) and validate_host(domain, settings.ALLOWED_HOSTS)
 
 
 def _json_for(request: HttpRequest, response: HttpResponseBase) -> JsonResponse:
@@ -47,6 +60,11 @@ def _json_for(request: HttpRequest, response: HttpResponseBase) -> JsonResponse:
         code, detail = "too-large", too_large_detail(request)
     elif status >= 500:
         code, detail = "internal", "internal error; the server's log has the details"
+    elif status == 400 and not _host_allowed(request):
+        code, detail = "bad-host", (
+            f"this service does not answer to the host name {request._get_raw_host()!r}: use one it is "
+            "configured for, or ask the operator to add it to KPERF_ALLOWED_HOSTS"
+        )
     else:
         code, detail = "bad-request", f"the request was refused ({status}): check the URL, headers and body"
     answer = JsonResponse({"detail": detail, "code": code}, status=status)

@@ -2,7 +2,7 @@
 
 from kperf.core.models.accounts import ApiToken
 from kperf.core.models.alerts import Alert
-from kperf.core.models.builds import KernelBuild
+from kperf.core.models.builds import BuildMachine, KernelBuild
 from kperf.core.models.calibration import RunnerEvent
 from kperf.core.models.history import (
     CommitSummary,
@@ -28,6 +28,7 @@ __all__ = [
     "ApiToken",
     "BootRecord",
     "BranchCommit",
+    "BuildMachine",
     "ChangePoint",
     "Clock",
     "CommitSummary",

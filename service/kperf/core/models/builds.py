@@ -6,8 +6,11 @@ reused within its scope, or from the lab's scope, which everyone trusts."""
 
 from __future__ import annotations
 
+import secrets
+
 from django.db import models
 
+from kperf.core.models.accounts import hash_token
 from kperf.core.models.trees import Tree
 
 
@@ -61,6 +64,10 @@ class KernelBuild(models.Model):
     reused_sha = models.CharField(max_length=40, blank=True, default="")
     compiled_files = models.PositiveIntegerField(default=0)
     incremental_error = models.TextField(blank=True, default="")
+    # A queued build that failed on a build machine waits this long before a
+    # build machine that pulls (kperf-builder) may claim it again: the pull
+    # protocol's form of the Celery task's retry countdown.
+    not_before = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -81,3 +88,38 @@ class KernelBuild(models.Model):
         if self.started and self.finished:
             return (self.finished - self.started).total_seconds()
         return None
+
+
+class BuildMachine(models.Model):
+    """A build machine that pulls builds over HTTP (`kperf-builder`, docs/builders.md).
+
+    It holds only its own token: no database, broker or object-store
+    credential. It fetches the commit from the service's mirror through git's
+    HTTP protocol and hands its outputs back through the same API.
+    """
+
+    TOKEN_PREFIX = "kpbld_"
+
+    name = models.CharField(max_length=64, unique=True)
+    token_hash = models.CharField(max_length=64, unique=True)
+    enabled = models.BooleanField(default=True)
+    created = models.DateTimeField(auto_now_add=True)
+    last_seen = models.DateTimeField(null=True, blank=True)
+    hostname = models.CharField(max_length=255, blank=True, default="")
+    version = models.CharField(max_length=64, blank=True, default="")
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def worker(self) -> str:
+        """How KernelBuild.worker names a build this machine holds."""
+        return f"builder:{self.name}"
+
+    @classmethod
+    def register(cls, name: str) -> tuple[BuildMachine, str]:
+        """Create a build machine, or give an existing one a new token; returns the token once."""
+        plain = cls.TOKEN_PREFIX + secrets.token_urlsafe(32)
+        defaults = {"token_hash": hash_token(plain), "enabled": True}
+        machine, _ = cls.objects.update_or_create(name=name, defaults=defaults)
+        return machine, plain
