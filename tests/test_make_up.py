@@ -140,3 +140,25 @@ def test_kperf_up_runs_everything_on_embedded_defaults_and_stops_on_ctrl_c(tmp_p
     assert not [c for c in children if alive(c)]
     # The embedded PostgreSQL stopped too.
     assert not any(pgdata in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
+
+
+def test_kperf_up_with_remote_builders_runs_a_build_machine_that_holds_only_its_token(tmp_path: Path) -> None:
+    env = {"DATABASE_URL": "", "CELERY_BROKER_URL": "", "KPERF_SECRET_KEY": "", "KPERF_BUILDERS": "remote"}
+    with running_stack(tmp_path / "home", env, ["--no-runner"]) as stack:
+        deadline = time.monotonic() + 60
+        while True:
+            children = psutil.Process(stack.proc.pid).children(recursive=True)
+            builders = [c for c in children if any("kperf-builder run" in line for line in cmdlines([c]))]
+            if builders or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert builders, stack.log("builder")
+        assert not any("-Q builds" in line for line in cmdlines(children)), "the builds worker runs as well"
+        environ = builders[0].environ()
+        assert environ["KPERF_BUILDER_TOKEN"] == stack.creds["builder_token"]
+        for secret in ("DATABASE_URL", "CELERY_BROKER_URL", "KPERF_SECRET_KEY"):
+            assert secret not in environ, secret
+        # It claims with its token and finds nothing to build: still running, no error.
+        time.sleep(8)
+        assert alive(builders[0]), stack.log("builder")
+        assert "kperf-builder:" not in stack.log("builder") and "Traceback" not in stack.log("builder")

@@ -76,6 +76,8 @@ class Child:
     started: float = 0.0
     # When a dead child is started again (monotonic), or 0 while it runs.
     restart_at: float = 0.0
+    # The child's whole environment when it must not get the stack's (a build machine's holds only its token).
+    env: dict[str, str] | None = None
 
 
 # A child that dies is started again after a pause that doubles with each
@@ -101,15 +103,16 @@ class Stack:
             raise SystemExit(f"kperf-up: `manage {' '.join(args)}` failed:\n{proc.stderr.strip() or proc.stdout}")
         return proc.stdout
 
-    def start(self, name: str, argv: list[str]) -> None:
-        self.children.append(self._spawn(Child(name, argv, None, self.logs / f"{name}.log")))  # type: ignore[arg-type]
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        child = Child(name, argv, None, self.logs / f"{name}.log", env=env)  # type: ignore[arg-type]
+        self.children.append(self._spawn(child))
 
     def _spawn(self, child: Child) -> Child:
         name, argv, log_path = child.name, child.argv, child.log_path
         # Each child gets its own session so a Ctrl-C in the terminal reaches
         # only kperf-up, which then stops the children in a sensible order.
         proc = subprocess.Popen(
-            argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+            argv, env=child.env or self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
         )
         assert proc.stdout is not None
         threading.Thread(target=self._pump, args=(name, proc.stdout, log_path), daemon=True).start()
@@ -203,6 +206,24 @@ def wait_for_web(url: str, timeout: float) -> bool:
             pass
         time.sleep(0.5)
     return False
+
+
+_BUILDER_ENV = ("PATH", "LANG", "LC_ALL", "HOME")
+
+
+def start_builds(stack: Stack, celery_worker: list[str], url: str, builder_token: str) -> None:
+    """The builds worker, or with KPERF_BUILDERS=remote a build machine holding only its token (docs/builders.md)."""
+    if stack.env.get("KPERF_BUILDERS", "local").strip() != "remote":
+        stack.start("worker-builds", [*celery_worker, "-Q", "builds", "-c", "1", "-n", "builds@%h", "-l", "INFO"])
+        return
+    env = {
+        k: v for k, v in stack.env.items() if k in ("PATH", "LANG", "LC_ALL", "HOME") or k.startswith("KPERF_BUILD_")
+    }
+    env["KPERF_BUILDER_TOKEN"] = builder_token
+    work = stack.home / "builder"
+    ccache = stack.env.get("KPERF_CCACHE_DIR") or str(work / "ccache")
+    argv = [str(Path(sys.executable).parent / "kperf-builder"), "run", "--server", url, "--work-dir", str(work)]
+    stack.start("builder", [*argv, "--ccache-dir", ccache], env=env)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -306,9 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         solo = ["--without-gossip", "--without-mingle", "--without-heartbeat"]
         # waitress: a client that stalls mid-request cannot tie up the server (kperf.web).
         stack.start("web", web_command(args.host, args.port))
-        stack.start(
-            "worker-builds", [*celery, "worker", *solo, "-Q", "builds", "-c", "1", "-n", "builds@%h", "-l", "INFO"]
-        )
+        start_builds(stack, [*celery, "worker", *solo], url, creds["builder_token"])
         stack.start(
             "worker-main",
             [*celery, "worker", *solo, "-Q", "default,analysis", "-c", "2", "-n", "main@%h", "-l", "INFO"],

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.db import transaction
+from django.test import Client
 from django.utils import timezone
 
 from kperf.core import artifacts, build_machines, building, gitops, sweeper
@@ -297,3 +298,48 @@ def test_kperf_builder_with_a_bad_token_stops_saying_so(pulled: Any, live_server
 
 def builder_command() -> str:
     return str(Path(sys.executable).parent / "kperf-builder")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_kperf_builder_reports_what_it_cannot_build_as_its_own_fault(
+    pulled: Any, small_tree: Path, live_server: Any, tmp_path: Path
+) -> None:
+    tree = Tree.objects.create(url=f"file://{small_tree}")
+    gitops.update_mirror(tree.url, tree.mirror_path, timeout=60)
+    _, api = machine("builder-1")
+    env = {"PATH": "/usr/bin:/bin", "KPERF_BUILDER_TOKEN": api.token or ""}
+    argv = [builder_command(), "run", "--server", live_server.url, "--work-dir", str(tmp_path / "w"), "--once"]
+
+    # A configuration this machine's kperf-kbuild does not make: another kperf version.
+    with transaction.atomic():
+        other = building.need_build(tree, git(small_tree, "rev-parse", "master"), "x86_64", "f" * 64)
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    other.refresh_from_db()
+    assert other.status == "queued" and other.attempt == 1 and other.not_before is not None
+    assert "install the service's kperf version here" in other.error and "builder-1" in other.error
+
+    # A commit the service's mirror does not have.
+    missing = queued_build(sha="0123456789" * 4, tree=tree)
+    KernelBuild.objects.filter(pk=other.pk).update(status="failed", failure_kind="kernel")
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    missing.refresh_from_db()
+    assert missing.status == "queued" and missing.attempt == 1
+    assert "could not be fetched from the service" in missing.error, missing.error
+
+
+def test_the_lab_page_shows_each_build_machine_and_what_it_builds(pulled: Any, alice: Any) -> None:
+    build = queued_build()
+    _, api = machine("builder-1")
+    machine("builder-2")
+    api.post("/builder/claim", {"hostname": "build-host-1", "version": "1"})
+    api.post(f"/builder/builds/{build.pk}/progress", {"attempt": 1, "phase": "compile", "message": "CC mm/memory.o"})
+    call_command("add_builder", "builder-2", "--disable")
+    page = Client()
+    page.force_login(alice)
+    html = page.get("/lab/").content.decode()
+    one = html[html.index('id="builder-builder-1"') :].split("</tr>")[0]
+    assert "build-host-1" in one and "aaaaaaaaaaaa" in one and "attempt 1: compile (CC mm/memory.o)" in one
+    two = html[html.index('id="builder-builder-2"') :].split("</tr>")[0]
+    assert "(disabled)" in two and "idle" in two and "never" in two

@@ -25,6 +25,14 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_filter = ("status", "machine_class")
 
 
+@admin.register(models.BuildMachine)
+class BuildMachineAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    # Tokens are made by `kperf-manage add_builder` and shown once; the hash is no use to read.
+    list_display = ("name", "enabled", "hostname", "version", "last_seen", "created")
+    exclude = ("token_hash",)
+    readonly_fields = ("hostname", "version", "last_seen", "created")
+
+
 @admin.register(models.Runner)
 class RunnerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = (

@@ -13,7 +13,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from kperf.core import access, calibration, runner_state
-from kperf.core.models import Runner
+from kperf.core.models import BuildMachine, KernelBuild, Runner
 
 
 @login_required
@@ -24,7 +24,13 @@ def lab(request: HttpRequest) -> HttpResponse:
         )
     )
     rows = [{"r": r, "series": calibration.series_table(r, limit=6)} for r in runners]
-    return render(request, "kperf/lab.html", {"rows": rows, "staff": access.is_staff(request.user)})
+    building = {
+        b.worker: b
+        for b in KernelBuild.objects.filter(status=KernelBuild.Status.BUILDING, worker__startswith="builder:")
+    }
+    builders = [{"m": m, "build": building.get(m.worker)} for m in BuildMachine.objects.order_by("name")]
+    context = {"rows": rows, "builders": builders, "staff": access.is_staff(request.user)}
+    return render(request, "kperf/lab.html", context)
 
 
 def _forbidden(what: str) -> HttpResponse:

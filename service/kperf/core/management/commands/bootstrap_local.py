@@ -1,4 +1,4 @@
-"""Set up a local kperf for `make up`: admin account, machine class, runner.
+"""Set up a local kperf for `make up`: admin account, machine class, runner, build machine.
 
 Idempotent: the admin keeps its password across restarts (stored in the
 credentials file, mode 0600); the local runner gets a fresh token each time,
@@ -16,7 +16,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandParser
 
-from kperf.core.models import ApiToken, MachineClass, Runner
+from kperf.core.models import ApiToken, BuildMachine, MachineClass, Runner
 
 
 class Command(BaseCommand):
@@ -50,6 +50,8 @@ class Command(BaseCommand):
         # It shares this machine with the builds worker (docs/runners.md).
         runner.yields_to_builds = True
         runner.save(update_fields=["yields_to_builds"])
+        # Used when KPERF_BUILDERS=remote: `make up` then runs kperf-builder with it (docs/builders.md).
+        _, builder_token = BuildMachine.register("local-builder")
         api_token = old.get("api_token", "")
         from kperf.core.models.accounts import hash_token
 
@@ -61,6 +63,7 @@ class Command(BaseCommand):
             "api_token": api_token,
             "runner_name": opts["runner_name"],
             "runner_token": runner_token,
+            "builder_token": builder_token,
             "machine_class": mclass_name,
             "arch": opts["arch"],
         }
