@@ -20,6 +20,7 @@ from kperf.conf import (
     secret_key_problem,
 )
 from kperf.core import tree_urls
+from kperf.core.task_names import Task
 
 BASE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BASE_DIR.parent.parent
@@ -187,11 +188,11 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ROUTES = {
-    "kperf.build_kernel": {"queue": "builds"},
-    "kperf.analyse_submission": {"queue": "analysis"},
-    "kperf.analyse_branch_commit": {"queue": "analysis"},
-    "kperf.reanalyse_branch": {"queue": "analysis"},
-    "kperf.summarise_job": {"queue": "analysis"},
+    Task.BUILD_KERNEL: {"queue": "builds"},
+    Task.ANALYSE_SUBMISSION: {"queue": "analysis"},
+    Task.ANALYSE_BRANCH_COMMIT: {"queue": "analysis"},
+    Task.REANALYSE_BRANCH: {"queue": "analysis"},
+    Task.SUMMARISE_JOB: {"queue": "analysis"},
 }
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -397,18 +398,18 @@ KPERF_MAIL_EXTRA_RECIPIENTS_PER_DAY = env_int("KPERF_MAIL_EXTRA_RECIPIENTS_PER_D
 # Periodic work; django-celery-beat copies these into its tables at start, where
 # operators can change the intervals in the admin.
 CELERY_BEAT_SCHEDULE = {
-    "expire-leases": {"task": "kperf.expire_leases", "schedule": float(env_int("KPERF_LEASE_CHECK_SECONDS", 30))},
+    "expire-leases": {"task": Task.EXPIRE_LEASES, "schedule": float(env_int("KPERF_LEASE_CHECK_SECONDS", 30))},
     # Work whose message was lost or whose worker died (kperf.core.sweeper).
-    "redrive": {"task": "kperf.redrive", "schedule": float(KPERF_REDRIVE_SECONDS)},
+    "redrive": {"task": Task.REDRIVE, "schedule": float(KPERF_REDRIVE_SECONDS)},
     # Alerts that could not be sent (SMTP down, no host yet) are retried.
-    "send-alerts": {"task": "kperf.send_alerts", "schedule": float(env_int("KPERF_ALERT_RETRY_SECONDS", 120))},
+    "send-alerts": {"task": Task.SEND_ALERTS, "schedule": float(env_int("KPERF_ALERT_RETRY_SECONDS", 120))},
     # Replies to alerts waiting in an IMAP mailbox (docs/triage.md); a no-op without KPERF_IMAP_HOST.
-    "poll-mailbox": {"task": "kperf.poll_mailbox", "schedule": float(KPERF_IMAP_POLL_SECONDS)},
+    "poll-mailbox": {"task": Task.POLL_MAILBOX, "schedule": float(KPERF_IMAP_POLL_SECONDS)},
     # Runners whose calibration is due get a calibration job (kperf.core.calibration).
-    "queue-calibrations": {"task": "kperf.queue_calibrations", "schedule": float(KPERF_CALIBRATION_CHECK_SECONDS)},
+    "queue-calibrations": {"task": Task.QUEUE_CALIBRATIONS, "schedule": float(KPERF_CALIBRATION_CHECK_SECONDS)},
     # How often tracked branches are fetched to see whether they moved.
     "poll-tracked-branches": {
-        "task": "kperf.poll_tracked_branches",
+        "task": Task.POLL_TRACKED_BRANCHES,
         "schedule": float(env_int("KPERF_TRACK_POLL_SECONDS", 300, minimum=10)),
     },
 }

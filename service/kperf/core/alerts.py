@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from kperf.core import dispatch, mail_replies, outcome, recipients
 from kperf.core.models import Alert, ChangePoint, MetricComparison, PatchSeries, RecipientAddress, Submission
+from kperf.core.task_names import Task
 
 log = logging.getLogger("kperf.alerts")
 
@@ -43,7 +44,7 @@ def _queue(kind: str, key: str, to: list[str], subject: str, body: str, owner: U
         },
     )
     if created and to:
-        dispatch.after_commit("kperf.send_alerts")
+        dispatch.after_commit(Task.SEND_ALERTS)
     return alert
 
 

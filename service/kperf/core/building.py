@@ -30,6 +30,7 @@ from django.utils import timezone
 from kperf.core import artifacts as artifact_store
 from kperf.core import dispatch, gitops, series_git, states
 from kperf.core.models import KernelBuild, Tree
+from kperf.core.task_names import Task
 from kperf_kbuild.driver import BuildInfraError, BuildRequest, build_kernel
 from kperf_kbuild.sandbox import Sandbox
 
@@ -65,7 +66,7 @@ def nudge(build_id: int, countdown: float | None = None) -> None:
     """Tell the builds queue once the caller commits; nothing when build
     machines pull: they find the queued row (and its not_before) themselves."""
     if not pulled():
-        dispatch.after_commit("kperf.build_kernel", build_id, countdown=countdown)
+        dispatch.after_commit(Task.BUILD_KERNEL, build_id, countdown=countdown)
 
 
 def need_build(tree: Tree, sha: str, arch: str, digest: str, scope: str = LAB_SCOPE) -> KernelBuild:
@@ -352,6 +353,6 @@ def _store_failure(
 def _advance_owners(build: KernelBuild) -> None:
     """Let every submission and tracked commit waiting for this build move on, once the caller commits."""
     for sub_id in build.submission_builds.values_list("submission_id", flat=True).distinct():
-        dispatch.after_commit("kperf.advance_submission", sub_id)
+        dispatch.after_commit(Task.ADVANCE_SUBMISSION, sub_id)
     for commit_id in build.branch_commits.values_list("pk", flat=True):
-        dispatch.after_commit("kperf.advance_branch_commit", commit_id)
+        dispatch.after_commit(Task.ADVANCE_BRANCH_COMMIT, commit_id)

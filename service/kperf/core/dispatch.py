@@ -17,6 +17,8 @@ from typing import Any
 
 from django.db import transaction
 
+from kperf.core.task_names import Task
+
 log = logging.getLogger("kperf.dispatch")
 
 # Publishing retries briefly: a request must not hang on a dead broker for
@@ -24,8 +26,8 @@ log = logging.getLogger("kperf.dispatch")
 _PUBLISH_RETRY = {"max_retries": 1, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 1.0}
 
 
-def send(task: str, *args: Any, countdown: float | None = None) -> bool:
-    """Queue `task` (its registered name, e.g. "kperf.build_kernel"); False if the broker did not take it."""
+def send(task: Task, *args: Any, countdown: float | None = None) -> bool:
+    """Queue `task` (its registered name, e.g. Task.BUILD_KERNEL); False if the broker did not take it."""
     from kperf.celery import app
 
     try:
@@ -36,6 +38,6 @@ def send(task: str, *args: Any, countdown: float | None = None) -> bool:
     return True
 
 
-def after_commit(task: str, *args: Any, countdown: float | None = None) -> None:
+def after_commit(task: Task, *args: Any, countdown: float | None = None) -> None:
     """Queue `task` once the current transaction commits, so a worker never sees a row that is not there yet."""
     transaction.on_commit(partial(send, task, *args, countdown=countdown))

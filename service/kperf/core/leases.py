@@ -18,6 +18,7 @@ from django.utils import timezone
 from kperf.core import calibration, dispatch, sharing, states
 from kperf.core.models import BootRecord, Clock, Job, KernelBuild, MetricDef, Runner, Sample
 from kperf.core.models.accounts import hash_token
+from kperf.core.task_names import Task
 from kperf_runner import benchmarks as registry
 
 log = logging.getLogger("kperf.lab")
@@ -290,7 +291,7 @@ def record_results(runner: Runner, job_id: int, data: dict[str, Any]) -> Job:
         # The summaries (docs/history.md) are brought up to date by a task once
         # this commits, not inside the upload: the runner waits for neither, and
         # a summary the task has not written yet is caught up by the next read.
-        dispatch.after_commit("kperf.summarise_job", job.pk)
+        dispatch.after_commit(Task.SUMMARISE_JOB, job.pk)
         _advance_owner(job)
         # Judges a calibration (and may quarantine), or marks a job a
         # quarantined runner finished: in this transaction, so never lost.
@@ -329,12 +330,12 @@ def record_failure(runner: Runner, job_id: int, data: dict[str, Any]) -> Job:
 def _advance_owner(job: Job) -> None:
     """After the transaction commits, let the submission or branch commit that owns a finished job move on."""
     if job.submission_id is not None:
-        dispatch.after_commit("kperf.advance_submission", job.submission_id)
+        dispatch.after_commit(Task.ADVANCE_SUBMISSION, job.submission_id)
     if job.branch_commit_id is not None:
-        dispatch.after_commit("kperf.advance_branch_commit", job.branch_commit_id)
+        dispatch.after_commit(Task.ADVANCE_BRANCH_COMMIT, job.branch_commit_id)
     # Submissions that share the boot wait for it as much as its owner does.
     for sharer in sharing.sharer_ids([job.pk]):
-        dispatch.after_commit("kperf.advance_submission", sharer)
+        dispatch.after_commit(Task.ADVANCE_SUBMISSION, sharer)
 
 
 def _requeue(job: Job, why: str) -> None:

@@ -25,6 +25,7 @@ from django.db.models import Model
 
 from kperf.core import dispatch, sharing, states
 from kperf.core.models import BranchCommit, Job, KernelBuild, Submission, SubmissionBuild
+from kperf.core.task_names import Task
 
 log = logging.getLogger("kperf.owners")
 
@@ -39,8 +40,8 @@ TEMPORARY = (OperationalError, InterfaceError)
 class OwnerKind:
     name: str
     model: type[Model]
-    advance_task: str
-    analyse_task: str
+    advance_task: Task
+    analyse_task: Task
     # (what to call it in a message, build) for every build the owner needs.
     builds: Callable[[Any], list[tuple[str, KernelBuild]]]
     queue_jobs: Callable[[Any, list[tuple[str, KernelBuild]]], None]
@@ -125,8 +126,8 @@ def _commit_jobs(commit: BranchCommit) -> list[Job]:
 SUBMISSION = OwnerKind(
     name="submission",
     model=Submission,
-    advance_task="kperf.advance_submission",
-    analyse_task="kperf.analyse_submission",
+    advance_task=Task.ADVANCE_SUBMISSION,
+    analyse_task=Task.ANALYSE_SUBMISSION,
     builds=_submission_builds,
     queue_jobs=_submission_queue,
     fail=_submission_fail,
@@ -137,8 +138,8 @@ SUBMISSION = OwnerKind(
 COMMIT = OwnerKind(
     name="branch commit",
     model=BranchCommit,
-    advance_task="kperf.advance_branch_commit",
-    analyse_task="kperf.analyse_branch_commit",
+    advance_task=Task.ADVANCE_BRANCH_COMMIT,
+    analyse_task=Task.ANALYSE_BRANCH_COMMIT,
     builds=_commit_builds,
     queue_jobs=_commit_queue,
     fail=_commit_fail,

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from kperf.core import build_machines, building, dispatch, leases, owners, series_git
 from kperf.core.models import BranchCommit, KernelBuild, Submission
+from kperf.core.task_names import Task
 
 log = logging.getLogger("kperf.sweeper")
 
@@ -55,7 +56,7 @@ def redrive() -> dict[str, int]:
     ).values_list("pk", flat=True)
     # Build machines that pull (KPERF_BUILDERS=remote) find queued rows themselves.
     for build_id in [] if building.pulled() else list(stale_builds):
-        if dispatch.send("kperf.build_kernel", build_id):
+        if dispatch.send(Task.BUILD_KERNEL, build_id):
             KernelBuild.objects.filter(pk=build_id, status=KernelBuild.Status.QUEUED).update(updated=now)
             done["queued builds re-sent"] += 1
 
@@ -68,7 +69,7 @@ def redrive() -> dict[str, int]:
     stale = queued.filter(updated__lt=now - _deadline(0)).exclude(pk__in=applying.values("pk"))
     stale_applying = applying.filter(updated__lt=now - _deadline(series_git.prepare_time_limit() + 60))
     for sub_id in list(stale.values_list("pk", flat=True)) + list(stale_applying.values_list("pk", flat=True)):
-        if dispatch.send("kperf.prepare_submission", sub_id):
+        if dispatch.send(Task.PREPARE_SUBMISSION, sub_id):
             Submission.objects.filter(pk=sub_id, status=Submission.Status.QUEUED).update(updated=now)
             done["submissions re-prepared"] += 1
 

@@ -27,6 +27,7 @@ from kperf.core import (
     tracking,
     workflow,
 )
+from kperf.core.task_names import Task
 
 # Options shared by every task. soft_time_limit raises inside the task
 # (builds stop their compiler, analyses fail their owner with a message);
@@ -49,78 +50,78 @@ _GIT = _limits(settings.KPERF_GIT_TIMEOUT + 120)
 
 
 # Fetching the tree, and for a patch series a checkout, git am and a fetch back.
-@shared_task(name="kperf.prepare_submission", **_limits(series_git.prepare_time_limit()))
+@shared_task(name=Task.PREPARE_SUBMISSION, **_limits(series_git.prepare_time_limit()))
 def prepare_submission(sub_id: int) -> None:
     workflow.prepare_submission(sub_id)
 
 
-@shared_task(name="kperf.build_kernel", **_limits(settings.KPERF_BUILD_TIME_LIMIT))
+@shared_task(name=Task.BUILD_KERNEL, **_limits(settings.KPERF_BUILD_TIME_LIMIT))
 def build_kernel(build_id: int) -> None:
     building.run_build(build_id)
 
 
-@shared_task(name="kperf.advance_submission", **_DEFAULT)
+@shared_task(name=Task.ADVANCE_SUBMISSION, **_DEFAULT)
 def advance_submission(sub_id: int) -> None:
     owners.advance(owners.SUBMISSION, sub_id)
 
 
-@shared_task(name="kperf.analyse_submission", **_limits(settings.KPERF_ANALYSIS_TIME_LIMIT))
+@shared_task(name=Task.ANALYSE_SUBMISSION, **_limits(settings.KPERF_ANALYSIS_TIME_LIMIT))
 def analyse_submission(sub_id: int) -> None:
     owners.analyse(owners.SUBMISSION, sub_id)
 
 
-@shared_task(name="kperf.summarise_job", **_limits(settings.KPERF_ANALYSIS_TIME_LIMIT))
+@shared_task(name=Task.SUMMARISE_JOB, **_limits(settings.KPERF_ANALYSIS_TIME_LIMIT))
 def summarise_job(job_id: int) -> None:
     history.job_stored(job_id)
 
 
-@shared_task(name="kperf.expire_leases", **_DEFAULT)
+@shared_task(name=Task.EXPIRE_LEASES, **_DEFAULT)
 def expire_leases() -> int:
     return leases.expire_leases()
 
 
-@shared_task(name="kperf.redrive", **_DEFAULT)
+@shared_task(name=Task.REDRIVE, **_DEFAULT)
 def redrive() -> dict[str, int]:
     return sweeper.redrive()
 
 
-@shared_task(name="kperf.poll_tracked_branches", **_DEFAULT)
+@shared_task(name=Task.POLL_TRACKED_BRANCHES, **_DEFAULT)
 def poll_tracked_branches() -> int:
     return tracking.poll_all()
 
 
-@shared_task(name="kperf.poll_branch", **_GIT)
+@shared_task(name=Task.POLL_BRANCH, **_GIT)
 def poll_branch(branch_id: int, backfill: int = 0) -> None:
     tracking.poll_branch(branch_id, backfill)
 
 
-@shared_task(name="kperf.advance_branch_commit", **_DEFAULT)
+@shared_task(name=Task.ADVANCE_BRANCH_COMMIT, **_DEFAULT)
 def advance_branch_commit(commit_id: int) -> None:
     owners.advance(owners.COMMIT, commit_id)
 
 
-@shared_task(name="kperf.analyse_branch_commit", **_limits(settings.KPERF_ANALYSIS_TIME_LIMIT))
+@shared_task(name=Task.ANALYSE_BRANCH_COMMIT, **_limits(settings.KPERF_ANALYSIS_TIME_LIMIT))
 def analyse_branch_commit(commit_id: int) -> None:
     owners.analyse(owners.COMMIT, commit_id)
 
 
-@shared_task(name="kperf.reanalyse_branch", **_limits(settings.KPERF_ANALYSIS_TIME_LIMIT))
+@shared_task(name=Task.REANALYSE_BRANCH, **_limits(settings.KPERF_ANALYSIS_TIME_LIMIT))
 def reanalyse_branch(branch_id: int) -> None:
     tracking.reanalyse_branch(branch_id)
 
 
-@shared_task(name="kperf.send_alerts", **_DEFAULT)
+@shared_task(name=Task.SEND_ALERTS, **_DEFAULT)
 def send_alerts() -> int:
     return alerts.send_pending()
 
 
-@shared_task(name="kperf.poll_mailbox", **_DEFAULT)
+@shared_task(name=Task.POLL_MAILBOX, **_DEFAULT)
 def poll_mailbox() -> int:
     # Replies to alerts in the IMAP mailbox (docs/triage.md); nothing to do without KPERF_IMAP_HOST.
     result = mail_poll.poll()
     return result.read if result is not None else 0
 
 
-@shared_task(name="kperf.queue_calibrations", **_DEFAULT)
+@shared_task(name=Task.QUEUE_CALIBRATIONS, **_DEFAULT)
 def queue_calibrations() -> int:
     return calibration.queue_due()

@@ -34,6 +34,7 @@ from kperf.core.models import (
     TrackedBranch,
     Tree,
 )
+from kperf.core.task_names import Task
 from kperf.core.workflow import SubmissionError, SubmissionRequest, validate, validate_min_effect
 from kperf.stats.builds import BuildNoise, between_build_noise
 from kperf.stats.changepoints import DriftEstimate, estimate_drift, series_summaries
@@ -142,7 +143,7 @@ def track(user: User, req: TrackRequest) -> TrackedBranch:
         if not created and not access.may_change_branch(user, branch):
             raise _taken(branch)
         branch_id, backfill = branch.pk, req.backfill if created else 0
-        dispatch.after_commit("kperf.poll_branch", branch_id, backfill)
+        dispatch.after_commit(Task.POLL_BRANCH, branch_id, backfill)
     log.info("tracking %s %s (%s)", clean.tree_url, clean.head_ref, "new" if created else "updated")
     return branch
 
@@ -151,7 +152,7 @@ def poll_all() -> int:
     """Queue a poll of every enabled tracked branch (the beat task); returns how many."""
     ids = list(TrackedBranch.objects.filter(enabled=True).values_list("pk", flat=True))
     for branch_id in ids:
-        dispatch.send("kperf.poll_branch", branch_id)
+        dispatch.send(Task.POLL_BRANCH, branch_id)
     return len(ids)
 
 
@@ -239,7 +240,7 @@ def _add_commits(branch: TrackedBranch, wanted: list[tuple[str, str, int]]) -> l
             commit.builds.add(
                 building.need_build(branch.tree, sha, arch, config_digest(arch), building.scope_for(branch.owner))
             )
-        dispatch.after_commit("kperf.advance_branch_commit", commit.pk)
+        dispatch.after_commit(Task.ADVANCE_BRANCH_COMMIT, commit.pk)
         created.append(commit)
     return created
 
@@ -287,7 +288,7 @@ def fail_commit(commit: BranchCommit, message: str) -> None:
     # A bisection may have been waiting for this commit: look again, so it
     # picks another commit of the range or mails what it has.
     if commit.branch.change_points.exists():
-        dispatch.after_commit("kperf.reanalyse_branch", commit.branch_id)
+        dispatch.after_commit(Task.REANALYSE_BRANCH, commit.branch_id)
 
 
 def reanalyse_branch(branch_id: int) -> None:

@@ -42,6 +42,7 @@ from kperf.core.models import (
     SubmissionBuild,
     Tree,
 )
+from kperf.core.task_names import Task
 from kperf_kbuild.driver import SUPPORTED_ARCHES, config_digest
 
 log = logging.getLogger("kperf.workflow")
@@ -196,7 +197,7 @@ def _create(owner: User, clean: SubmissionRequest, stored: dict[str, Any]) -> Su
         boot_params=clean.boot_params,
         thp=clean.thp,
     )
-    dispatch.after_commit("kperf.prepare_submission", sub.pk)
+    dispatch.after_commit(Task.PREPARE_SUBMISSION, sub.pk)
     if clean.series is not None and clean.mbox is not None:
         _store_series(sub, clean.series, clean.mbox, stored)
     return sub
@@ -232,7 +233,7 @@ def fail_submission(sub: Submission, message: str) -> None:
     # A sharer that linked one of them as they were cancelled replaces it.
     cancelled = list(Job.objects.filter(submission=sub, status=Job.Status.CANCELLED).values_list("pk", flat=True))
     for sharer in sharing.sharer_ids(cancelled):
-        dispatch.after_commit("kperf.advance_submission", sharer)
+        dispatch.after_commit(Task.ADVANCE_SUBMISSION, sharer)
     alerts.submission_finished(sub)
     log.warning("submission %s failed: %s", sub.pk, message)
 
@@ -271,7 +272,7 @@ def prepare_submission(sub_id: int) -> None:
                 build = building.need_build(tree, sha, arch, digest, building.scope_for(locked.owner))
                 SubmissionBuild.objects.get_or_create(submission=locked, build=build, side=side)
         states.move(locked, Submission.Status.BUILDING, base_sha=base_sha, head_sha=head_sha)
-        dispatch.after_commit("kperf.advance_submission", sub_id)
+        dispatch.after_commit(Task.ADVANCE_SUBMISSION, sub_id)
 
 
 def _apply_series(sub: Submission) -> str:
@@ -312,7 +313,7 @@ def _apply_series(sub: Submission) -> str:
         delay = min(settings.KPERF_REDRIVE_AFTER_SECONDS, 60 * 2 ** (attempt - 1))
         log.warning("submission %s: applying the series failed (%s); try %d in %d s", sub.pk, what, attempt + 1, delay)
         Submission.objects.filter(pk=sub.pk, status=Submission.Status.QUEUED).update(updated=timezone.now())
-        dispatch.send("kperf.prepare_submission", sub.pk, countdown=delay)
+        dispatch.send(Task.PREPARE_SUBMISSION, sub.pk, countdown=delay)
     return ""
 
 

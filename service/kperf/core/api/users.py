@@ -27,6 +27,7 @@ from kperf.core.api import history as history_api
 from kperf.core.api.auth import USER_AUTH
 from kperf.core.api.errors import ApiError, responses
 from kperf.core.models import ApiToken, MachineClass, Runner, Submission, TrackedBranch
+from kperf.core.task_names import Task
 
 router = Router()
 
@@ -391,7 +392,7 @@ def poll_branch(request: HttpRequest, branch_id: int) -> Status[dict[str, Any]]:
 
     branch = _branch(request, branch_id, change=True)
     # A poll lost with the broker is no loss: the periodic poll comes anyway.
-    queued = dispatch.send("kperf.poll_branch", branch.pk)
+    queued = dispatch.send(Task.POLL_BRANCH, branch.pk)
     return Status(202, {"queued": queued, "branch": branch.pk})
 
 
