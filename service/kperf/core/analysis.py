@@ -236,13 +236,6 @@ def _rerun(sub: Submission, mclass_id: int, bench: str, clock: str, look: sequen
     ]
 
 
-def verdict_summary(sub: Submission) -> dict[str, int]:
-    counts: dict[str, int] = defaultdict(int)
-    for v in MetricComparison.objects.filter(comparison__submission=sub).values_list("verdict", flat=True):
-        counts[v] += 1
-    return dict(counts)
-
-
 def boots_per_metric(jobs: QuerySet[Job]) -> dict[str, list[list[float]]]:
     """{metric: one list of iteration values per boot} over finished jobs, in run order."""
     per_boot: dict[tuple[str, int], dict[int, float]] = defaultdict(dict)

@@ -38,8 +38,6 @@ RECENT = 20
 DEFAULT_JOB_S = 120.0
 DEFAULT_BUILD_S = 600.0
 
-QUANTILES = ("low", "mid", "high")
-
 
 @dataclass(frozen=True)
 class Typical:

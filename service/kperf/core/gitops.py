@@ -444,10 +444,6 @@ def resolve_ref(mirror: Path, ref: str) -> str:
     raise GitError(f"{ref!r} is not a branch, tag or commit in the tree")
 
 
-def commit_subject(mirror: Path, sha: str) -> str:
-    return run_git(["-C", str(mirror), "log", "-1", "--format=%s", sha, "--"], timeout=60).strip()
-
-
 def is_ancestor(mirror: Path, older: str, newer: str) -> bool:
     """True when `older` is reachable from `newer` (both shas in the mirror)."""
     try:

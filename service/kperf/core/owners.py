@@ -40,7 +40,6 @@ TEMPORARY = (OperationalError, InterfaceError)
 class OwnerKind:
     name: str
     model: type[Model]
-    advance_task: Task
     analyse_task: Task
     # (what to call it in a message, build) for every build the owner needs.
     builds: Callable[[Any], list[tuple[str, KernelBuild]]]
@@ -126,7 +125,6 @@ def _commit_jobs(commit: BranchCommit) -> list[Job]:
 SUBMISSION = OwnerKind(
     name="submission",
     model=Submission,
-    advance_task=Task.ADVANCE_SUBMISSION,
     analyse_task=Task.ANALYSE_SUBMISSION,
     builds=_submission_builds,
     queue_jobs=_submission_queue,
@@ -138,7 +136,6 @@ SUBMISSION = OwnerKind(
 COMMIT = OwnerKind(
     name="branch commit",
     model=BranchCommit,
-    advance_task=Task.ADVANCE_BRANCH_COMMIT,
     analyse_task=Task.ANALYSE_BRANCH_COMMIT,
     builds=_commit_builds,
     queue_jobs=_commit_queue,
