@@ -301,6 +301,8 @@ def submission_summary(sub: Submission) -> dict[str, Any]:
         "boot_params": sub.boot_params,
         "thp": sub.thp,
         "status": sub.status,
+        # Whether the status can still change (Submission.FINAL): what clients wait for.
+        "final": sub.is_final,
         "error": sub.error,
         "reruns": sub.reruns,
         "owner": sub.owner.get_username(),

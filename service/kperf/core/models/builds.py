@@ -7,9 +7,11 @@ reused within its scope, or from the lab's scope, which everyone trusts."""
 from __future__ import annotations
 
 import secrets
+from typing import ClassVar
 
 from django.db import models
 
+from kperf.core.models import lifecycle
 from kperf.core.models.accounts import hash_token
 from kperf.core.models.trees import Tree
 
@@ -20,6 +22,20 @@ class KernelBuild(models.Model):
         BUILDING = "building"
         DONE = "done"
         FAILED = "failed"
+
+    # Every status and the only ways out of it (kperf.core.states).
+    TRANSITIONS: ClassVar[dict[str, frozenset[str]]] = {
+        Status.QUEUED: frozenset({Status.BUILDING}),
+        # Built, or the kernel does not build (kind kernel), or the machine
+        # failed (kind infra) after its last attempt; back to queued for
+        # another attempt after an infrastructure fault or a lost worker.
+        Status.BUILDING: frozenset({Status.DONE, Status.FAILED, Status.QUEUED}),
+        Status.DONE: frozenset(),
+        # Only an infrastructure failure leaves here, when a later submission
+        # or tracked commit needs the build again.
+        Status.FAILED: frozenset({Status.QUEUED}),
+    }
+    FINAL = lifecycle.final(TRANSITIONS)
 
     tree = models.ForeignKey(Tree, on_delete=models.PROTECT, related_name="builds")
     sha = models.CharField(max_length=40)

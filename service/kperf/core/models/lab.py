@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from typing import Any, ClassVar
 
 from django.db import models
 from django.utils import timezone
 
+from kperf.core.models import lifecycle
 from kperf.core.models.accounts import hash_token
 from kperf.core.models.builds import KernelBuild
 from kperf.core.models.submissions import BOOT_PARAMS_MAX_LENGTH, Submission, Thp
@@ -168,7 +169,17 @@ class Job(models.Model):
         BOOT = "boot"
         BENCHMARK = "benchmark"
 
-    FINAL = (Status.DONE, Status.FAILED, Status.CANCELLED)
+    # Every status and the only ways out of it (kperf.core.states).
+    TRANSITIONS: ClassVar[dict[str, frozenset[str]]] = {
+        Status.QUEUED: frozenset({Status.LEASED, Status.CANCELLED}),
+        # Results stored; failed for good; or back to the queue (infra fault
+        # before the last attempt, or the lease ran out).
+        Status.LEASED: frozenset({Status.DONE, Status.FAILED, Status.QUEUED}),
+        Status.DONE: frozenset(),
+        Status.FAILED: frozenset(),
+        Status.CANCELLED: frozenset(),
+    }
+    FINAL = lifecycle.final(TRANSITIONS)
 
     submission = models.ForeignKey(Submission, on_delete=models.CASCADE, related_name="jobs", null=True, blank=True)
     # A job measures either one side of a submission or one commit of a
@@ -227,6 +238,21 @@ class Job(models.Model):
             models.Index(fields=["machine_class", "status", "seq"], name="job_claim_idx"),
             # Serves lease expiry: leased jobs whose lease ran out.
             models.Index(fields=["status", "lease_expires"], name="job_lease_idx"),
+        ]
+        constraints = [
+            # Whom a job's boots are for: one side of a submission, one commit
+            # of a tracked branch, or one runner's calibration (pinned_runner)
+            # — never two of them. Only a job imported from mmtests has none.
+            models.CheckConstraint(
+                condition=~(
+                    (models.Q(submission__isnull=False) & models.Q(branch_commit__isnull=False))
+                    | (
+                        models.Q(pinned_runner__isnull=False)
+                        & (models.Q(submission__isnull=False) | models.Q(branch_commit__isnull=False))
+                    )
+                ),
+                name="job_has_one_owner_at_most",
+            )
         ]
 
     def __str__(self) -> str:

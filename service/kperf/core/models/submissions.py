@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from django.conf import settings
 from django.db import models
 
+from kperf.core.models import lifecycle
 from kperf.core.models.builds import KernelBuild
 from kperf.core.models.trees import Tree
 
@@ -33,7 +36,21 @@ class Submission(models.Model):
         BRANCH = "branch"  # head_ref is a branch, tag or sha of the tree
         SERIES = "series"  # a patch series (mbox) applied on base; see PatchSeries
 
-    FINAL = (Status.DONE, Status.FAILED)
+    # Every status and the only ways out of it (kperf.core.states).
+    TRANSITIONS: ClassVar[dict[str, frozenset[str]]] = {
+        # Refs resolved and builds attached, or the tree/refs were bad.
+        Status.QUEUED: frozenset({Status.BUILDING, Status.FAILED}),
+        # Every build done: jobs queued. A build failed: the submission fails.
+        Status.BUILDING: frozenset({Status.TESTING, Status.FAILED}),
+        # Every job done, or one failed for good.
+        Status.TESTING: frozenset({Status.ANALYSING, Status.FAILED}),
+        # Verdicts stored; or an inconclusive look queued more boots (back to
+        # testing); or the analysis itself failed.
+        Status.ANALYSING: frozenset({Status.DONE, Status.TESTING, Status.FAILED}),
+        Status.DONE: frozenset(),
+        Status.FAILED: frozenset(),
+    }
+    FINAL = lifecycle.final(TRANSITIONS)
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="submissions")
     tree = models.ForeignKey(Tree, on_delete=models.PROTECT, related_name="submissions")

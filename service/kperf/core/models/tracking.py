@@ -3,9 +3,12 @@ series is searched for change points."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from django.conf import settings
 from django.db import models
 
+from kperf.core.models import lifecycle
 from kperf.core.models.builds import KernelBuild
 from kperf.core.models.trees import Tree
 
@@ -54,7 +57,15 @@ class BranchCommit(models.Model):
         DONE = "done"
         FAILED = "failed"
 
-    FINAL = (Status.DONE, Status.FAILED)
+    # Every status and the only ways out of it (kperf.core.states).
+    TRANSITIONS: ClassVar[dict[str, frozenset[str]]] = {
+        Status.BUILDING: frozenset({Status.TESTING, Status.FAILED}),
+        Status.TESTING: frozenset({Status.ANALYSING, Status.FAILED}),
+        Status.ANALYSING: frozenset({Status.DONE, Status.FAILED}),
+        Status.DONE: frozenset(),
+        Status.FAILED: frozenset(),
+    }
+    FINAL = lifecycle.final(TRANSITIONS)
 
     branch = models.ForeignKey(TrackedBranch, on_delete=models.CASCADE, related_name="commits")
     sha = models.CharField(max_length=40)
