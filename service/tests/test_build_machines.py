@@ -277,7 +277,7 @@ def test_a_host_name_the_service_does_not_answer_to_is_named_in_the_error(pulled
         "/api/v1/builder/claim", data="{}", content_type="application/json",
         HTTP_AUTHORIZATION=f"Bearer {api.token}", HTTP_HOST="10.9.9.9:8000",
     )  # fmt: skip
-    assert answer.status_code == 400 and answer.json()["code"] == "bad-host"
+    assert answer.status_code == 400 and answer.json()["code"] == "bad-request"
     assert "'10.9.9.9:8000'" in answer.json()["detail"] and "KPERF_ALLOWED_HOSTS" in answer.json()["detail"]
 
 

@@ -66,12 +66,11 @@ def _json_for(request: HttpRequest, response: HttpResponseBase) -> JsonResponse:
     elif status >= 500:
         code, detail = "internal", "internal error; the server's log has the details"
     elif status == 400 and not _host_allowed(request):
-        code, detail = (
-            "bad-host",
-            (
-                f"this service does not answer to the host name {_raw_host(request)!r}: use one it is "
-                "configured for, or ask the operator to add it to KPERF_ALLOWED_HOSTS"
-            ),
+        # The code stays the generic one clients know; the detail says what to change.
+        code = "bad-request"
+        detail = (
+            f"this service does not answer to the host name {_raw_host(request)!r}: use one it is "
+            "configured for, or ask the operator to add it to KPERF_ALLOWED_HOSTS"
         )
     else:
         code, detail = "bad-request", f"the request was refused ({status}): check the URL, headers and body"
