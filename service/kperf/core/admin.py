@@ -25,6 +25,23 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_filter = ("status", "machine_class")
 
 
+@admin.register(models.StatusChange)
+class StatusChangeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    # History: read, never written here.
+    list_display = ("at", "kind", "object_id", "source", "target", "actor", "why")
+    list_filter = ("kind", "target")
+    search_fields = ("=object_id", "actor", "why")
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(models.BuildMachine)
 class BuildMachineAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     # Tokens are made by `kperf-manage add_builder` and shown once; the hash is no use to read.

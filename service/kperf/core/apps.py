@@ -12,4 +12,7 @@ class CoreConfig(AppConfig):
         # Load the Celery app whenever Django starts, so that shared tasks
         # bind to it (and to the configured broker) rather than to Celery's
         # default app.
-        import kperf.celery  # noqa: F401
+        import kperf.celery
+
+        # Connects the history rows of rows created in their first status (kperf.core.states).
+        import kperf.core.states  # noqa: F401

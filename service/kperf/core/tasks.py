@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
+from celery.signals import task_postrun, task_prerun
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
@@ -23,6 +24,7 @@ from kperf.core import (
     mail_poll,
     owners,
     series_git,
+    states,
     sweeper,
     tracking,
     workflow,
@@ -43,6 +45,22 @@ _RETRY: dict[str, Any] = {
 
 def _limits(seconds: int) -> dict[str, Any]:
     return {"soft_time_limit": seconds, "time_limit": seconds + 60, **_RETRY}
+
+
+# Each task's status changes are recorded as the task's (kperf.core.states).
+_ACTOR_TOKENS: dict[str, Any] = {}
+
+
+@task_prerun.connect
+def _name_actor(task_id: str = "", task: Any = None, **_: Any) -> None:
+    _ACTOR_TOKENS[task_id] = states.actor_token(f"task {getattr(task, 'name', '?')} ({task_id[:8]})")
+
+
+@task_postrun.connect
+def _forget_actor(task_id: str = "", **_: Any) -> None:
+    token = _ACTOR_TOKENS.pop(task_id, None)
+    if token is not None:
+        states.reset_actor(token)
 
 
 _DEFAULT = _limits(settings.KPERF_TASK_TIME_LIMIT)

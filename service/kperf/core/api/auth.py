@@ -9,7 +9,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from ninja.security import HttpBearer, SessionAuth
 
-from kperf.core import build_machines, leases
+from kperf.core import build_machines, leases, states
 from kperf.core.models import ApiToken, BuildMachine, Runner
 from kperf.core.models.accounts import hash_token
 
@@ -23,17 +23,24 @@ class UserToken(HttpBearer):
             return None
         ApiToken.objects.filter(pk=row.pk).update(last_used=timezone.now())
         request.user = row.user
+        states.name_actor(f"user {row.user.get_username()} (API token)")
         return row.user
 
 
 class RunnerToken(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> Runner | None:
-        return leases.runner_for_token(token)
+        runner = leases.runner_for_token(token)
+        if runner is not None:
+            states.name_actor(f"runner {runner.name}")
+        return runner
 
 
 class BuilderToken(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> BuildMachine | None:
-        return build_machines.machine_for_token(token)
+        machine = build_machines.machine_for_token(token)
+        if machine is not None:
+            states.name_actor(f"build machine {machine.name}")
+        return machine
 
 
 class BrowserSession(SessionAuth):

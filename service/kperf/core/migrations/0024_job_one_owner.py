@@ -4,14 +4,24 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('core', '0023_build_machines'),
+        ("core", "0023_build_machines"),
     ]
 
     operations = [
         migrations.AddConstraint(
-            model_name='job',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('submission__isnull', False), ('branch_commit__isnull', False)), models.Q(('pinned_runner__isnull', False), models.Q(('submission__isnull', False), ('branch_commit__isnull', False), _connector='OR')), _connector='OR', _negated=True), name='job_has_one_owner_at_most'),
+            model_name="job",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("submission__isnull", False), ("branch_commit__isnull", False)),
+                    models.Q(
+                        ("pinned_runner__isnull", False),
+                        models.Q(("submission__isnull", False), ("branch_commit__isnull", False), _connector="OR"),
+                    ),
+                    _connector="OR",
+                    _negated=True,
+                ),
+                name="job_has_one_owner_at_most",
+            ),
         ),
     ]

@@ -18,6 +18,7 @@ from kperf.core.models.recipients import RecipientAddress
 from kperf.core.models.results import BootRecord, Comparison, MetricComparison, MetricDef, Sample
 from kperf.core.models.series import PatchSeries
 from kperf.core.models.sharing import SharedJob
+from kperf.core.models.status_changes import StatusChange
 from kperf.core.models.submissions import Submission, SubmissionBuild
 from kperf.core.models.tracking import BranchCommit, ChangePoint, TrackedBranch
 from kperf.core.models.trees import Tree
@@ -50,6 +51,7 @@ __all__ = [
     "SeriesPool",
     "SeriesState",
     "SharedJob",
+    "StatusChange",
     "Submission",
     "SubmissionBuild",
     "SummarisedJob",
