@@ -59,7 +59,7 @@ from kperf_kbuild.host import CROSS_COMPILE, MIN_FREE_BYTES, check_commit, check
 from kperf_kbuild.host import BuildInfraError as BuildInfraError
 from kperf_kbuild.host import default_ccache_dir as _default_ccache_dir
 from kperf_kbuild.host import file_lock as file_lock
-from kperf_kbuild.logscan import COMPILER_KILLED, NO_SPACE, LogScanner, ProgressFn, read_stats_log
+from kperf_kbuild.logscan import COMPILER_KILLED, NO_SPACE, LogScanner, ProgressFn, read_stats_log, read_target_status
 from kperf_kbuild.modules import build_benchmark_modules, has_modules, module_names, module_sources
 from kperf_kbuild.sandbox import Sandbox, build_env
 from kperf_kbuild.trees import DEFAULT_BUDGET_BYTES, WarmTree
@@ -450,6 +450,9 @@ def _run_tuxmake(
         )
 
     ccache_stats = read_stats_log(stats_log)
+    # What tuxmake recorded of each target (config, kernel, modules), not what the log's text says.
+    recorded = read_target_status(output_dir)
+    targets = recorded or {}
     # A tree can print these words itself: believed only when the disk
     # really is short, so a build cannot pass its failure off as kperf's.
     if any(NO_SPACE in line for line in scanner.tail) and free_bytes(work_root) < MIN_FREE_BYTES:
@@ -462,7 +465,7 @@ def _run_tuxmake(
             f"a compiler process was killed during the build (out of memory?): lower "
             f"jobs or add memory, then rebuild\n{scanner.log_tail()}"
         )
-    if "config" not in scanner.status and not scanner.ran_make:
+    if "config" not in targets and not scanner.ran_make:
         # tuxmake stopped before running any target: its own setup failed
         # (bad arguments, unwritable output dir), not the kernel. (Once make
         # ran, the tree's code could have broken tuxmake on purpose: a
@@ -488,7 +491,7 @@ def _run_tuxmake(
     if nofollow.is_regular(config):
         artifacts["config"] = config
     kernel = output_dir / KERNEL_IMAGES[req.arch]
-    kernel_ok = scanner.status.get("kernel") == "PASS" and nofollow.is_regular(kernel)
+    kernel_ok = targets.get("kernel") == "PASS" and nofollow.is_regular(kernel)
     if kernel_ok:
         artifacts["kernel"] = kernel
         system_map = obj / "System.map"
@@ -503,7 +506,7 @@ def _run_tuxmake(
             # Only modules.order & co.: shipping it would suggest modules exist.
             modules.unlink()
 
-    ok = returncode == 0 and kernel_ok and scanner.status.get("modules") in ("PASS", "SKIP")
+    ok = returncode == 0 and kernel_ok and targets.get("modules") in ("PASS", "SKIP")
     warnings: list[str] = []
     if ok:
         report("modules", f"building {', '.join(module_names()) or 'no'} benchmark module(s)")
@@ -516,6 +519,9 @@ def _run_tuxmake(
     error = ""
     if not ok:
         error = scanner.first_error or f"build failed (tuxmake exit {returncode})"
+        if recorded is None:
+            # make ran, so the tree's code could have removed or spoilt it.
+            error += "; tuxmake left no readable metadata.json after the build ran"
     return BuildResult(
         ok=ok,
         artifacts=artifacts,

@@ -1,10 +1,12 @@
 """Reading a build's output as it streams: phases, progress, the first
-error, the log's tail; and the build's own ccache counters."""
+error, the log's tail; and afterwards tuxmake's record of each target
+(metadata.json) and the build's own ccache counters."""
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import re
 import time
 from collections.abc import Callable
@@ -19,7 +21,6 @@ _KBUILD_STEP = re.compile(r"^\s{2}([A-Z][A-Z0-9_]*(?: \[M\])?)\s+(\S+)")
 _COMPILE_STEPS = frozenset({"CC", "AS", "HOSTCC", "HOSTCXX", "CPP", "CC [M]"})
 # tuxmake echoes each command it runs before running it.
 _MAKE_ECHO = re.compile(r"^make\s.*\sO=\S+")
-_TUXMAKE_STATUS = re.compile(r"^I: (\S+): (PASS|FAIL|SKIP|WARNING) in ")
 # The linker's own errors ("ld: vmlinux.a: member kernel/fork.o in archive
 # is not an object") name the object at fault; make's "*** ... Error 1"
 # after them does not. Its warnings are not errors, and its "in function"
@@ -54,7 +55,6 @@ class LogScanner:
         self.phase = "config"
         self.compiled = 0
         self.first_error = ""
-        self.status: dict[str, str] = {}
         # Plenty for the tail, and for a build.log if tuxmake never wrote one.
         self.tail: collections.deque[str] = collections.deque(maxlen=2000)
         self._last_report = 0.0
@@ -66,10 +66,6 @@ class LogScanner:
         """Take one output line; True when the configuration just became
         final (the first make command after the config target)."""
         self.tail.append(line)
-        status = _TUXMAKE_STATUS.match(line)
-        if status:
-            self.status[status.group(1)] = status.group(2)
-            return False
         if not self.first_error and FIRST_ERROR.search(line):
             error = line.strip()
             if self._src_prefix:
@@ -116,3 +112,34 @@ def read_stats_log(stats_log: Path) -> dict[str, int]:
             if line and not line.startswith("#"):
                 counts[line] += 1
     return dict(counts)
+
+
+# tuxmake's metadata.json is a few kilobytes; one far larger was not written by tuxmake.
+METADATA_MAX_BYTES = 4 * 1024 * 1024
+TARGET_STATUSES = frozenset({"PASS", "FAIL", "SKIP", "WARNING"})
+
+
+def read_target_status(output_dir: Path) -> dict[str, str] | None:
+    """Each target's status (PASS, FAIL, SKIP, WARNING) from tuxmake's
+    metadata.json ("results" → "targets"); None when there is no such
+    record: tuxmake stopped before building, or the file is not its.
+
+    The file is written inside the sandbox, where the tree's own code runs
+    too, so it is read like every output: never through a link, bounded,
+    and only in tuxmake's shape.
+    """
+    path = output_dir / "metadata.json"
+    try:
+        if not nofollow.is_regular(path) or path.stat().st_size > METADATA_MAX_BYTES:
+            return None
+        results = json.loads(nofollow.read_text(path)).get("results")
+        targets = results.get("targets") if isinstance(results, dict) else None
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(targets, dict):
+        return None
+    return {
+        str(name): info["status"]
+        for name, info in targets.items()
+        if isinstance(info, dict) and info.get("status") in TARGET_STATUSES
+    }
