@@ -29,7 +29,7 @@ def cmdlines(procs: list[psutil.Process]) -> list[str]:
 
 def alive(p: psutil.Process) -> bool:
     try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        return bool(p.is_running() and p.status() != psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return False
 

@@ -48,4 +48,3 @@ def test_a_planted_link_is_not_followed(tmp_path: Path) -> None:
     out.mkdir()
     (out / "metadata.json").symlink_to(elsewhere)
     assert read_target_status(out) is None
-

@@ -28,7 +28,9 @@ from types import FrameType
 from typing import Any
 
 from . import __version__
+from .agent import Agent, RunnerConfig
 from .backends import Backend
+from .backends.kexec import KexecBackend, KexecSetupError, Ramoops, check_ramoops, check_tools, handover_warning
 from .backends.qemu import QemuBackend
 from .benchmarks import (
     BENCHMARKS,
@@ -203,8 +205,6 @@ def run_command(args: argparse.Namespace) -> int:
         raise SystemExit("kperf-runner run: --server (or KPERF_SERVER) is required")
     if not args.token:
         raise SystemExit("kperf-runner run: --token (or KPERF_RUNNER_TOKEN) is required")
-    from .agent import Agent, RunnerConfig
-
     arch = normalize_arch(args.arch or host_arch())
     config = RunnerConfig(
         name=args.name,
@@ -241,15 +241,6 @@ def run_command(args: argparse.Namespace) -> int:
 
 def kexec_backend(args: argparse.Namespace, arch: str, state_dir: Path) -> Backend | None:
     """The kexec backend for these flags, or None after saying what is wrong with the machine."""
-    from .backends.kexec import (
-        KexecBackend,
-        KexecSetupError,
-        Ramoops,
-        check_ramoops,
-        check_tools,
-        handover_warning,
-    )
-
     try:
         if not args.kexec_ramoops:
             raise KexecSetupError(

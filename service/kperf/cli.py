@@ -19,70 +19,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-import requests
-
-from kperf import cli_series
-
-FINAL = ("done", "failed")
-
-
-class CliError(Exception):
-    pass
-
-
-class Unreachable(CliError):
-    """The server did not answer, or a proxy said it is down (502, 503, 504): worth asking again later."""
-
-
-# What a proxy in front of kperf answers while the service restarts.
-TRANSIENT_STATUS = (502, 503, 504)
-
-
-def config_path() -> Path:
-    return Path(os.environ.get("KPERF_CONFIG", Path.home() / ".config" / "kperf" / "config.json"))
-
-
-def load_config() -> dict[str, str]:
-    path = config_path()
-    cfg: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
-    if os.environ.get("KPERF_SERVER"):
-        cfg["server"] = os.environ["KPERF_SERVER"]
-    if os.environ.get("KPERF_TOKEN"):
-        cfg["token"] = os.environ["KPERF_TOKEN"]
-    return cfg
-
-
-class Client:
-    def __init__(self, server: str, token: str | None) -> None:
-        self.server = server.rstrip("/")
-        self.session = requests.Session()
-        if token:
-            self.session.headers["Authorization"] = f"Bearer {token}"
-
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        url = f"{self.server}/api/v1{path}"
-        try:
-            resp = self.session.request(method, url, json=body, timeout=60)
-        except requests.RequestException as e:
-            raise Unreachable(f"cannot reach {self.server}: {e}") from None
-        if resp.status_code in TRANSIENT_STATUS:
-            raise Unreachable(f"{method} {path}: {resp.status_code}: {resp.reason or 'the server is unavailable'}")
-        if resp.status_code >= 400:
-            try:
-                detail = resp.json().get("detail", resp.text)
-            except ValueError:
-                detail = resp.text[:500]
-            raise CliError(f"{method} {path}: {resp.status_code}: {detail}")
-        return resp.json()
-
-
-def client_from_config(require_token: bool = True) -> Client:
-    cfg = load_config()
-    if "server" not in cfg:
-        raise CliError("no server configured: run `kperf login --server URL` or set KPERF_SERVER")
-    if require_token and not cfg.get("token"):
-        raise CliError("not logged in: run `kperf login` or set KPERF_TOKEN")
-    return Client(cfg["server"], cfg.get("token"))
+from kperf import (
+    cli_addresses,
+    cli_mmtests,
+    cli_progress,
+    cli_runners,
+    cli_series,
+    cli_track,
+    cli_triage,
+)
+from kperf.cli_client import Client, CliError, client_from_config, config_path, load_config
+from kperf.cli_status import is_final, render_status
 
 
 def cmd_login(args: argparse.Namespace) -> int:
@@ -131,83 +78,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         file=sys.stderr if args.json and args.wait else sys.stdout,
     )
     if args.wait:
-        from kperf import cli_progress
-
         return cli_progress.follow(client, sub["id"], args.json)
     return 0
-
-
-def fmt_num(x: float | None, pct: bool = False) -> str:
-    if x is None:
-        return "n/a"
-    return f"{x:+.2f}%" if pct else f"{x:.2f}"
-
-
-def render_comparison(c: dict[str, Any]) -> list[str]:
-    """One comparison's metrics as an aligned plain-text table."""
-    lines = [f"  {'metric':<22} {'base':>12} {'head':>12} {'change':>9} {'95% CI':>20} {'q':>8}  verdict"]
-    for m in c["metrics"]:
-        ci = f"[{m['ci_low_pct']:+.1f}, {m['ci_high_pct']:+.1f}]%" if m["ci_low_pct"] is not None else "n/a"
-        q = f"{m['q_value']:.4f}" if m["q_value"] is not None else "n/a"
-        lines.append(
-            f"  {m['metric']:<22} {fmt_num(m['base_mean']):>12} {fmt_num(m['head_mean']):>12} "
-            f"{fmt_num(m['change_pct'], True):>9} {ci:>20} {q:>8}  {m['verdict']}"
-        )
-    return lines
-
-
-def render_status(d: dict[str, Any]) -> str:
-    lines = [
-        f"#{d['id']} {d['branch']} ({(d['head_sha'] or '?')[:12]}) vs {d['base']} ({(d['base_sha'] or '?')[:12]})",
-        f"tree {d['tree']}  benchmarks {', '.join(d['benchmarks'])} ({d['grid']})  arches {', '.join(d['arches'])}",
-    ]
-    if d.get("series"):
-        lines += cli_series.describe(d["series"])
-    if d.get("boot_params") or d.get("thp"):
-        lines.append(f"boot params: {d.get('boot_params') or '(none)'}  thp: {d.get('thp') or 'kernel default'}")
-    lines += [
-        f"status: {d['status']}" + (f"  queue position {d['queue_position']}" if d.get("queue_position") else ""),
-    ]
-    if d.get("verdict"):
-        lines.insert(1, f"verdict: {d['verdict']}")
-    if d.get("waiting_for"):
-        lines.append(f"  {d['waiting_for']}")
-    # When the verdict will come (kperf.core.eta); a server without it sends neither.
-    if d.get("eta"):
-        lines.append(f"  {d['eta']['line']}")
-    elif d.get("eta_reason") and d["status"] not in FINAL:
-        lines.append(f"  no estimate of the verdict's time: {d['eta_reason']}")
-    if d.get("error"):
-        lines.append(f"error: {d['error']}")
-    # The page's and the mail's sentences (a server without them sends none).
-    lines.extend(d.get("rerun_notes", []))
-    for b in d.get("builds", []):
-        extra = f" {b['phase']} {b['progress']}".rstrip() if b["status"] == "building" else ""
-        lines.append(f"  build {b['side']:4} {b['sha'][:12]} {b['arch']}: {b['status']}{extra}")
-    prog = d.get("progress", {})
-    if d.get("jobs"):
-        lines.append(
-            "  boots: base {}/{}, head {}/{}".format(
-                prog["base"]["boots_done"],
-                prog["base"]["boots_total"],
-                prog["head"]["boots_done"],
-                prog["head"]["boots_total"],
-            )
-        )
-        running = [j for j in d["jobs"] if j["status"] == "leased"]
-        for j in running:
-            lines.append(f"  job {j['id']} ({j['side']}) on {j['runner']}: {j['phase']} {j['progress']}")
-    for c in d.get("comparisons", []):
-        lines.append("")
-        clock = c.get("clock_label") or c.get("clock") or "wall clock"
-        lines.append(f"{c['benchmark']} on {c['machine_class']}, {clock} ({c['method']}, alpha {c['alpha']})")
-        if c.get("shared_base_boots"):
-            lines.append(f"  {c['shared_base_boots']} base boots shared with other submissions of this base kernel")
-        lines.extend(render_comparison(c))
-        if c.get("table"):
-            lines.append("")
-            lines.append(c["table"])
-    return "\n".join(lines)
 
 
 def watch(client: Client, sub_id: int, as_json: bool) -> int:
@@ -219,7 +91,7 @@ def watch(client: Client, sub_id: int, as_json: bool) -> int:
             print(text, flush=True)
             print("-" * 40, flush=True)
             last = text
-        if d["status"] in FINAL:
+        if is_final(d):
             if as_json:
                 print(json.dumps(d, indent=2))
             return 0 if d["status"] == "done" else 1
@@ -412,8 +284,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     nz.add_argument("--json", action="store_true")
     nz.set_defaults(func=cmd_noise)
-
-    from kperf import cli_addresses, cli_mmtests, cli_runners, cli_track, cli_triage
 
     cli_addresses.add_parsers(sub)
     cli_mmtests.add_parsers(sub)

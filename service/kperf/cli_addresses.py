@@ -12,10 +12,10 @@ import json
 from typing import Any
 from urllib.parse import quote
 
+from kperf.cli_client import client_from_config
+
 
 def _client() -> Any:
-    from kperf.cli import client_from_config
-
     return client_from_config()
 
 

@@ -8,12 +8,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+from kperf.cli_client import CliError, client_from_config
 from kperf.mmtests import MmtestsImportError, read_run
 
 
 def cmd_import_mmtests(args: argparse.Namespace) -> int:
-    from kperf.cli import CliError, client_from_config
-
     try:
         run = read_run(Path(args.dir), pft_mode=args.pft_mode)
     except MmtestsImportError as e:
@@ -43,8 +42,6 @@ def cmd_import_mmtests(args: argparse.Namespace) -> int:
 
 
 def cmd_compare_kernels(args: argparse.Namespace) -> int:
-    from kperf.cli import client_from_config
-
     query = urlencode(
         {"machine_class": args.machine_class, "benchmark": args.bench, "base": args.base, "head": args.head}
     )
@@ -80,8 +77,6 @@ def render_kernel_comparison(c: dict[str, Any]) -> list[str]:
 
 
 def cmd_export_mmtests(args: argparse.Namespace) -> int:
-    from kperf.cli import CliError, client_from_config
-
     query = {"side": args.side, "benchmark": args.bench}
     d = client_from_config().call("GET", f"/submissions/{args.submission}/mmtests?{urlencode(query)}")
     out = Path(args.out)

@@ -20,7 +20,8 @@ import sys
 import time
 from typing import Any, TextIO
 
-from kperf.cli import FINAL, Client, Unreachable, render_status
+from kperf.cli_client import Client, Unreachable
+from kperf.cli_status import is_final, render_status
 
 NO_REGRESSION, REGRESSION, FAILED, STOPPED_WAITING = 0, 1, 2, 3
 
@@ -72,7 +73,7 @@ def boots(d: dict[str, Any]) -> tuple[int, int, str]:
 def when(d: dict[str, Any]) -> str:
     if d.get("eta"):
         return str(d["eta"]["line"])
-    if d.get("eta_reason") and d["status"] not in FINAL:
+    if d.get("eta_reason") and not is_final(d):
         return f"no estimate: {d['eta_reason']}"
     return ""
 
@@ -83,7 +84,7 @@ def progress_line(d: dict[str, Any]) -> str:
     parts = [f"#{d['id']} {phase(d)}"]
     if total:
         parts.append(words)
-    if d["status"] in FINAL:
+    if is_final(d):
         parts.append(f"verdict: {d.get('verdict') or d['status']}")
     elif when(d):
         parts.append(when(d))
@@ -151,7 +152,7 @@ def follow(
         elif line != last:
             print(line, file=progress, flush=True)
         last = line
-        if d["status"] in FINAL:
+        if is_final(d):
             if tty:
                 progress.write("\n")
             print(json.dumps(d, indent=2) if as_json else render_status(d), file=out, flush=True)

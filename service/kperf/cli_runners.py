@@ -7,6 +7,8 @@ import json
 from typing import Any
 from urllib.parse import quote
 
+from kperf.cli_client import client_from_config
+
 
 def render_runners(runners: list[dict[str, Any]]) -> str:
     if not runners:
@@ -42,8 +44,6 @@ def render_checks(d: dict[str, Any]) -> str:
 
 
 def cmd_runners(args: argparse.Namespace) -> int:
-    from kperf.cli import client_from_config
-
     client = client_from_config()
     action = getattr(args, "action", None)
     if action in ("release", "quarantine"):

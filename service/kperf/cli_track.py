@@ -6,6 +6,8 @@ import argparse
 import json
 from typing import Any
 
+from kperf.cli_client import client_from_config
+
 
 def render_branch(d: dict[str, Any]) -> str:
     state = "paused" if not d["enabled"] else "polling"
@@ -42,8 +44,6 @@ def render_branch(d: dict[str, Any]) -> str:
 
 
 def cmd_track(args: argparse.Namespace) -> int:
-    from kperf.cli import client_from_config
-
     client = client_from_config()
     body = {
         "tree": args.tree,
@@ -65,8 +65,6 @@ def cmd_track(args: argparse.Namespace) -> int:
 
 
 def cmd_branches(args: argparse.Namespace) -> int:
-    from kperf.cli import client_from_config
-
     client = client_from_config()
     if args.id is None:
         for b in client.call("GET", "/branches"):

@@ -13,6 +13,8 @@ import json
 from typing import Any
 from urllib.parse import urlencode
 
+from kperf.cli_client import CliError, client_from_config
+
 STATES = ("confirmed", "expected", "invalid", "fixed", "wont-fix")
 
 
@@ -33,8 +35,6 @@ def render_triage(d: dict[str, Any]) -> str:
 
 
 def _client() -> Any:
-    from kperf.cli import client_from_config
-
     client = client_from_config()
     # The service records the change as made from the command line.
     client.session.headers["User-Agent"] = "kperf-cli"
@@ -46,8 +46,6 @@ def cmd_triage_one(args: argparse.Namespace) -> int:
     path = f"/submissions/{args.id}/triage" if args.what == "submission" else f"/change-points/{args.id}/triage"
     if args.state is None:
         if args.message or args.commit:
-            from kperf.cli import CliError
-
             raise CliError("-m and --commit go with a state: kperf triage ... ID STATE -m NOTE")
         d = client.call("GET", path)
     else:

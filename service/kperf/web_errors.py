@@ -21,6 +21,7 @@ import json
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from django.conf import settings
 from waitress.task import ErrorTask
 
 API_PREFIX = "/api/"
@@ -59,8 +60,6 @@ def _detail(error: Any, request: Any) -> tuple[str, str]:
             "well-formed chunks)"
         )
     if error.code == 413:
-        from django.conf import settings
-
         size = getattr(request, "content_length", 0) or 0
         sent = f" ({size} bytes)" if size > 0 else ""
         return "too-large", (

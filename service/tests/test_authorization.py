@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from django.contrib.auth.models import User
@@ -44,7 +44,7 @@ from kperf.core.models import (
 )
 from kperf_runner.benchmarks import resolve_params
 
-from .conftest import Api, kperf_cli, qemu_runner
+from .conftest import Api, AuthHeader, kperf_cli, qemu_runner
 
 TREE = "https://git.example.org/linux.git"
 PRINCIPALS = ("anonymous", "owner", "other", "staff", "runner")
@@ -64,7 +64,7 @@ class Lab:
     tokens: dict[str, str]
     ids: dict[str, int | str] = field(default_factory=dict)
 
-    def client(self, principal: str, path: str) -> tuple[Client, dict[str, str]]:
+    def client(self, principal: str, path: str) -> tuple[Client, AuthHeader]:
         """A test client acting as the principal: bearer token on the API, a session on pages."""
         client = Client()
         if principal in self.users and not path.startswith("/api/"):
@@ -230,6 +230,7 @@ def lab(django_user_model: Any, alice: User, staff: User, qemu_class: MachineCla
         "ref_build": ref_build.pk,
         "ref_job": ref_job.pk,
         "runner": runner.pk,
+        "tree": sub.tree_id,
         "cp": cp.pk,
         "sub_triage": sub_triage.pk,
         "plot": f"class={qemu_class.name}&benchmark=spawn&clock={qemu_class.clock}",
@@ -243,7 +244,12 @@ def lab(django_user_model: Any, alice: User, staff: User, qemu_class: MachineCla
 def no_broker(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
     """POST /branches/{id}/poll queues a task at once; here it is only recorded."""
     sent: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(dispatch, "send", lambda *args, **kw: sent.append(args) or True)
+
+    def send(*args: Any, **kw: Any) -> bool:
+        sent.append(args)
+        return True
+
+    monkeypatch.setattr(dispatch, "send", send)
     return sent
 
 
@@ -264,6 +270,7 @@ OWNER_API = (401, 200, 404, 200, 401)
 OWNER_PAGE = (302, 200, 404, 200, 302)
 PAGE = (302, 200, 200, 200, 302)
 RUNNER = (401, 401, 401, 401, 200)
+BUILDERS_ONLY = (401,) * 5
 
 ROUTES: dict[str, tuple[str, str, Body, tuple[int, ...]]] = {
     # Django's admin, all of it: staff only (others are sent to its login form).
@@ -381,6 +388,34 @@ ROUTES: dict[str, tuple[str, str, Body, tuple[int, ...]]] = {
         RUNNER,
     ),
     "api-v1:artifact": ("GET", "/api/v1/runner/builds/{build}/artifacts/kernel", None, RUNNER),
+    # The build-machine protocol and the mirrors it fetches from: build machines' tokens only
+    # (none of these principals is one; what a build machine may do is in test_build_machines.py).
+    "api-v1:builder-claim": ("POST", "/api/v1/builder/claim", lambda lab: {}, BUILDERS_ONLY),
+    "api-v1:builder-progress": (
+        "POST",
+        "/api/v1/builder/builds/{build}/progress",
+        lambda lab: {"attempt": 1},
+        BUILDERS_ONLY,
+    ),
+    "api-v1:builder-upload": (
+        "PUT",
+        "/api/v1/builder/builds/{build}/artifacts/kernel?attempt=1&offset=0",
+        None,
+        BUILDERS_ONLY,
+    ),
+    "api-v1:builder-finish": (
+        "POST",
+        "/api/v1/builder/builds/{build}/finish",
+        lambda lab: {"attempt": 1, "ok": True},
+        BUILDERS_ONLY,
+    ),
+    "api-v1:builder-fail": (
+        "POST",
+        "/api/v1/builder/builds/{build}/fail",
+        lambda lab: {"attempt": 1, "reason": "x"},
+        BUILDERS_ONLY,
+    ),
+    "builder-git": ("GET", "/builder-git/{tree}/info/refs?service=git-upload-pack", None, BUILDERS_ONLY),
     # Web pages.
     "submission-list": ("GET", "/", None, PAGE),
     "submission-new": ("GET", "/submissions/new", None, PAGE),
@@ -548,7 +583,7 @@ def test_logs_and_consoles_follow_what_they_belong_to(lab: Lab) -> None:
     # A build is shared by everyone who asked for the same kernel: bob asking for it too lets him read its log.
     build = KernelBuild.objects.get(pk=i["build"])
     assert lab.call("other", "GET", f"/builds/{build.pk}/log").status_code == 404
-    BranchCommit.objects.get(branch_id=i["bob_branch"]).builds.add(build)
+    BranchCommit.objects.get(branch_id=cast(int, i["bob_branch"])).builds.add(build)
     assert lab.call("other", "GET", f"/builds/{build.pk}/log").status_code == 200
     # ...but not the console of alice's job on it.
     assert lab.call("other", "GET", f"/jobs/{i['job']}/console").status_code == 404

@@ -25,6 +25,7 @@ from kperf.core import artifacts, build_machines, building, gitops, sweeper
 from kperf.core.models import BuildMachine, KernelBuild, Runner, Tree
 from kperf_kbuild import builder
 from kperf_kbuild.driver import config_digest
+from kperf_kbuild.host import BuildInfraError
 
 from .conftest import Api, git
 
@@ -216,7 +217,12 @@ def test_in_pull_mode_nothing_is_sent_to_the_builds_queue(
     pulled: Any, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
 ) -> None:
     sent: list[tuple[Any, ...]] = []
-    monkeypatch.setattr("kperf.core.dispatch.send", lambda *a, **k: sent.append(a) or True)
+
+    def send(*args: Any, **kwargs: Any) -> bool:
+        sent.append(args)
+        return True
+
+    monkeypatch.setattr("kperf.core.dispatch.send", send)
     with django_capture_on_commit_callbacks(execute=True):
         build = queued_build()
     KernelBuild.objects.filter(pk=build.pk).update(updated=timezone.now() - timedelta(days=1))
@@ -255,7 +261,7 @@ def test_a_build_machine_fetches_only_a_tree_it_builds_from_the_services_mirror(
 
     # Another machine's token (it holds no build of the tree), no token, and a push are all refused.
     other = builder.Config(server=live_server.url, token=idle.token or "", name="b2", work_dir=tmp_path / "b2")
-    with pytest.raises(builder.BuildInfraError, match="holds no build of tree"):
+    with pytest.raises(BuildInfraError, match="holds no build of tree"):
         builder.fetch_commit(other, claim)
     url = f"{live_server.url}/builder-git/{tree.pk}"
     nobody = subprocess.run(["git", "ls-remote", url], capture_output=True, text=True, env={"GIT_TERMINAL_PROMPT": "0"})

@@ -400,6 +400,7 @@ def test_set_reference_chooses_the_kernel_and_the_schedule_queues_what_is_due(
     from django.core.management import CommandError, call_command
 
     r, _ = qemu_runner("native-1", native_class)
+    assert native_class.reference_build is not None
     newer = built(native_class.reference_build.tree, "e" * 40, tmp_path)
     call_command("set_reference", CLASS, "eeeeee", "--boots", "3", "--now")
     mclass = MachineClass.objects.get(pk=native_class.pk)
@@ -432,11 +433,14 @@ def test_a_new_reference_kernel_starts_a_new_series(native_class: MachineClass, 
 
     assert [calibrate(v) for v in (1000.0, 1010.0, 990.0, 1005.0)] == ["learning"] * 3 + ["good"]
     # Another kernel measures 30% lower on a healthy runner: a new series, not a drift.
+    assert native_class.reference_build is not None
     native_class.reference_build = built(native_class.reference_build.tree, "e" * 40, tmp_path)
     native_class.save()
     assert calibrate(700.0) == "learning" and runner().health == Runner.Health.GOOD
     # Back on the first kernel, that series goes on, and judges.
-    native_class.reference_build = Job.objects.filter(pinned_runner=r).order_by("id").first().build
+    first_job = Job.objects.filter(pinned_runner=r).order_by("id").first()
+    assert first_job is not None
+    native_class.reference_build = first_job.build
     native_class.save()
     assert calibrate(700.0) == "drift" and runner().health == Runner.Health.QUARANTINED
 
@@ -489,7 +493,7 @@ def test_a_quarantined_runners_requeued_calibration_is_cancelled(native_class: M
     assert "is quarantined (quarantined by an admin: fan failure)" in cal.failure_message
 
     # The same when its lease runs out.
-    runner_state.release_by_name("native-1", None, "fixed", calibrate=False)
+    calibration.release_by_name("native-1", None, "fixed", calibrate=False)
     second = calibration.queue_for(runner())
     assert api.post("/runner/claim").json()["job"]["id"] == second.pk
     runner_state.quarantine_by_name("native-1", None, "again")
@@ -498,7 +502,7 @@ def test_a_quarantined_runners_requeued_calibration_is_cancelled(native_class: M
     second.refresh_from_db()
     assert second.status == Job.Status.CANCELLED and "lease expired" in second.failure_message
     # A good runner's calibration is requeued as any job is.
-    runner_state.release_by_name("native-1", None, "fixed", calibrate=False)
+    calibration.release_by_name("native-1", None, "fixed", calibrate=False)
     third = calibration.queue_for(runner())
     assert api.post("/runner/claim").json()["job"]["id"] == third.pk
     assert api.post(f"/runner/jobs/{third.pk}/fail", {"attempt": 1, "kind": "infra"}).json()["status"] == "queued"
@@ -518,7 +522,7 @@ def test_a_runner_quarantined_after_it_authenticated_claims_nothing(
     assert authenticated.health == Runner.Health.GOOD  # as the request loaded it
     assert leases.claim(authenticated) is None
     assert not Job.objects.exclude(status=Job.Status.QUEUED).exists()
-    runner_state.release_by_name("native-1", None, "fixed", calibrate=False)
+    calibration.release_by_name("native-1", None, "fixed", calibrate=False)
     assert leases.claim(authenticated) is not None
 
 

@@ -24,8 +24,9 @@ from django.db import connection
 from django.utils import timezone
 
 from kperf.celery import app as celery_app
-from kperf.core import building, dispatch, owners, sweeper
+from kperf.core import building, dispatch, owners, sweeper, workflow
 from kperf.core.models import KernelBuild, Submission, SubmissionBuild, Tree
+from kperf.core.task_names import Task
 from kperf.testing.plugin import database_url_for_tests
 from kperf.testing.stack import free_port
 
@@ -68,10 +69,10 @@ class OwnRedis:
 
 def point_app_at(url: str) -> None:
     """Send this process's tasks to `url`, dropping the pools made for the old broker."""
-    celery_app.conf.broker_url = url
+    celery_app.conf["broker_url"] = url
     celery_app.close()
     # close() keeps the producer pool when no connection pool was made yet.
-    celery_app.amqp._producer_pool = None
+    celery_app.amqp._producer_pool = None  # type: ignore[attr-defined]  # private, not in celery-types
 
 
 @pytest.fixture
@@ -292,7 +293,7 @@ def test_a_build_whose_worker_died_is_taken_over_then_failed_as_infra_after_the_
     # could not store its result over the newer attempt's.
     claimed = building._claim(build.pk)
     assert claimed is not None and claimed.attempt == 2
-    building._finish(build.pk, 1, ok=True, error="", log_tail="", artifacts={})
+    building.finish(build.pk, 1, ok=True, error="", log_tail="", artifacts={})
     build.refresh_from_db()
     assert build.status == KernelBuild.Status.BUILDING and build.attempt == 2
 
@@ -302,7 +303,7 @@ def test_a_build_whose_worker_died_is_taken_over_then_failed_as_infra_after_the_
     sweeper.redrive()
     build.refresh_from_db()
     assert build.status == KernelBuild.Status.FAILED and build.failure_kind == "infra"
-    owners.advance(owners.SUBMISSION, building_sub.pk)
+    owners.advance(workflow.SUBMISSION, building_sub.pk)
     building_sub.refresh_from_db()
     assert building_sub.status == Submission.Status.FAILED
     assert "not the kernel's fault" in building_sub.error
@@ -345,7 +346,7 @@ def test_an_analysis_that_raises_fails_its_submission_with_a_message(
     while (job := api.post("/runner/claim").json()["job"]) is not None:
         assert api.post(f"/runner/jobs/{job['id']}/results", results_body(job)).status_code == 200
     Submission.objects.filter(pk=sub.pk).update(status=Submission.Status.ANALYSING, grid="retired-grid")
-    owners.analyse(owners.SUBMISSION, sub.pk)
+    owners.analyse(workflow.SUBMISSION, sub.pk)
     sub.refresh_from_db()
     assert sub.status == Submission.Status.FAILED
     assert sub.error.startswith("the analysis failed (") and "tell an admin" in sub.error
@@ -389,11 +390,11 @@ def test_an_analysis_whose_worker_is_killed_is_sent_again_and_done_within_two_mi
     _, api = runner_api
     while (job := api.post("/runner/claim").json()["job"]) is not None:
         assert api.post(f"/runner/jobs/{job['id']}/results", results_body(job)).status_code == 200
-    owners.advance(owners.SUBMISSION, sub.pk)
+    owners.advance(workflow.SUBMISSION, sub.pk)
     assert Submission.objects.get(pk=sub.pk).status == Submission.Status.ANALYSING
     # Only the analysis in flight (the uploads' messages were done in-process just now).
     redis.Redis.from_url(own_redis.url).flushdb()
-    assert dispatch.send("kperf.analyse_submission", sub.pk)
+    assert dispatch.send(Task.ANALYSE_SUBMISSION, sub.pk)
     settings.KPERF_ANALYSIS_LOST_AFTER_SECONDS = 1
     log = tmp_path / "worker-killed.log"
     # The test holds the submission's row: the worker's analysis, its lock
@@ -403,7 +404,7 @@ def test_an_analysis_whose_worker_is_killed_is_sent_again_and_done_within_two_mi
         holder.execute(f"SELECT id FROM {Submission._meta.db_table} WHERE id = %s FOR UPDATE", [sub.pk])
         worker = start_worker(own_redis.url, tmp_path, log)
         try:
-            wait_for(lambda: owners.analysis_running(owners.SUBMISSION, sub.pk), "the analysis did not start", log)
+            wait_for(lambda: owners.analysis_running(workflow.SUBMISSION, sub.pk), "the analysis did not start", log)
             time.sleep(1.5)
             # Slow, not lost: the sweeper leaves it alone, and a second
             # delivery returns at once rather than wait to analyse it again
@@ -412,7 +413,7 @@ def test_an_analysis_whose_worker_is_killed_is_sent_again_and_done_within_two_mi
                 cursor.execute("SET lock_timeout = '5s'")
                 try:
                     assert "submission analyses re-sent" not in sweeper.redrive()
-                    owners.analyse(owners.SUBMISSION, sub.pk)
+                    owners.analyse(workflow.SUBMISSION, sub.pk)
                 finally:
                     cursor.execute("RESET lock_timeout")
             assert Submission.objects.get(pk=sub.pk).status == Submission.Status.ANALYSING
@@ -423,7 +424,7 @@ def test_an_analysis_whose_worker_is_killed_is_sent_again_and_done_within_two_mi
         # The dead worker's session gets the row, cannot answer, and ends.
         holder.rollback()
         holder.close()
-    wait_for(lambda: not owners.analysis_running(owners.SUBMISSION, sub.pk), "the dead worker's lock stayed", log)
+    wait_for(lambda: not owners.analysis_running(workflow.SUBMISSION, sub.pk), "the dead worker's lock stayed", log)
     done = sweeper.redrive()
     assert done.get("submission analyses re-sent") == 1, done
     resent = time.monotonic()

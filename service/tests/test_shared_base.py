@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from kperf.cli import render_status
+from kperf.cli_status import render_status
 from kperf.core import dispatch
 from kperf.core.analysis import analyse_submission
 from kperf.core.models import (

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kperf.cli import render_status
+from kperf.cli_status import render_status
 from kperf.core import alerts
 from kperf.core.analysis import analyse_submission
 from kperf.core.models import Job, MachineClass, Submission

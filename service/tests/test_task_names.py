@@ -23,4 +23,4 @@ def test_routes_and_the_beat_schedule_name_only_registered_tasks() -> None:
     assert {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()} <= tasks
     # The builds queue gets exactly the build task; analyses go to their own queue.
     assert settings.CELERY_TASK_ROUTES[Task.BUILD_KERNEL] == {"queue": "builds"}
-    assert settings.CELERY_TASK_ROUTES["kperf.analyse_submission"] == {"queue": "analysis"}
+    assert settings.CELERY_TASK_ROUTES[Task.ANALYSE_SUBMISSION] == {"queue": "analysis"}

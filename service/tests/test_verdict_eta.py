@@ -19,8 +19,9 @@ import pytest
 from django.utils import timezone
 
 from kperf import cli_progress
-from kperf.cli import Client as CliClient
-from kperf.cli import CliError, render_status
+from kperf.cli_client import Client as CliClient
+from kperf.cli_client import CliError
+from kperf.cli_status import render_status
 from kperf.core import benchmarks
 from kperf.core.models import Job, KernelBuild, MachineClass, Runner, Submission, SubmissionBuild, Tree
 from kperf.core.workflow import schedule_jobs
@@ -293,6 +294,8 @@ def answer(status: str, done: int, verdicts: tuple[str, ...] = ()) -> dict[str, 
     return {
         "id": 7,
         "status": status,
+        # As the service says it (Submission.FINAL): the CLI waits for this.
+        "final": status in ("done", "failed"),
         "branch": "f",
         "head_sha": "b" * 40,
         "base": "v6.1",

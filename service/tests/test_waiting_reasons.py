@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from kperf.cli import render_status
+from kperf.cli_status import render_status
 from kperf.core.models import Job, KernelBuild, Runner, Submission, SubmissionBuild, Tree
 from kperf.core.workflow import schedule_jobs
 

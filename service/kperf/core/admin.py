@@ -4,7 +4,7 @@ from typing import Any
 
 from django.contrib import admin
 
-from kperf.core import models, runner_state
+from kperf.core import calibration, models, runner_state
 
 
 @admin.register(models.Submission)
@@ -81,7 +81,7 @@ class RunnerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.action(description="Release (back to work; a calibration is queued)")
     def release(self, request: Any, queryset: Any) -> None:
         for runner in queryset:
-            runner_state.release_by_name(runner.name, request.user, "released in the admin")
+            calibration.release_by_name(runner.name, request.user, "released in the admin")
 
     @admin.action(description="Quarantine (claims nothing until released)")
     def quarantine(self, request: Any, queryset: Any) -> None:

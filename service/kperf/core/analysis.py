@@ -19,8 +19,9 @@ from kperf.core import (
     history,
     mail_replies,
     noise_pools,
-    presenters,
+    outcome,
     series_pools,
+    sharing,
     states,
     triage,
 )
@@ -100,23 +101,6 @@ def shared_base_boots(sub: Submission) -> dict[Group, int]:
     return counts
 
 
-def plan_for(sub: Submission, benchmark: str, clock: str) -> sequential.Plan:
-    """Looks at K, 2K, ... boots per side, up to the submission's budget.
-
-    K is the grid's boots per side on the clock (benchmarks.boots_per_side);
-    the budget is KPERF_BOOT_BUDGET_FACTOR x K.
-    Alpha is spent over the looks (O'Brien-Fleming), so looking again after
-    adding boots does not inflate false alarms.
-    """
-    grid_boots, _ = benchmarks.grid_for(benchmark, sub.grid)
-    first = benchmarks.boots_per_side(grid_boots, clock)
-    budget = max(first, first * settings.KPERF_BOOT_BUDGET_FACTOR)
-    if budget == first:
-        return sequential.Plan(looks=(first,), alpha=settings.KPERF_ALPHA)
-    plan = sequential.plan_looks(first=first, budget=budget, step=first)
-    return sequential.Plan(looks=plan.looks, alpha=settings.KPERF_ALPHA)
-
-
 def analyse_submission(sub_id: int) -> None:
     with transaction.atomic():
         sub = Submission.objects.select_for_update().get(pk=sub_id)
@@ -140,7 +124,7 @@ def analyse_submission(sub_id: int) -> None:
                 )
                 for name, sides in metrics.items()
             }
-            plan = plan_for(sub, bench, clock)
+            plan = benchmarks.look_plan(sub, bench, clock)
             have = min(min(len(s["base"]), len(s["head"])) for s in metrics.values())
             look = sequential.sequential_look(inputs, sequential.look_number(plan, have), plan)
             comp = Comparison.objects.create(
@@ -216,14 +200,12 @@ def _store_metrics(
 
 def _rerun(sub: Submission, mclass_id: int, bench: str, clock: str, look: sequential.Look) -> None:
     """Queue more boots for one comparison and say so on the submission."""
-    from kperf.core.workflow import queue_boots
-
     # The head boots are always the submission's own; its base boots may all be shared.
     jobs = Job.objects.filter(submission=sub, machine_class_id=mclass_id, benchmark=bench, clock=clock)
     head = jobs.filter(side="head").select_related("build", "machine_class").first()
     assert head is not None
     base = SubmissionBuild.objects.get(submission=sub, side="base", build__arch=head.build.arch).build
-    queue_boots(sub, base, head.build, head.machine_class, bench, head.params, look.more_boots)
+    sharing.queue_boots(sub, base, head.build, head.machine_class, bench, head.params, look.more_boots)
     sub.reruns = [
         *sub.reruns,
         {
@@ -302,7 +284,7 @@ def compare_kernels(
         "only_in_head": sorted(set(head) - set(base)),
         "metrics": [
             {
-                **presenters.metric_verdict(name, defs[name].unit, defs[name].higher_is_better, r),
+                **outcome.metric_verdict(name, defs[name].unit, defs[name].higher_is_better, r),
                 # compare-mmtests.pl's rows of the pooled iterations, as a submission's comparisons have them.
                 "summary": [dataclasses.asdict(row) for row in summary.summary_rows(inputs[name], r.verdict)],
             }

@@ -11,6 +11,8 @@ from typing import Any
 
 from django.conf import settings
 
+from kperf.core.models import Submission
+from kperf.stats import sequential
 from kperf_runner import benchmarks as registry
 
 ALL = "all"
@@ -99,3 +101,20 @@ def describe() -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def look_plan(sub: Submission, benchmark: str, clock: str) -> sequential.Plan:
+    """Looks at K, 2K, ... boots per side, up to the submission's budget.
+
+    K is the grid's boots per side on the clock (benchmarks.boots_per_side);
+    the budget is KPERF_BOOT_BUDGET_FACTOR x K.
+    Alpha is spent over the looks (O'Brien-Fleming), so looking again after
+    adding boots does not inflate false alarms.
+    """
+    grid_boots, _ = grid_for(benchmark, sub.grid)
+    first = boots_per_side(grid_boots, clock)
+    budget = max(first, first * settings.KPERF_BOOT_BUDGET_FACTOR)
+    if budget == first:
+        return sequential.Plan(looks=(first,), alpha=settings.KPERF_ALPHA)
+    plan = sequential.plan_looks(first=first, budget=budget, step=first)
+    return sequential.Plan(looks=plan.looks, alpha=settings.KPERF_ALPHA)

@@ -36,16 +36,10 @@ class CalibrationUnavailable(RuntimeError):
     """The runner's class cannot calibrate (no reference build, or one not built)."""
 
 
-def _clocks(runner: Runner) -> list[str]:
-    from kperf.core.leases import runner_clocks  # here: leases imports this module
-
-    return runner_clocks(runner)
-
-
 def _claimable(runner: Runner) -> dict[str, Any]:
     """The filter of the runner's pinned jobs it can claim: its current class and a clock it
     gives, as kperf.core.leases.claim filters."""
-    return {"machine_class_id": runner.machine_class_id, "clock__in": _clocks(runner)}
+    return {"machine_class_id": runner.machine_class_id, "clock__in": runner.clocks()}
 
 
 def open_calibration(runner: Runner) -> Job | None:
@@ -122,14 +116,14 @@ def queue_for(runner: Runner) -> Job:
         waiting = open_calibration(runner)
         if waiting is not None:
             return waiting
-        if mclass.clock in _clocks(runner):
+        if mclass.clock in runner.clocks():
             return _create(runner, build)
     # Queued, it would never be claimed (and the stale ones above stay
     # cancelled); the schedule queues one once the runner's heartbeat says it
     # gives the clock.
     raise CalibrationUnavailable(
         f"runner {runner.name} does not give the {mclass.clock} clock machine class {mclass.name} times "
-        f"with (it gives: {', '.join(_clocks(runner)) or 'none'}): run it with a backend that gives "
+        f"with (it gives: {', '.join(runner.clocks()) or 'none'}): run it with a backend that gives "
         "that clock, or change the class's clock"
     )
 
@@ -332,3 +326,19 @@ def series_table(runner: Runner, limit: int = 10) -> dict[str, Any]:
         for e in events
     ]
     return {"metrics": metrics, "rows": rows}
+
+
+def release_by_name(
+    name: str, by: Any, note: str, relearn: bool = False, calibrate: bool = True
+) -> tuple[Runner, bool]:
+    """An admin's release; queues a calibration at once (if the class can calibrate) so the runner proves itself."""
+    with transaction.atomic():
+        runner = runner_state.locked(name)
+        event = runner_state.release(runner, by, note, relearn=relearn)
+        if event is not None and calibrate:
+            try:
+                queue_for(runner)
+            except CalibrationUnavailable as e:
+                # Releasing must not depend on it: the schedule calibrates once a reference is set.
+                log.info("runner %s released without a calibration: %s", runner.name, e)
+    return runner, event is not None

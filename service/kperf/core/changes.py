@@ -20,7 +20,7 @@ import numpy as np
 from django.conf import settings
 from django.db import transaction
 
-from kperf.core import alerts, benchmarks, history, mail_replies, series_pools, triage
+from kperf.core import alerts, benchmarks, bisection, history, mail_replies, series_pools, triage
 from kperf.core.models import Alert, BranchCommit, ChangePoint, Job, MetricDef, SeriesState, TrackedBranch
 from kperf.stats import history as sh
 from kperf.stats.changepoints import DEFAULT_WINDOW, OnlineDetector, drift_window, threshold_for_drift
@@ -210,14 +210,12 @@ def _store(branch: TrackedBranch, mclass_id: int, bench: str, clock: str, answer
                 },
             )
             kept.append(row)
-    from kperf.core import tracking
-
     mailed: dict[int, Alert | None] = {}
     for row in kept:
         # A change inside a range of unmeasured commits is bisected first and
         # mailed once it sits on one commit (or cannot be narrowed further),
         # so watchers get one mail naming the culprit, not one per step.
-        if not (branch.bisect and tracking.bisect_gap(branch, row)):
+        if not (branch.bisect and bisection.bisect_gap(branch, row)):
             mailed[row.pk] = alerts.change_point_found(row)
     # Change points older than the window were decided on commits no longer
     # re-read, and stay as they are.

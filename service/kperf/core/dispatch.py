@@ -17,6 +17,7 @@ from typing import Any
 
 from django.db import transaction
 
+from kperf.celery import app
 from kperf.core.task_names import Task
 
 log = logging.getLogger("kperf.dispatch")
@@ -28,8 +29,6 @@ _PUBLISH_RETRY = {"max_retries": 1, "interval_start": 0.2, "interval_step": 0.5,
 
 def send(task: Task, *args: Any, countdown: float | None = None) -> bool:
     """Queue `task` (its registered name, e.g. Task.BUILD_KERNEL); False if the broker did not take it."""
-    from kperf.celery import app
-
     try:
         app.send_task(task, args=args, countdown=countdown, retry=True, retry_policy=_PUBLISH_RETRY)
     except Exception as exc:  # any failure to publish is the sweeper's to repair

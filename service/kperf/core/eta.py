@@ -170,8 +170,6 @@ def _queues(sub: Submission, own_ids: set[int], classes: dict[int, MachineClass]
 
 def _more(sub: Submission, own: list[dict[str, Any]], classes: dict[int, MachineClass]) -> list[Work]:
     """Jobs further looks may still add: up to the boot budget per side, per class and benchmark."""
-    from kperf.core import analysis  # analysis shows results through the presenters, which read this module
-
     out = []
     for mclass in sorted(classes.values(), key=lambda m: m.name):
         if mclass.arch not in sub.arches:
@@ -182,7 +180,7 @@ def _more(sub: Submission, own: list[dict[str, Any]], classes: dict[int, Machine
                 (j["clock"] for j in own if j["machine_class"] == mclass.name and j["benchmark"] == bench),
                 mclass.clock,
             )
-            plan = analysis.plan_for(sub, bench, clock)
+            plan = benchmarks.look_plan(sub, bench, clock)
             budget = plan.looks[-1]
             have = {
                 side: sum(

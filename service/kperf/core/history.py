@@ -36,7 +36,7 @@ from kperf.core.models import (
     SummarisedJob,
 )
 from kperf.stats import history as sh
-from kperf.stats.abtest import normalise_boots
+from kperf.stats.abtest import boot_summaries, normalise_boots
 from kperf.stats.noise import RunPool, RunStats, run_stats
 
 log = logging.getLogger("kperf.history")
@@ -191,8 +191,6 @@ def commit_point(boots: Boots) -> CommitPoint | None:
     if not cleaned:
         return None
     positive = all(v > 0 for b in cleaned for v in b)
-    from kperf.stats.abtest import boot_summaries
-
     lin = sh.build_stat(boot_summaries(cleaned, False))
     log_ = sh.build_stat(boot_summaries(cleaned, True)) if positive else sh.BuildStat(0, float("nan"), float("nan"))
     return CommitPoint(len(cleaned), positive, log_.mean, log_.ss, lin.mean, lin.ss)

@@ -45,7 +45,7 @@ def release(request: HttpRequest, name: str) -> HttpResponse:
     if not access.is_staff(request.user):
         return _forbidden("release")
     try:
-        runner_state.release_by_name(
+        calibration.release_by_name(
             name, request.user, request.POST.get("note", "")[:2000], relearn=bool(request.POST.get("relearn"))
         )
     except runner_state.NoSuchRunner as e:

@@ -59,14 +59,6 @@ def heartbeat(runner: Runner, data: dict[str, Any]) -> None:
     runner.save(update_fields=["last_heartbeat", "version", "hostname", "capabilities"])
 
 
-def runner_clocks(runner: Runner) -> list[str]:
-    """The clocks a runner said it gives; a runner from before clocks gives the wall clock only."""
-    clocks = runner.capabilities.get("clocks") if isinstance(runner.capabilities, dict) else None
-    if not isinstance(clocks, list):
-        return [Clock.WALL]
-    return [c for c in clocks if c in Clock.values]
-
-
 def claim(runner: Runner) -> Job | None:
     """Lease the next queued job of the runner's machine class, or None."""
     if runner.health != Runner.Health.GOOD:
@@ -96,7 +88,7 @@ def claim(runner: Runner) -> Job | None:
             Job.objects.select_for_update(skip_locked=True, of=("self",))
             # The payload the runner gets names the build and class: one query, not three.
             .select_related("build", "machine_class")
-            .filter(status=Job.Status.QUEUED, machine_class=runner.machine_class, clock__in=runner_clocks(runner))
+            .filter(status=Job.Status.QUEUED, machine_class=runner.machine_class, clock__in=runner.clocks())
             # A job pinned to a runner (a calibration) is that runner's alone.
             .filter(Q(pinned_runner__isnull=True) | Q(pinned_runner=runner))
             # The runner's own calibration first (its health check decides
@@ -366,7 +358,7 @@ def _requeue(job: Job, why: str) -> None:
             f"cancelled after {why}: runner {pinned.name} is quarantined ({pinned.health_reason}); "
             "releasing it queues a fresh calibration"
         )
-    elif pinned.machine_class_id != job.machine_class_id or job.clock not in runner_clocks(pinned):
+    elif pinned.machine_class_id != job.machine_class_id or job.clock not in pinned.clocks():
         cancel = f"{calibration.stale_reason(pinned, job)} (after {why})"
     else:
         return

@@ -58,3 +58,32 @@ def rerun_note(r: dict[str, Any], ran: bool) -> str:
         f"Look {r['look']} of {r['benchmark']} on {r['machine_class']} was inconclusive for "
         f"{', '.join(r['inconclusive'])}: {what}."
     )
+
+
+VERDICT_FIELDS = (
+    "base_mean",
+    "head_mean",
+    "change_pct",
+    "ci_low_pct",
+    "ci_high_pct",
+    "p_value",
+    "q_value",
+    "min_effect_pct",
+    "base_boots",
+    "head_boots",
+    "base_samples",
+    "head_samples",
+    "note",
+)
+
+
+def metric_verdict(metric: str, unit: str, higher_is_better: bool, r: Any) -> dict[str, Any]:
+    """One metric's answer; `r` is a stored MetricComparison or a fresh
+    kperf.stats MetricResult (they share these attribute names)."""
+    return {
+        "metric": metric,
+        "unit": unit,
+        "higher_is_better": higher_is_better,
+        "verdict": str(r.verdict),
+        **{f: getattr(r, f) for f in VERDICT_FIELDS},
+    }

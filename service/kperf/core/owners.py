@@ -3,7 +3,9 @@
 A submission (base and head of a developer's branch) and a tracked branch's
 commit (one kernel of a series) own builds and jobs the same way; only what
 they build, how they queue jobs and how they are analysed differ. Those
-differences are an `OwnerKind`; the steps, and every status change, are here
+differences are an `OwnerKind`, which each kind's own module declares
+(`workflow.SUBMISSION`, `tracking.COMMIT`) and hands to the steps here:
+this module imports neither. The steps, and every status change, are here
 and in `kperf.core.states`.
 
 Every step is idempotent: it locks the owner's row, looks at its status and
@@ -23,8 +25,8 @@ from typing import Any
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.db.models import Model
 
-from kperf.core import dispatch, sharing, states
-from kperf.core.models import BranchCommit, Job, KernelBuild, Submission, SubmissionBuild
+from kperf.core import dispatch, states
+from kperf.core.models import Job, KernelBuild
 from kperf.core.task_names import Task
 
 log = logging.getLogger("kperf.owners")
@@ -50,100 +52,6 @@ class OwnerKind:
     # Every job whose boots the owner waits for: its own, and for a
     # submission the base boots it shares (kperf.core.sharing).
     jobs: Callable[[Any], list[Job]]
-
-
-def _submission_builds(sub: Submission) -> list[tuple[str, KernelBuild]]:
-    links = sub.submission_builds.select_related("build").order_by("side", "build__arch")
-    return [(f"{sb.side} kernel", sb.build) for sb in links]
-
-
-def _submission_queue(sub: Submission, builds: list[tuple[str, KernelBuild]]) -> None:
-    from kperf.core import workflow
-
-    workflow.schedule_jobs(sub, list(SubmissionBuild.objects.filter(submission=sub).select_related("build")))
-
-
-def _submission_fail(sub: Submission, message: str) -> None:
-    from kperf.core import workflow
-
-    workflow.fail_submission(sub, message)
-
-
-_JOB_WHAT = {"boot": "did not boot", "benchmark": "ran but the benchmark failed", "infra": "could not be run"}
-
-
-def _submission_job_failed(sub: Submission, job: Job) -> str:
-    return (
-        f"the {job.side} kernel ({job.build.sha[:12]}) {_JOB_WHAT.get(job.failure_kind, 'failed')} "
-        f"on {job.machine_class.name} (job {job.pk}, {job.failure_kind} failure): {job.failure_message}"
-    )
-
-
-def _submission_analyse(sub_id: int) -> None:
-    from kperf.core import analysis
-
-    analysis.analyse_submission(sub_id)
-
-
-def _submission_jobs(sub: Submission) -> list[Job]:
-    return sharing.measured_jobs(sub)
-
-
-def _commit_builds(commit: BranchCommit) -> list[tuple[str, KernelBuild]]:
-    return [("kernel", b) for b in commit.builds.order_by("arch")]
-
-
-def _commit_queue(commit: BranchCommit, builds: list[tuple[str, KernelBuild]]) -> None:
-    from kperf.core import tracking
-
-    tracking.queue_commit_jobs(commit, [b for _, b in builds])
-
-
-def _commit_fail(commit: BranchCommit, message: str) -> None:
-    from kperf.core import tracking
-
-    tracking.fail_commit(commit, message)
-
-
-def _commit_job_failed(commit: BranchCommit, job: Job) -> str:
-    return (
-        f"the kernel did not run {job.benchmark} on {job.machine_class.name} "
-        f"(job {job.pk}, {job.failure_kind} failure): {job.failure_message}"
-    )
-
-
-def _commit_analyse(commit_id: int) -> None:
-    from kperf.core import tracking
-
-    tracking.analyse_branch_commit(commit_id)
-
-
-def _commit_jobs(commit: BranchCommit) -> list[Job]:
-    return list(commit.jobs.select_related("build", "machine_class"))
-
-
-SUBMISSION = OwnerKind(
-    name="submission",
-    model=Submission,
-    analyse_task=Task.ANALYSE_SUBMISSION,
-    builds=_submission_builds,
-    queue_jobs=_submission_queue,
-    fail=_submission_fail,
-    job_failed=_submission_job_failed,
-    analyse=_submission_analyse,
-    jobs=_submission_jobs,
-)
-COMMIT = OwnerKind(
-    name="branch commit",
-    model=BranchCommit,
-    analyse_task=Task.ANALYSE_BRANCH_COMMIT,
-    builds=_commit_builds,
-    queue_jobs=_commit_queue,
-    fail=_commit_fail,
-    job_failed=_commit_job_failed,
-    analyse=_commit_analyse,
-    jobs=_commit_jobs,
-)
 
 
 def build_failed_message(what: str, build: KernelBuild) -> str:

@@ -10,7 +10,7 @@ import numpy as np
 from django.db.models import Exists, F, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 
-from kperf.core import eta, outcome, per_op, sharing, tuning, waiting, workflow
+from kperf.core import eta, outcome, per_op, sharing, tuning, waiting
 from kperf.core.models import (
     BootRecord,
     ChangePoint,
@@ -75,35 +75,6 @@ def job_dict(j: Job) -> dict[str, Any]:
         # Measured on a runner after its last good calibration, before it was
         # quarantined (docs/calibration.md); None for a job nothing is known against.
         "suspect": j.suspect_note or None,
-    }
-
-
-VERDICT_FIELDS = (
-    "base_mean",
-    "head_mean",
-    "change_pct",
-    "ci_low_pct",
-    "ci_high_pct",
-    "p_value",
-    "q_value",
-    "min_effect_pct",
-    "base_boots",
-    "head_boots",
-    "base_samples",
-    "head_samples",
-    "note",
-)
-
-
-def metric_verdict(metric: str, unit: str, higher_is_better: bool, r: Any) -> dict[str, Any]:
-    """One metric's answer; `r` is a stored MetricComparison or a fresh
-    kperf.stats MetricResult (they share these attribute names)."""
-    return {
-        "metric": metric,
-        "unit": unit,
-        "higher_is_better": higher_is_better,
-        "verdict": str(r.verdict),
-        **{f: getattr(r, f) for f in VERDICT_FIELDS},
     }
 
 
@@ -227,7 +198,7 @@ def comparisons(sub: Submission) -> list[dict[str, Any]]:
                 "table": comp.table,
                 "metrics": [
                     {
-                        **metric_verdict(m.metric, m.unit, m.higher_is_better, m),
+                        **outcome.metric_verdict(m.metric, m.unit, m.higher_is_better, m),
                         **_estimates(m.values),
                         "samples": m.values,
                         "summary": m.summary,
@@ -339,7 +310,7 @@ def submission_detail(sub: Submission) -> dict[str, Any]:
     data = submission_summary(sub)
     data.update(
         {
-            "queue_position": workflow.queue_position(sub),
+            "queue_position": waiting.queue_position(sub),
             # When the verdict will come, and the jobs ahead per machine class (kperf.core.eta).
             **eta.for_submission(sub, jobs),
             # What the submission waits for when nothing of it is running (kperf.core.waiting).

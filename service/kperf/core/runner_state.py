@@ -141,24 +141,6 @@ def quarantine_by_name(name: str, by: Any, note: str) -> tuple[Runner, bool]:
     return runner, event is not None
 
 
-def release_by_name(
-    name: str, by: Any, note: str, relearn: bool = False, calibrate: bool = True
-) -> tuple[Runner, bool]:
-    """An admin's release; queues a calibration at once (if the class can calibrate) so the runner proves itself."""
-    from kperf.core import calibration
-
-    with transaction.atomic():
-        runner = locked(name)
-        event = release(runner, by, note, relearn=relearn)
-        if event is not None and calibrate:
-            try:
-                calibration.queue_for(runner)
-            except calibration.CalibrationUnavailable as e:
-                # Releasing must not depend on it: the schedule calibrates once a reference is set.
-                log.info("runner %s released without a calibration: %s", runner.name, e)
-    return runner, event is not None
-
-
 def _iso(dt: Any) -> str | None:
     return dt.isoformat() if dt else None
 

@@ -187,3 +187,27 @@ def sharer_ids(job_ids: list[int]) -> list[int]:
     return list(
         SharedJob.objects.filter(job_id__in=job_ids).values_list("submission_id", flat=True).distinct().order_by()
     )
+
+
+def queue_boots(
+    sub: Submission,
+    base: KernelBuild,
+    head: KernelBuild,
+    mclass: MachineClass,
+    bench: str,
+    params: dict[str, Any],
+    boots: int,
+) -> None:
+    """Queue `boots` more one-boot jobs per side, alternating base and head.
+
+    Base boots another submission measures (or measured) of the same build
+    are shared instead (kperf.core.sharing): only the missing ones are queued.
+    """
+    last = Job.objects.filter(submission=sub).aggregate(m=Max("seq"))["m"]
+    seq = 0 if last is None else last + 1
+    shared = share_base(sub, base, mclass, bench, params, boots)
+    for boot in range(boots):
+        for side, build in (("base", base), ("head", head)):
+            if side == "head" or boot >= shared:
+                Job.queue_one_boot(build, mclass, bench, sub.grid, params, seq, submission=sub, side=side)
+            seq += 1

@@ -16,7 +16,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from kperf.core import build_machines, building, dispatch, leases, owners, series_git
+from kperf.core import build_machines, building, dispatch, leases, owners, series_git, tracking, workflow
 from kperf.core.models import BranchCommit, KernelBuild, Submission
 from kperf.core.task_names import Task
 
@@ -74,7 +74,7 @@ def redrive() -> dict[str, int]:
             done["submissions re-prepared"] += 1
 
     # Waiting for builds or jobs: the step is cheap, so it runs right here.
-    for kind, model in ((owners.SUBMISSION, Submission), (owners.COMMIT, BranchCommit)):
+    for kind, model in ((workflow.SUBMISSION, Submission), (tracking.COMMIT, BranchCommit)):
         waiting = model.objects.filter(
             status__in=[owners.BUILDING, owners.TESTING], updated__lt=now - _deadline(0)
         ).values_list("pk", "status")

@@ -80,12 +80,12 @@ def build_kernel(build_id: int) -> None:
 
 @shared_task(name=Task.ADVANCE_SUBMISSION, **_DEFAULT)
 def advance_submission(sub_id: int) -> None:
-    owners.advance(owners.SUBMISSION, sub_id)
+    owners.advance(workflow.SUBMISSION, sub_id)
 
 
 @shared_task(name=Task.ANALYSE_SUBMISSION, **_limits(settings.KPERF_ANALYSIS_TIME_LIMIT))
 def analyse_submission(sub_id: int) -> None:
-    owners.analyse(owners.SUBMISSION, sub_id)
+    owners.analyse(workflow.SUBMISSION, sub_id)
 
 
 @shared_task(name=Task.SUMMARISE_JOB, **_limits(settings.KPERF_ANALYSIS_TIME_LIMIT))
@@ -115,12 +115,12 @@ def poll_branch(branch_id: int, backfill: int = 0) -> None:
 
 @shared_task(name=Task.ADVANCE_BRANCH_COMMIT, **_DEFAULT)
 def advance_branch_commit(commit_id: int) -> None:
-    owners.advance(owners.COMMIT, commit_id)
+    owners.advance(tracking.COMMIT, commit_id)
 
 
 @shared_task(name=Task.ANALYSE_BRANCH_COMMIT, **_limits(settings.KPERF_ANALYSIS_TIME_LIMIT))
 def analyse_branch_commit(commit_id: int) -> None:
-    owners.analyse(owners.COMMIT, commit_id)
+    owners.analyse(tracking.COMMIT, commit_id)
 
 
 @shared_task(name=Task.REANALYSE_BRANCH, **_limits(settings.KPERF_ANALYSIS_TIME_LIMIT))

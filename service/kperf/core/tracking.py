@@ -23,7 +23,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from kperf.core import access, benchmarks, building, changes, dispatch, gitops, history, states
+from kperf.core import access, benchmarks, bisection, changes, dispatch, gitops, history, owners, states
 from kperf.core.models import (
     BranchCommit,
     ChangePoint,
@@ -38,7 +38,6 @@ from kperf.core.task_names import Task
 from kperf.core.workflow import SubmissionError, SubmissionRequest, validate, validate_min_effect
 from kperf.stats.builds import BuildNoise, between_build_noise
 from kperf.stats.changepoints import DriftEstimate, estimate_drift, series_summaries
-from kperf_kbuild.driver import config_digest
 
 log = logging.getLogger("kperf.tracking")
 
@@ -210,7 +209,7 @@ def poll_branch(branch_id: int, backfill: int = 0) -> list[BranchCommit]:
         locked = TrackedBranch.objects.select_for_update().select_related("tree").get(pk=branch_id)
         if dropped:
             BranchCommit.objects.filter(branch=locked, sha__in=dropped).update(on_branch=False)
-        created = _add_commits(locked, [candidates[i] for i in chosen])
+        created = bisection.add_commits(locked, [candidates[i] for i in chosen])
         locked.head_sha = new_head
         locked.last_polled = timezone.now()
         locked.last_error = ""
@@ -224,54 +223,6 @@ def poll_branch(branch_id: int, backfill: int = 0) -> list[BranchCommit]:
         len(dropped),
     )
     return created
-
-
-def _add_commits(branch: TrackedBranch, wanted: list[tuple[str, str, int]]) -> list[BranchCommit]:
-    """Create (sha, subject, position) commits of a locked branch, attach their
-    (possibly shared) builds, and queue what they need once the caller commits."""
-    created: list[BranchCommit] = []
-    for sha, subject, position in wanted:
-        commit, new = BranchCommit.objects.get_or_create(
-            branch=branch, sha=sha, defaults={"position": position, "subject": subject[:300]}
-        )
-        if not new:
-            continue
-        for arch in branch.arches:
-            commit.builds.add(
-                building.need_build(branch.tree, sha, arch, config_digest(arch), building.scope_for(branch.owner))
-            )
-        dispatch.after_commit(Task.ADVANCE_BRANCH_COMMIT, commit.pk)
-        created.append(commit)
-    return created
-
-
-def bisect_gap(branch: TrackedBranch, cp: ChangePoint) -> bool:
-    """Measure the middle unmeasured commit of a change point's range.
-
-    True while bisection is under way (a commit of the range is queued or
-    being measured), False when there is nothing left to measure: the change
-    sits on one commit, or the commits left in the range could not be
-    measured (they failed to build or boot) or git could not list them.
-    """
-    if cp.previous is None or cp.untested_between == 0:
-        return False
-    lo, hi = cp.previous.position, cp.commit.position
-    inside = branch.commits.filter(position__gt=lo, position__lt=hi)
-    if inside.filter(on_branch=True).exclude(status__in=BranchCommit.FINAL).exists():
-        return True
-    known = set(inside.values_list("sha", flat=True))
-    try:
-        between = gitops.first_parent_commits(branch.tree.mirror_path, cp.commit.sha, since=cp.previous.sha)[:-1]
-    except gitops.GitError as e:
-        log.warning("branch %s: cannot list %s..%s to bisect: %s", branch.pk, cp.previous.sha, cp.commit.sha, e)
-        return False
-    free = [(sha, subject, lo + 1 + i) for i, (sha, subject) in enumerate(between) if sha not in known]
-    if not free:
-        return False
-    middle = free[len(free) // 2]
-    _add_commits(branch, [middle])
-    log.info("branch %s: bisecting %s..%s at %s", branch.pk, cp.previous.sha[:12], cp.commit.sha[:12], middle[0][:12])
-    return True
 
 
 def boots_for(branch: TrackedBranch, bench: str, clock: str) -> int:
@@ -302,9 +253,7 @@ def reanalyse_branch(branch_id: int) -> None:
 
 def advance_branch_commit(commit_id: int) -> None:
     """Move a commit on when its builds or jobs have finished (kperf.core.owners)."""
-    from kperf.core import owners
-
-    owners.advance(owners.COMMIT, commit_id)
+    owners.advance(COMMIT, commit_id)
 
 
 def queue_commit_jobs(commit: BranchCommit, builds: list[KernelBuild]) -> None:
@@ -448,3 +397,38 @@ def analyse_series(branch: TrackedBranch, mclass_id: int, bench: str, clock: str
     """Find the change points of every metric of one benchmark on one machine
     class and clock, from the summaries, and store them in place of the previous answer."""
     return changes.analyse_series(branch, mclass_id, bench, clock)
+
+
+# --- A tracked commit as an owner of builds and jobs (kperf.core.owners) -----
+
+
+def _owner_builds(commit: BranchCommit) -> list[tuple[str, KernelBuild]]:
+    return [("kernel", b) for b in commit.builds.order_by("arch")]
+
+
+def _owner_queue(commit: BranchCommit, builds: list[tuple[str, KernelBuild]]) -> None:
+    queue_commit_jobs(commit, [b for _, b in builds])
+
+
+def _owner_job_failed(commit: BranchCommit, job: Job) -> str:
+    return (
+        f"the kernel did not run {job.benchmark} on {job.machine_class.name} "
+        f"(job {job.pk}, {job.failure_kind} failure): {job.failure_message}"
+    )
+
+
+def _owner_jobs(commit: BranchCommit) -> list[Job]:
+    return list(commit.jobs.select_related("build", "machine_class"))
+
+
+COMMIT = owners.OwnerKind(
+    name="branch commit",
+    model=BranchCommit,
+    analyse_task=Task.ANALYSE_BRANCH_COMMIT,
+    builds=_owner_builds,
+    queue_jobs=_owner_queue,
+    fail=fail_commit,
+    job_failed=_owner_job_failed,
+    analyse=analyse_branch_commit,
+    jobs=_owner_jobs,
+)

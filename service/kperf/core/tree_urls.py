@@ -23,6 +23,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Callable, Union
 
+from django.conf import settings
+
 from kperf.conf import ConfigError
 
 IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
@@ -272,6 +274,4 @@ class TreePolicy:
 
 
 def policy_from_settings() -> TreePolicy:
-    from django.conf import settings
-
     return TreePolicy.build(settings.KPERF_TREE_SCHEMES, settings.KPERF_TREE_HOSTS, settings.KPERF_ALLOW_LOCAL_TREES)

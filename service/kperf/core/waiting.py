@@ -21,7 +21,6 @@ from django.db.models import Q
 from django.utils import timezone
 
 from kperf.core.claim_order import claim_key as _claim_key
-from kperf.core.leases import runner_clocks
 from kperf.core.models import Clock, Job, KernelBuild, Runner, Submission
 
 # A runner polls every few seconds and heartbeats with each poll; one not
@@ -59,7 +58,7 @@ def _runner_reason(mclass: str, clock: str, runners: list[Runner], now: Any) -> 
     good = [r for r in runners if r.health == Runner.Health.GOOD]
     if not good:
         return f"waiting for {where}: all {len(runners)} are quarantined (docs/calibration.md)", []
-    able = [r for r in good if clock in runner_clocks(r)]
+    able = [r for r in good if clock in r.clocks()]
     if not able:
         label = Clock(clock).label if clock in Clock.values else clock
         return f"waiting for {where} that gives the {label}: none of its runners in service does", []
@@ -158,3 +157,11 @@ def submission_reason(sub: Submission, jobs: list[dict[str, Any]]) -> str | None
     if sub.status == Submission.Status.TESTING and not any(j["status"] == Job.Status.LEASED for j in jobs):
         return next((j["waiting_for"] for j in jobs if j.get("waiting_for")), None)
     return None
+
+
+def queue_position(sub: Submission) -> int | None:
+    """1 when this submission is next (or running); None once it is finished."""
+    if sub.is_final:
+        return None
+    ahead = Submission.objects.exclude(status__in=Submission.FINAL).filter(created__lt=sub.created).count()
+    return ahead + 1

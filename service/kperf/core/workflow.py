@@ -14,16 +14,18 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import Exists, F, Max, OuterRef
+from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
 from kperf.core import (
     alerts,
+    analysis,
     artifacts,
     benchmarks,
     building,
     dispatch,
     gitops,
+    owners,
     recipients,
     series,
     series_git,
@@ -349,9 +351,7 @@ def _resolve(tree: Tree, ref: str, what: str) -> str:
 
 def advance_submission(sub_id: int) -> None:
     """Move a submission forward when its builds or jobs have finished (kperf.core.owners)."""
-    from kperf.core import owners
-
-    owners.advance(owners.SUBMISSION, sub_id)
+    owners.advance(SUBMISSION, sub_id)
 
 
 def schedule_jobs(sub: Submission, links: list[SubmissionBuild]) -> None:
@@ -363,36 +363,40 @@ def schedule_jobs(sub: Submission, links: list[SubmissionBuild]) -> None:
             for bench in sub.benchmarks:
                 grid_boots, params = benchmarks.grid_for(bench, sub.grid)
                 boots = benchmarks.boots_per_side(grid_boots, mclass.clock)
-                queue_boots(sub, base, head, mclass, bench, params, boots)
+                sharing.queue_boots(sub, base, head, mclass, bench, params, boots)
 
 
-def queue_boots(
-    sub: Submission,
-    base: KernelBuild,
-    head: KernelBuild,
-    mclass: MachineClass,
-    bench: str,
-    params: dict[str, Any],
-    boots: int,
-) -> None:
-    """Queue `boots` more one-boot jobs per side, alternating base and head.
-
-    Base boots another submission measures (or measured) of the same build
-    are shared instead (kperf.core.sharing): only the missing ones are queued.
-    """
-    last = Job.objects.filter(submission=sub).aggregate(m=Max("seq"))["m"]
-    seq = 0 if last is None else last + 1
-    shared = sharing.share_base(sub, base, mclass, bench, params, boots)
-    for boot in range(boots):
-        for side, build in (("base", base), ("head", head)):
-            if side == "head" or boot >= shared:
-                Job.queue_one_boot(build, mclass, bench, sub.grid, params, seq, submission=sub, side=side)
-            seq += 1
+# --- A submission as an owner of builds and jobs (kperf.core.owners) ---------
 
 
-def queue_position(sub: Submission) -> int | None:
-    """1 when this submission is next (or running); None once it is finished."""
-    if sub.is_final:
-        return None
-    ahead = Submission.objects.exclude(status__in=Submission.FINAL).filter(created__lt=sub.created).count()
-    return ahead + 1
+def _owner_builds(sub: Submission) -> list[tuple[str, KernelBuild]]:
+    links = sub.submission_builds.select_related("build").order_by("side", "build__arch")
+    return [(f"{sb.side} kernel", sb.build) for sb in links]
+
+
+def _owner_queue(sub: Submission, builds: list[tuple[str, KernelBuild]]) -> None:
+    schedule_jobs(sub, list(SubmissionBuild.objects.filter(submission=sub).select_related("build")))
+
+
+_JOB_WHAT = {"boot": "did not boot", "benchmark": "ran but the benchmark failed", "infra": "could not be run"}
+
+
+def _owner_job_failed(sub: Submission, job: Job) -> str:
+    return (
+        f"the {job.side} kernel ({job.build.sha[:12]}) {_JOB_WHAT.get(job.failure_kind, 'failed')} "
+        f"on {job.machine_class.name} (job {job.pk}, {job.failure_kind} failure): {job.failure_message}"
+    )
+
+
+SUBMISSION = owners.OwnerKind(
+    name="submission",
+    model=Submission,
+    analyse_task=Task.ANALYSE_SUBMISSION,
+    builds=_owner_builds,
+    queue_jobs=_owner_queue,
+    fail=fail_submission,
+    job_failed=_owner_job_failed,
+    analyse=analysis.analyse_submission,
+    # Its own jobs and the base boots it shares (kperf.core.sharing).
+    jobs=sharing.measured_jobs,
+)

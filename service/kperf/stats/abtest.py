@@ -127,8 +127,9 @@ class NoisePrior:
 
 @dataclass(frozen=True)
 class MetricInput:
-    base: Boots  # one inner sequence of iteration values per boot
-    head: Boots
+    # one inner sequence of iteration values per boot, or a flat list for one boot (normalise_boots)
+    base: Sequence[float] | Boots
+    head: Sequence[float] | Boots
     higher_is_better: bool
     min_effect_pct: float = DEFAULT_MIN_EFFECT_PCT["wall"]
     noise: NoisePrior | None = None  # one boot summary's noise, learned (kperf.stats.noise)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+from django.conf import settings
 from django.http import HttpRequest
 from ninja import Field, Router, Schema
 
@@ -91,10 +92,8 @@ def _machine(request: HttpRequest) -> BuildMachine:
     return machine
 
 
-@router.post("/claim", response={200: BuilderClaimOut, 401: ErrorOut, 422: ErrorOut})
+@router.post("/claim", url_name="builder-claim", response={200: BuilderClaimOut, 401: ErrorOut, 422: ErrorOut})
 def claim(request: HttpRequest, payload: BuilderClaimIn) -> dict[str, Any]:
-    from django.conf import settings
-
     build = build_machines.claim(_machine(request), payload.arches, payload.hostname, payload.version)
     return {
         "build": build_machines.claim_payload(build) if build else None,
@@ -102,27 +101,29 @@ def claim(request: HttpRequest, payload: BuilderClaimIn) -> dict[str, Any]:
     }
 
 
-@router.post("/builds/{build_id}/progress", response={200: BuildProgressOut, **_ERRORS})
+@router.post("/builds/{build_id}/progress", url_name="builder-progress", response={200: BuildProgressOut, **_ERRORS})
 def progress(request: HttpRequest, build_id: int, payload: BuildProgressIn) -> dict[str, Any]:
     build = build_machines.progress(_machine(request), build_id, payload.attempt, payload.phase, payload.message)
     return {"lease_expires": build.lease_expires.isoformat() if build.lease_expires else None}
 
 
-@router.put("/builds/{build_id}/artifacts/{name}", response={200: BuildUploadOut, **_ERRORS})
+@router.put("/builds/{build_id}/artifacts/{name}", url_name="builder-upload", response={200: BuildUploadOut, **_ERRORS})
 def upload(request: HttpRequest, build_id: int, name: str, attempt: int, offset: int) -> dict[str, Any]:
     # The body is the chunk itself (application/octet-stream), not JSON.
     size = build_machines.stage_chunk(_machine(request), build_id, attempt, name, offset, request.body)
     return {"size": size}
 
 
-@router.post("/builds/{build_id}/finish", response={200: BuildStatusOut, 503: ErrorOut, **_ERRORS})
+@router.post(
+    "/builds/{build_id}/finish", url_name="builder-finish", response={200: BuildStatusOut, 503: ErrorOut, **_ERRORS}
+)
 def finish(request: HttpRequest, build_id: int, payload: BuildFinishIn) -> dict[str, Any]:
     result = payload.model_dump()
     build = build_machines.finish(_machine(request), build_id, payload.attempt, result)
     return {"status": build.status, "attempt": build.attempt}
 
 
-@router.post("/builds/{build_id}/fail", response={200: BuildStatusOut, **_ERRORS})
+@router.post("/builds/{build_id}/fail", url_name="builder-fail", response={200: BuildStatusOut, **_ERRORS})
 def fail(request: HttpRequest, build_id: int, payload: BuildFailIn) -> dict[str, Any]:
     build = build_machines.fail(_machine(request), build_id, payload.attempt, payload.reason)
     return {"status": build.status, "attempt": build.attempt}

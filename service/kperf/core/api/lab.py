@@ -76,7 +76,7 @@ def _change(request: HttpRequest, name: str, what: str, payload: Any) -> dict[st
     _runner(name)  # 404 before any change
     user = request.auth  # type: ignore[attr-defined]
     if what == "release":
-        runner, changed = runner_state.release_by_name(
+        runner, changed = calibration.release_by_name(
             name, user, payload.note, relearn=payload.relearn, calibrate=payload.calibrate
         )
     else:

@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable
 from typing import Annotated, Any
 
+from django.conf import settings
 from django.http import FileResponse, HttpRequest
 from ninja import Field, Router, Schema
 from pydantic import AfterValidator, BaseModel, BeforeValidator
@@ -206,8 +207,6 @@ def _runner(request: HttpRequest) -> Runner:
 
 @router.post("/heartbeat", response={200: HeartbeatOut, **_BODY_CALL_ERRORS})
 def heartbeat(request: HttpRequest, payload: HeartbeatIn) -> dict[str, Any]:
-    from django.conf import settings
-
     runner = _runner(request)
     leases.heartbeat(runner, payload.model_dump())
     return {"runner": runner.name, "poll_seconds": settings.KPERF_RUNNER_POLL_SECONDS}

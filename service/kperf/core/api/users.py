@@ -15,6 +15,8 @@ from kperf.core import (
     analysis,
     artifacts,
     benchmarks,
+    dispatch,
+    exports,
     imports,
     presenters,
     recipients,
@@ -182,8 +184,6 @@ def submission_mmtests(
     request: HttpRequest, sub_id: int, side: str, benchmark: str, clock: str | None = None
 ) -> dict[str, Any]:
     """One side's raw output as mmtests result directories ({path: text}), for mmtests' own extractors."""
-    from kperf.core import artifacts, exports
-
     sub = _submission(request, sub_id)
     try:
         tree = exports.mmtests_tree(sub, side, benchmark, clock)
@@ -388,8 +388,6 @@ def update_branch(request: HttpRequest, branch_id: int, payload: TrackUpdateIn) 
 )
 def poll_branch(request: HttpRequest, branch_id: int) -> Status[dict[str, Any]]:
     """Fetch the tree now instead of waiting for the next periodic poll."""
-    from kperf.core import dispatch
-
     branch = _branch(request, branch_id, change=True)
     # A poll lost with the broker is no loss: the periodic poll comes anyway.
     queued = dispatch.send(Task.POLL_BRANCH, branch.pk)

@@ -11,8 +11,8 @@ from typing import ClassVar
 
 from django.db import models
 
-from kperf.core.models import lifecycle
 from kperf.core.models.accounts import hash_token
+from kperf.core.models.lifecycle import final_statuses
 from kperf.core.models.trees import Tree
 
 
@@ -35,7 +35,7 @@ class KernelBuild(models.Model):
         # or tracked commit needs the build again.
         Status.FAILED: frozenset({Status.QUEUED}),
     }
-    FINAL = lifecycle.final(TRANSITIONS)
+    FINAL = final_statuses(TRANSITIONS)
 
     tree = models.ForeignKey(Tree, on_delete=models.PROTECT, related_name="builds")
     sha = models.CharField(max_length=40)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import secrets
 from typing import Any, ClassVar
 
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from kperf.core.models import lifecycle
 from kperf.core.models.accounts import hash_token
 from kperf.core.models.builds import KernelBuild
+from kperf.core.models.lifecycle import final_statuses
 from kperf.core.models.submissions import BOOT_PARAMS_MAX_LENGTH, Submission, Thp
 from kperf.core.models.tracking import BranchCommit
 
@@ -144,6 +145,13 @@ class Runner(models.Model):
     def arch(self) -> str:
         return self.machine_class.arch
 
+    def clocks(self) -> list[str]:
+        """The clocks this runner said it gives; a runner from before clocks gives the wall clock only."""
+        clocks = self.capabilities.get("clocks") if isinstance(self.capabilities, dict) else None
+        if not isinstance(clocks, list):
+            return [Clock.WALL]
+        return [c for c in clocks if c in Clock.values]
+
     @classmethod
     def register(cls, name: str, machine_class: MachineClass) -> tuple[Runner, str]:
         """Create a runner, or give an existing one a new token; returns the token once."""
@@ -179,7 +187,7 @@ class Job(models.Model):
         Status.FAILED: frozenset(),
         Status.CANCELLED: frozenset(),
     }
-    FINAL = lifecycle.final(TRANSITIONS)
+    FINAL = final_statuses(TRANSITIONS)
 
     submission = models.ForeignKey(Submission, on_delete=models.CASCADE, related_name="jobs", null=True, blank=True)
     # A job measures either one side of a submission or one commit of a
@@ -293,8 +301,6 @@ class Job(models.Model):
         submission keep the clock its first boots had, so one comparison
         never spans two clocks even if an operator switched the class.
         """
-        from django.conf import settings
-
         submission = owner.get("submission")
         sub = submission if isinstance(submission, Submission) else None
         return cls.objects.create(

@@ -7,8 +7,8 @@ from typing import ClassVar
 from django.conf import settings
 from django.db import models
 
-from kperf.core.models import lifecycle
 from kperf.core.models.builds import KernelBuild
+from kperf.core.models.lifecycle import final_statuses
 from kperf.core.models.trees import Tree
 
 BOOT_PARAMS_MAX_LENGTH = 512
@@ -50,7 +50,7 @@ class Submission(models.Model):
         Status.DONE: frozenset(),
         Status.FAILED: frozenset(),
     }
-    FINAL = lifecycle.final(TRANSITIONS)
+    FINAL = final_statuses(TRANSITIONS)
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="submissions")
     tree = models.ForeignKey(Tree, on_delete=models.PROTECT, related_name="submissions")

@@ -8,8 +8,8 @@ from typing import ClassVar
 from django.conf import settings
 from django.db import models
 
-from kperf.core.models import lifecycle
 from kperf.core.models.builds import KernelBuild
+from kperf.core.models.lifecycle import final_statuses
 from kperf.core.models.trees import Tree
 
 
@@ -65,7 +65,7 @@ class BranchCommit(models.Model):
         Status.DONE: frozenset(),
         Status.FAILED: frozenset(),
     }
-    FINAL = lifecycle.final(TRANSITIONS)
+    FINAL = final_statuses(TRANSITIONS)
 
     branch = models.ForeignKey(TrackedBranch, on_delete=models.CASCADE, related_name="commits")
     sha = models.CharField(max_length=40)

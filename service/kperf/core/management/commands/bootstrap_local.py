@@ -17,6 +17,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandParser
 
 from kperf.core.models import ApiToken, BuildMachine, MachineClass, Runner
+from kperf.core.models.accounts import hash_token
 
 
 class Command(BaseCommand):
@@ -53,8 +54,6 @@ class Command(BaseCommand):
         # Used when KPERF_BUILDERS=remote: `make up` then runs kperf-builder with it (docs/builders.md).
         _, builder_token = BuildMachine.register("local-builder")
         api_token = old.get("api_token", "")
-        from kperf.core.models.accounts import hash_token
-
         if not api_token or not ApiToken.objects.filter(token_hash=hash_token(api_token), user=user).exists():
             _, api_token = ApiToken.issue(user, "make-up")
         creds = {
