@@ -31,8 +31,11 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# mypy.ini's files, then the two other modules named `conftest` (see mypy.ini), one run each.
 typecheck: venv
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy runners/tests/conftest.py
+	$(VENV)/bin/mypy dashboards/tests/conftest.py
 
 check: lint typecheck test
 

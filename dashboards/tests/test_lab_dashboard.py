@@ -182,9 +182,9 @@ def test_the_lab_dashboard_shows_queues_runners_builds_submissions_and_mail(
     rows = {r["runner"]: r for r in got.rows}
     assert [r["runner"] for r in got.rows] == ["arm-1", "qemu-1", "qemu-2"]
     assert rows["arm-1"]["health"] == "quarantined" and rows["arm-1"]["last heartbeat"] is None
-    arm = Runner.objects.get(name="arm-1")
+    arm_runner = Runner.objects.get(name="arm-1")
     assert rows["arm-1"]["reason"] == "quarantined by lab-admin: fan failure"
-    assert rows["arm-1"]["since"] == arm.health_since and arm.health_since is not None
+    assert rows["arm-1"]["since"] == arm_runner.health_since and arm_runner.health_since is not None
     assert rows["qemu-1"]["reason"] == "" and rows["qemu-1"]["since"] is None
     assert rows["qemu-1"]["calibration result"] is None and rows["qemu-1"]["last good calibration"] is None
     seen = Runner.objects.get(name="qemu-1")

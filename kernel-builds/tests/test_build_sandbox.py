@@ -171,7 +171,7 @@ def test_a_makefile_cannot_write_outside_its_object_tree(tmp_path: Path) -> None
     """
     result = build(tmp_path, recipe)
     log = full_log(result, tmp_path)
-    places = ("OUTSIDE", "OTHER", "USR")
+    places: tuple[str, ...] = ("OUTSIDE", "OTHER", "USR")
     if os.geteuid() == 0:
         # As root the build runs as the build uid: the checkout's own files
         # are root's (the sticky top directory only lets it add its own).

@@ -313,7 +313,8 @@ def test_a_service_outage_during_a_boot_does_not_stop_it(
 ) -> None:
     fake, url = service
     # The first calls go through, then every retry of one call fails.
-    fake.script["progress"] = [(200, {})] * 3 + [(503, {})] * 4
+    through: list[tuple[int, dict[str, Any]]] = [(200, {})] * 3
+    fake.script["progress"] = through + [(503, {})] * 4
     agent = _agent(url, tmp_path, NativeBackend(), runner_state)
     assert agent.run_job(fake.job) == DONE
     streamed = "".join(p["console"] for p in fake.delivered("progress"))

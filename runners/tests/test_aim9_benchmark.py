@@ -154,9 +154,10 @@ def test_row_format_matches_aim9() -> None:
     number, name, elapsed, count, loops, ops = (
         int(fields[0]),
         fields[1],
-        *map(float, fields[2:3]),
+        float(fields[2]),
         int(fields[3]),
-        *map(float, fields[4:6]),
+        float(fields[4]),
+        float(fields[5]),
     )
     assert line == ROW_FORMAT % (
         number, name, elapsed, count, loops, ops, "System Allocations & Pages/second"

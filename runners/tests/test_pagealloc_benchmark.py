@@ -18,11 +18,20 @@ from mmtests_tools import MMTESTS, extract, needs_mmtests, write_runs
 
 from kperf_runner.backends import BootJob
 from kperf_runner.backends.qemu import QemuBackend
-from kperf_runner.benchmarks import Metric, get_benchmark, pagealloc_batches, pagealloc_log, resolve_params
+from kperf_runner.benchmarks import (
+    Metric,
+    Pagealloc,
+    get_benchmark,
+    pagealloc_batches,
+    pagealloc_log,
+    resolve_params,
+)
 from kperf_runner.cli import module_vermagic, native_artifacts
 from kperf_runner.toolchain import compile_all, compile_static, host_arch
 
-PAGEALLOC = get_benchmark("pagealloc")
+_registered = get_benchmark("pagealloc")
+assert isinstance(_registered, Pagealloc)  # rounds() is pagealloc's own
+PAGEALLOC = _registered
 DATA = Path(__file__).parent / "data"
 QUICK = resolve_params("pagealloc", "quick")
 

@@ -68,7 +68,7 @@ def test_every_module_parses_as_python_3_9(path: Path) -> None:
 def _annotations(tree: ast.AST) -> list[ast.expr]:
     found: list[ast.expr] = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.AnnAssign) or (isinstance(node, ast.arg) and node.annotation is not None):
+        if isinstance(node, (ast.AnnAssign, ast.arg)) and node.annotation is not None:
             found.append(node.annotation)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns:
             found.append(node.returns)

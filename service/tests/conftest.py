@@ -6,7 +6,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 from django.test import Client
@@ -64,6 +64,12 @@ def staff(django_user_model: Any) -> Any:
     return django_user_model.objects.create_user("lab-admin", "admin@example.org", is_staff=True)
 
 
+class AuthHeader(TypedDict, total=False):
+    """The bearer token as Django's test client takes it: a WSGI environ key among its **extra."""
+
+    HTTP_AUTHORIZATION: str
+
+
 class Api:
     """Django's test client speaking JSON with a bearer token."""
 
@@ -71,7 +77,7 @@ class Api:
         self.client = Client()
         self.token = token
 
-    def _headers(self, token: str | None) -> dict[str, str]:
+    def _headers(self, token: str | None) -> AuthHeader:
         tok = token if token is not None else self.token
         return {"HTTP_AUTHORIZATION": f"Bearer {tok}"} if tok else {}
 

@@ -32,7 +32,7 @@ class Inbox:
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         msg = email.message_from_bytes(envelope.content, policy=email.policy.default)
-        self.messages.append((list(envelope.rcpt_tos), msg))  # type: ignore[arg-type]
+        self.messages.append((list(envelope.rcpt_tos), msg))
         return "250 OK"
 
 

@@ -175,7 +175,9 @@ def test_a_web_page_500_is_logged_with_its_traceback(
     assert record.exc_info is not None and "no benchmarks today" in str(record.exc_info[1])
     from django.conf import settings
 
-    assert settings.LOGGING["loggers"]["django.request"]["handlers"] == ["console"]
+    loggers = settings.LOGGING["loggers"]
+    assert isinstance(loggers, dict)
+    assert loggers["django.request"]["handlers"] == ["console"]
 
 
 # --- tokens -------------------------------------------------------------------------------

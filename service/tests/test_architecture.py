@@ -68,7 +68,10 @@ def test_every_status_change_goes_through_the_state_table() -> None:
                     is_self = isinstance(owner, ast.Name) and owner.id == "self"
                     if isinstance(target, ast.Attribute) and target.attr == "status" and not is_self:
                         offenders.append(f"{path.relative_to(CORE)}:{node.lineno}")
-            updates = isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "update"
-            if updates and any(k.arg == "status" for k in node.keywords):  # type: ignore[attr-defined]
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", "") == "update"
+                and any(k.arg == "status" for k in node.keywords)
+            ):
                 offenders.append(f"{path.relative_to(CORE)}:{node.lineno}")
     assert offenders == []

@@ -7,8 +7,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -86,7 +87,8 @@ def test_a_worker_resolves_refs_and_reports_a_failed_build(
     assert all(b.failure_kind == "infra" and b.attempt == 3 for b in failed)
     shown = alice_api.get(f"/submissions/{sub.pk}").json()
     assert shown["status"] == "failed" and "could not be built" in shown["error"]
-    first_finish = {b.pk: b.finished for b in failed}
+    # A failed build has its finish time (building._store_failure sets both).
+    first_finish = {b.pk: cast(datetime, b.finished) for b in failed}
 
     again = alice_api.post("/submissions", {"tree": str(small_tree), "branch": "feature", "base": "master"})
     wait_final(again.json()["id"], worker)

@@ -125,6 +125,7 @@ def test_a_difference_the_size_of_build_noise_is_a_regression_only_without_the_c
         assert m.min_effect_pct == 0.1 and m.change_pct == pytest.approx(-0.2, abs=0.01)
         if learned:
             assert m.verdict != MetricComparison.Verdict.REGRESSION, (metric, m.verdict, m.note)
+            assert m.ci_high_pct is not None
             assert m.ci_low_pct is not None and m.ci_low_pct < -0.2 < m.ci_high_pct
         else:
             assert m.verdict == MetricComparison.Verdict.REGRESSION, (metric, m.note)

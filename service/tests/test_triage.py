@@ -243,6 +243,7 @@ def test_a_change_point_that_moves_keeps_its_triage_and_history(alice: User, qem
     # Re-analysis (a bisection step) puts the change one commit earlier: the old row goes.
     earlier = BranchCommit.objects.create(branch=cp.branch, sha="c" * 40, position=3, status="done")
     cp.delete()
+    assert row.branch is not None
     moved = ChangePoint.objects.create(
         branch=row.branch,
         machine_class=qemu_class,
