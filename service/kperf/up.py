@@ -226,7 +226,7 @@ def start_builds(stack: Stack, celery_worker: list[str], url: str, builder_token
     stack.start("builder", [*argv, "--ccache-dir", ccache], env=env)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kperf-up", description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--host", default=os.environ.get("KPERF_HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(os.environ.get("KPERF_PORT", "8000")))
@@ -241,29 +241,30 @@ def main(argv: list[str] | None = None) -> int:
         help="also run the SMTP listener for replies to alerts, on KPERF_MAIL_LISTEN_HOST:KPERF_MAIL_LISTEN_PORT "
         "(default 127.0.0.1:8025; docs/triage.md); default from KPERF_MAIL_LISTEN",
     )
-    args = p.parse_args(argv)
+    return p
 
-    home = args.home.resolve()
-    home.mkdir(parents=True, exist_ok=True)
+
+def _refusal(home: Path, arch: str) -> str | None:
+    """What stops kperf-up before it starts anything: a weak key, a missing tool."""
     given_key = os.environ.get("KPERF_SECRET_KEY")
     if given_key and (problem := secret_key_problem(given_key)):
         # Said once, first, rather than by every child failing to load its settings.
-        print(
+        return (
             f"kperf-up: KPERF_SECRET_KEY is too weak: it {problem}. Unset it and kperf-up keeps a random key "
-            f"in {home / 'secret_key'}, or set a long random one: {SECRET_KEY_RECIPE}",
-            file=sys.stderr,
+            f"in {home / 'secret_key'}, or set a long random one: {SECRET_KEY_RECIPE}"
         )
-        return 1
-    missing = missing_tools(args.arch)
+    missing = missing_tools(arch)
     if missing:
         pkgs = " ".join(sorted({pkg for _, pkg in missing}))
-        print(
+        return (
             "kperf-up: missing " + ", ".join(tool for tool, _ in missing) + f"\ninstall them with:\n"
-            f"  sudo apt-get install {pkgs}",
-            file=sys.stderr,
+            f"  sudo apt-get install {pkgs}"
         )
-        return 1
+    return None
 
+
+def _environment(home: Path) -> tuple[dict[str, str], EmbeddedPostgres | None]:
+    """The children's environment, with the embedded PostgreSQL (and the broker in it) when none is given."""
     env = dict(os.environ)
     env["KPERF_HOME"] = str(home)
     env.setdefault("DJANGO_SETTINGS_MODULE", "kperf.settings")
@@ -295,7 +296,54 @@ def main(argv: list[str] | None = None) -> int:
         else:
             env["CELERY_BROKER_URL"] = pg.broker_url
         print("kperf-up: no CELERY_BROKER_URL, queueing tasks in PostgreSQL", flush=True)
+    return env, pg
 
+
+def _start(stack: Stack, args: argparse.Namespace) -> tuple[str, dict[str, str], Path]:
+    """Migrate, set up the local accounts, start every child; (URL, credentials, their file)."""
+    stack.manage("migrate", "--noinput")
+    stack.manage("collectstatic", "--noinput")
+    creds_file = stack.home / "credentials.json"
+    runner_name = f"local-qemu-{args.arch}"
+    stack.manage(
+        "bootstrap_local", "--credentials-file", str(creds_file), "--arch", args.arch, "--runner-name", runner_name
+    )
+    creds = json.loads(creds_file.read_text())
+    url = f"http://{args.host}:{args.port}"
+    bindir = Path(sys.executable).parent
+    celery = [str(bindir / "celery"), "-A", "kperf"]
+    # Gossip, mingle and the worker heartbeat talk to other workers over
+    # the broker; kperf needs none of them, so they are off. (What made a
+    # Redis restart crash workers is fixed in kperf.celery.RedisChannel.)
+    solo = ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+    # waitress: a client that stalls mid-request cannot tie up the server (kperf.web).
+    stack.start("web", web_command(args.host, args.port))
+    start_builds(stack, [*celery, "worker", *solo], url, creds["builder_token"])
+    stack.start(
+        "worker-main", [*celery, "worker", *solo, "-Q", "default,analysis", "-c", "2", "-n", "main@%h", "-l", "INFO"]
+    )
+    stack.start("beat", [*celery, "beat", "-l", "INFO", "-s", str(stack.home / "celerybeat-schedule")])
+    if args.mail_listener:
+        # Replies to alerts triage (docs/triage.md); the site's MTA forwards kperf+*@domain here.
+        stack.start("mail-listener", [sys.executable, "-m", "kperf.manage", "mail_listener"])
+    if not wait_for_web(url, 60):
+        raise SystemExit(f"kperf-up: the web server did not answer on {url} within 60 s; see {stack.logs}/web.log")
+    if not args.no_runner:
+        runner = [str(bindir / "kperf-runner"), "run", "--server", url, "--token", creds["runner_token"]]
+        runner += ["--name", creds["runner_name"], "--arch", args.arch, "--machine-class", creds["machine_class"]]
+        stack.start("runner", [*runner, "--backend", "qemu", "--state-dir", str(stack.home / "runner")])
+    return url, creds, creds_file
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    home = args.home.resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    refusal = _refusal(home, args.arch)
+    if refusal:
+        print(refusal, file=sys.stderr)
+        return 1
+    env, pg = _environment(home)
     stack = Stack(home, env, args.quiet)
     stopping = threading.Event()
 
@@ -305,61 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     try:
-        stack.manage("migrate", "--noinput")
-        stack.manage("collectstatic", "--noinput")
-        creds_file = home / "credentials.json"
-        stack.manage(
-            "bootstrap_local",
-            "--credentials-file",
-            str(creds_file),
-            "--arch",
-            args.arch,
-            "--runner-name",
-            f"local-qemu-{args.arch}",
-        )
-        creds = json.loads(creds_file.read_text())
-        url = f"http://{args.host}:{args.port}"
-        bindir = Path(sys.executable).parent
-        celery = [str(bindir / "celery"), "-A", "kperf"]
-        # Gossip, mingle and the worker heartbeat talk to other workers over
-        # the broker; kperf needs none of them, so they are off. (What made a
-        # Redis restart crash workers is fixed in kperf.celery.RedisChannel.)
-        solo = ["--without-gossip", "--without-mingle", "--without-heartbeat"]
-        # waitress: a client that stalls mid-request cannot tie up the server (kperf.web).
-        stack.start("web", web_command(args.host, args.port))
-        start_builds(stack, [*celery, "worker", *solo], url, creds["builder_token"])
-        stack.start(
-            "worker-main",
-            [*celery, "worker", *solo, "-Q", "default,analysis", "-c", "2", "-n", "main@%h", "-l", "INFO"],
-        )
-        stack.start("beat", [*celery, "beat", "-l", "INFO", "-s", str(home / "celerybeat-schedule")])
-        if args.mail_listener:
-            # Replies to alerts triage (docs/triage.md); the site's MTA forwards kperf+*@domain here.
-            stack.start("mail-listener", [sys.executable, "-m", "kperf.manage", "mail_listener"])
-        if not wait_for_web(url, 60):
-            raise SystemExit(f"kperf-up: the web server did not answer on {url} within 60 s; see {stack.logs}/web.log")
-        if not args.no_runner:
-            stack.start(
-                "runner",
-                [
-                    str(bindir / "kperf-runner"),
-                    "run",
-                    "--server",
-                    url,
-                    "--token",
-                    creds["runner_token"],
-                    "--name",
-                    creds["runner_name"],
-                    "--arch",
-                    args.arch,
-                    "--machine-class",
-                    creds["machine_class"],
-                    "--backend",
-                    "qemu",
-                    "--state-dir",
-                    str(home / "runner"),
-                ],
-            )
+        url, creds, creds_file = _start(stack, args)
         print(
             f"""
 kperf is ready: {url}
