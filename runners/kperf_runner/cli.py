@@ -61,8 +61,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
-
     run = sub.add_parser("run", help="pull and run jobs from the kperf service")
+    _add_run_arguments(run)
+    _add_kexec_arguments(run.add_argument_group("kexec backend (bare metal)"))
+    _add_bench_arguments(sub.add_parser("bench", help="run a benchmark natively on this machine"))
+    sub.add_parser("version", help="print the version")
+    return parser
+
+
+def _add_run_arguments(run: argparse.ArgumentParser) -> None:
+    """The agent's: where the service is, who this runner is, how it boots."""
     run.add_argument(
         "--server",
         default=os.environ.get("KPERF_SERVER"),
@@ -109,7 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("KPERF_QEMU_ACCEL", "auto"),
         help="QEMU accelerator (default: kvm when /dev/kvm works, else tcg)",
     )
-    kexec = run.add_argument_group("kexec backend (bare metal)")
+
+
+def _add_kexec_arguments(kexec: argparse._ArgumentGroup) -> None:
     kexec.add_argument(
         "--kexec-ramoops",
         metavar="ADDRESS:SIZE",
@@ -148,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds this machine may take to come back to its own kernel after a boot (default 300)",
     )
 
-    bench = sub.add_parser("bench", help="run a benchmark natively on this machine")
+
+def _add_bench_arguments(bench: argparse.ArgumentParser) -> None:
     bench.add_argument("benchmark", help=f"one of: {', '.join(sorted(BENCHMARKS))}")
     bench.add_argument("--grid", default="quick")
     bench.add_argument(
@@ -173,9 +184,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="a build artifact the benchmark needs (pagealloc: pagealloc.ko=PATH, built with the running kernel)",
     )
     bench.add_argument("--state-dir", type=Path, default=default_state_dir())
-
-    sub.add_parser("version", help="print the version")
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -208,7 +208,18 @@ def cmd_changepoints(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kperf", description="Submit kernel branches to kperf and read verdicts.")
     sub = p.add_subparsers(dest="command", required=True)
+    _add_login(sub)
+    _add_submit(sub)
+    _add_reading(sub)
+    cli_addresses.add_parsers(sub)
+    cli_mmtests.add_parsers(sub)
+    cli_track.add_parsers(sub)
+    cli_runners.add_parsers(sub)
+    cli_triage.add_parsers(sub)
+    return p
 
+
+def _add_login(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     login = sub.add_parser("login", help="get an API token and save it")
     login.add_argument("--server", help="e.g. http://127.0.0.1:8000")
     login.add_argument("--user")
@@ -216,6 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
     login.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
     login.set_defaults(func=cmd_login)
 
+
+def _add_submit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser("submit", help="compare a branch, or a patch series applied on it, against a base")
     s.add_argument(
         "--tree", help="git URL: https://, or what else the service allows (a series: default, the service's tree)"
@@ -253,6 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.set_defaults(func=cmd_submit)
 
+
+def _add_reading(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Reading results: status, list, noise, and the offline compare and changepoints."""
     st = sub.add_parser("status", help="show a submission: builds, progress, verdicts")
     st.add_argument("id", type=int)
     st.add_argument("--watch", action="store_true", help="refresh until it finishes")
@@ -284,13 +300,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     nz.add_argument("--json", action="store_true")
     nz.set_defaults(func=cmd_noise)
-
-    cli_addresses.add_parsers(sub)
-    cli_mmtests.add_parsers(sub)
-    cli_track.add_parsers(sub)
-    cli_runners.add_parsers(sub)
-    cli_triage.add_parsers(sub)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:
