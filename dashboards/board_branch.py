@@ -250,6 +250,13 @@ def tracked_branch() -> dashboard.Dashboard:
         .with_variable(variable("metric", "Metric", VAR_METRIC))
     )
     layout = Layout(board)
+    _series(layout)
+    _changes_and_commits(layout)
+    return board
+
+
+def _series(layout: Layout) -> None:
+    """The branch, and the chosen metric's series with its change points."""
     layout.add(
         table.Panel()
         .title("Branch")
@@ -296,6 +303,10 @@ def tracked_branch() -> dashboard.Dashboard:
         24,
         10,
     )
+
+
+def _changes_and_commits(layout: Layout) -> None:
+    """The change points found and the branch's commits."""
     layout.add(
         change_point_overrides(
             table.Panel()
@@ -335,4 +346,3 @@ def tracked_branch() -> dashboard.Dashboard:
         24,
         8,
     )
-    return board

@@ -158,6 +158,14 @@ def lab() -> dashboard.Dashboard:
         .time("now-7d", "now")
     )
     layout = Layout(board)
+    _queues_and_runners(layout)
+    _builds_and_submissions(layout)
+    _outbox_and_branches(layout)
+    return board
+
+
+def _queues_and_runners(layout: Layout) -> None:
+    """Queues per machine class, the runners and their calibrations."""
     layout.add(
         barchart.Panel()
         .title("Jobs waiting and running per machine class")
@@ -225,6 +233,10 @@ def lab() -> dashboard.Dashboard:
         24,
         8,
     )
+
+
+def _builds_and_submissions(layout: Layout) -> None:
+    """Kernel build durations and submissions per status."""
     layout.add(
         timeseries.Panel()
         .title("Kernel build durations")
@@ -247,6 +259,10 @@ def lab() -> dashboard.Dashboard:
         12,
         8,
     )
+
+
+def _outbox_and_branches(layout: Layout) -> None:
+    """The mail outbox and the tracked branches."""
     layout.add(
         stat.Panel()
         .title("Alerts waiting")
@@ -297,4 +313,3 @@ def lab() -> dashboard.Dashboard:
         24,
         6,
     )
-    return board
