@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from django.db.models import QuerySet
+
 from kperf.core import analysis, history, presenters
 from kperf.core.api.errors import ApiError
 from kperf.core.models import BranchCommit, CommitSummary, Job, MachineClass, MetricDef, TrackedBranch
@@ -37,19 +39,7 @@ def metric_series(
     history.summarise(
         Job.objects.filter(branch_commit__branch=branch, machine_class=mclass, benchmark=benchmark, clock=clock)
     )
-    rows = CommitSummary.objects.filter(
-        machine_class=mclass,
-        benchmark=benchmark,
-        clock=clock,
-        metric=metric,
-        commit__branch=branch,
-        commit__on_branch=True,
-        commit__status__in=[BranchCommit.Status.DONE, BranchCommit.Status.ANALYSING],
-    )
-    if since is not None:
-        rows = rows.filter(commit__position__gte=since)
-    if until is not None:
-        rows = rows.filter(commit__position__lte=until)
+    rows = _summaries(branch, mclass, benchmark, clock, metric, since, until)
     page = list(
         rows.order_by("-commit__position").values_list(
             "commit__sha",
@@ -66,25 +56,7 @@ def metric_series(
     more = len(page) > limit
     page = page[:limit][::-1]
     log_scale = all(r[4] for r in page)
-    points = []
-    for sha, position, subject, boots, _, mean_log, ss_log, mean_lin, ss_lin in page:
-        mean, ss = (mean_log, ss_log) if log_scale else (mean_lin, ss_lin)
-        # On the log scale every row is positive, so both are set.
-        assert mean is not None and ss is not None
-        sd = math.sqrt(ss / (boots - 1)) if boots > 1 else None
-        points.append(
-            {
-                "sha": sha,
-                "position": position,
-                "subject": subject,
-                "boots": boots,
-                # The commit's level as the change-point search sees it: the mean of its
-                # boots' trimmed means (of logs: a geometric mean where every value is positive).
-                "value": math.exp(mean) if log_scale else mean,
-                # The spread of its boots: relative (on the log scale) or in the metric's unit.
-                "boot_sd": sd,
-            }
-        )
+    points = [_point(row, log_scale) for row in page]
     definition = MetricDef.objects.filter(name=metric).first()
     change_points = branch.change_points.filter(
         machine_class=mclass, benchmark=benchmark, clock=clock, metric=metric
@@ -104,4 +76,43 @@ def metric_series(
         # Older points: ask again with until=next_until.
         "next_until": page[0][1] - 1 if more and page else None,
         "change_points": [presenters.change_point_dict(cp) for cp in change_points] if page else [],
+    }
+
+
+def _summaries(
+    branch: TrackedBranch, mclass: MachineClass, benchmark: str, clock: str, metric: str,
+    since: int | None, until: int | None,
+) -> QuerySet[CommitSummary]:  # fmt: skip
+    """One metric's per-commit summaries of the branch's measured commits, at positions since..until."""
+    rows = CommitSummary.objects.filter(
+        machine_class=mclass,
+        benchmark=benchmark,
+        clock=clock,
+        metric=metric,
+        commit__branch=branch,
+        commit__on_branch=True,
+        commit__status__in=[BranchCommit.Status.DONE, BranchCommit.Status.ANALYSING],
+    )
+    if since is not None:
+        rows = rows.filter(commit__position__gte=since)
+    if until is not None:
+        rows = rows.filter(commit__position__lte=until)
+    return rows
+
+
+def _point(row: tuple[Any, ...], log_scale: bool) -> dict[str, Any]:
+    sha, position, subject, boots, _, mean_log, ss_log, mean_lin, ss_lin = row
+    mean, ss = (mean_log, ss_log) if log_scale else (mean_lin, ss_lin)
+    # On the log scale every row is positive, so both are set.
+    assert mean is not None and ss is not None
+    return {
+        "sha": sha,
+        "position": position,
+        "subject": subject,
+        "boots": boots,
+        # The commit's level as the change-point search sees it: the mean of its
+        # boots' trimmed means (of logs: a geometric mean where every value is positive).
+        "value": math.exp(mean) if log_scale else mean,
+        # The spread of its boots: relative (on the log scale) or in the metric's unit.
+        "boot_sd": math.sqrt(ss / (boots - 1)) if boots > 1 else None,
     }
