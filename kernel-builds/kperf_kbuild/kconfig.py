@@ -1,0 +1,117 @@
+"""The kernel configuration kperf asks for: the base, the arch fragments,
+their digest, and whether a .config has what was asked."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from kperf_kbuild import modules as benchmark_modules
+from kperf_kbuild import nofollow
+from kperf_kbuild.logscan import ProgressFn
+from kperf_kbuild.modules import module_sources
+
+SUPPORTED_ARCHES = ("x86_64", "arm64")
+
+# The base every fragment is merged onto. Part of the config digest, so
+# changing it gives every build a new key.
+BASE_CONFIG = "tinyconfig"
+
+CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
+
+# Image names as QEMU's -kernel and kexec want them. tuxmake's arm64 default
+# is Image.gz; the uncompressed Image boots everywhere without a decompressor
+# stub and kexec_file_load takes it directly.
+KERNEL_IMAGES = {"x86_64": "bzImage", "arm64": "Image"}
+
+
+def check_arch(arch: str) -> None:
+    if arch not in SUPPORTED_ARCHES:
+        raise ValueError(f"unsupported arch {arch!r}; kperf builds {', '.join(SUPPORTED_ARCHES)}")
+
+
+def arch_fragment(arch: str) -> Path:
+    """The default fragment for ``arch``, always applied first."""
+    check_arch(arch)
+    return CONFIGS_DIR / f"{arch}.config"
+
+
+def config_digest(arch: str, fragments: Sequence[Path] = ()) -> str:
+    """sha256 (hex) identifying the kernel configuration a build asks for.
+
+    Hashes the base config name and the text of the arch fragment and of the
+    extra fragments, in order (order matters: later fragments win). Each part
+    is length-prefixed so that moving text from one fragment to the next
+    cannot produce the same digest.
+    """
+    h = hashlib.sha256()
+
+    def part(data: bytes) -> None:
+        h.update(b"%d:" % len(data))
+        h.update(data)
+
+    part(b"kperf-config-v1")
+    part(BASE_CONFIG.encode())
+    for path in (arch_fragment(arch), *fragments):
+        part(Path(path).read_bytes())
+    # The benchmark modules are built with the kernel: a new module source
+    # is a new build, as a new fragment is.
+    for path in module_sources():
+        part(b"module:" + path.relative_to(benchmark_modules.MODULES_DIR).as_posix().encode())
+        part(path.read_bytes())
+    return h.hexdigest()
+
+
+def parse_fragment(text: str) -> dict[str, str]:
+    """Kconfig fragment text -> {"CONFIG_X": "y" | "n" | value}.
+
+    ``# CONFIG_X is not set`` means "n"; other comments and blanks are
+    ignored. Later lines win, as in merge_config.sh.
+    """
+    options: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        unset = re.fullmatch(r"#\s*(CONFIG_\w+) is not set", line)
+        if unset:
+            options[unset.group(1)] = "n"
+            continue
+        if not line or line.startswith("#"):
+            continue
+        match = re.fullmatch(r"(CONFIG_\w+)=(.*)", line)
+        if not match:
+            raise ValueError(f"not a Kconfig fragment line: {raw!r}")
+        options[match.group(1)] = match.group(2)
+    return options
+
+
+def unmet_options(config_text: str, wanted: dict[str, str]) -> dict[str, str]:
+    """Options of ``wanted`` that the final .config does not have as asked:
+    {"CONFIG_X": "<value in .config, or n>"}. Kconfig drops a requested option
+    silently when its dependencies are missing, so this is how to notice."""
+    final = parse_fragment(config_text)
+    return {name: final.get(name, "n") for name, value in wanted.items() if final.get(name, "n") != value}
+
+
+def check_config(config: Path, fragments: Sequence[Path], report: ProgressFn) -> None:
+    """Say (progress, and a kperf-unmet-options file beside it) which asked-for options the .config lacks."""
+    if not nofollow.is_regular(config):
+        return
+    wanted: dict[str, str] = {}
+    for frag in fragments:
+        wanted.update(parse_fragment(frag.read_text()))
+    try:
+        unmet = unmet_options(nofollow.read_text(config), wanted)
+    except (OSError, ValueError):
+        # Not a .config kbuild wrote (the tree's own scripts made it): the
+        # build's own result will say what went wrong.
+        return
+    if unmet:
+        # Not fatal: an option can legitimately be unavailable (another arch,
+        # a symbol renamed in this tree). The build log and progress say so.
+        listing = ", ".join(f"{k} (wanted {wanted[k]}, got {v})" for k, v in sorted(unmet.items()))
+        report("config", f"options not applied: {listing}"[:200])
+        with contextlib.suppress(OSError):
+            nofollow.write_text(config.with_name("kperf-unmet-options"), listing + "\n")
