@@ -151,6 +151,17 @@ def _copy(table: str, columns: list[str], rows: Iterator[tuple[object, ...]] | l
 
 def rebuild(window: int, progress: bool = False) -> dict[str, int]:
     """Recompute every summary from the raw samples (after a migration, or to check them)."""
+    out, jobs = _read(progress)
+    _store(out, jobs)
+    if progress:
+        log.info("rebuild: %d kernel runs and %d commits summarised", len(out.runs), len(out.commit_boots))
+    series = _rebuild_series(window)
+    kernels = {k[:5] for k, _ in out.runs}
+    return {"kernels": len(kernels), "commits": len({k[0] for k in out.commit_boots}), "series": len(series)}
+
+
+def _read(progress: bool) -> tuple[Pass, list[int]]:
+    """Every finished run's samples summarised, from one snapshot; and the jobs that snapshot covers."""
     out = Pass()
     outer = connection.in_atomic_block
     with transaction.atomic():
@@ -165,6 +176,11 @@ def rebuild(window: int, progress: bool = False) -> dict[str, int]:
                 log.info("rebuild: %d kernel runs of a metric read", i)
     for shape in list(out.pending):
         out.flush(shape)
+    return out, jobs
+
+
+def _store(out: Pass, jobs: list[int]) -> None:
+    """Replace the summary tables with what `_read` made, in one transaction."""
     run_table, commit_table = RunSummary._meta.db_table, CommitSummary._meta.db_table
     with transaction.atomic():
         SummarisedJob.objects.all().delete()
@@ -225,8 +241,10 @@ def rebuild(window: int, progress: bool = False) -> dict[str, int]:
         # The tables were replaced wholesale: give the planner their new sizes.
         for model in (RunSummary, CommitSummary, NoisePool, SummarisedJob):
             cursor.execute(f"ANALYZE {model._meta.db_table}")
-    if progress:
-        log.info("rebuild: %d kernel runs and %d commits summarised", len(out.runs), len(out.commit_boots))
+
+
+def _rebuild_series(window: int) -> list[tuple[int, int, str, str]]:
+    """Every tracked branch's series sums made again from the new summaries; the series."""
     series = list(
         Job.objects.filter(status=Job.Status.DONE, branch_commit__isnull=False)
         .values_list("branch_commit__branch_id", "machine_class_id", "benchmark", "clock")
@@ -240,5 +258,4 @@ def rebuild(window: int, progress: bool = False) -> dict[str, int]:
         sums = history.branch_sums(ids, points, history.cuts_of(branch_id, mclass_id, bench, clock))
         with transaction.atomic():
             series_pools.store_branch_sums(branch_id, mclass_id, bench, clock, sums, len(ids))
-    kernels = {k[:5] for k, _ in out.runs}
-    return {"kernels": len(kernels), "commits": len({k[0] for k in out.commit_boots}), "series": len(series)}
+    return series
