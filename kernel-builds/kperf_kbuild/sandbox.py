@@ -210,39 +210,7 @@ class Sandbox:
         paths. With the sandbox off: argv and env as given."""
         if not self.enabled:
             return list(argv), dict(env)
-        binds: list[str] = []
-        mounts: list[tuple[str, str, str]] = []
-        for top in _TOP_LINKS:
-            path = Path(top)
-            if path.is_symlink():
-                binds += ["--symlink", os.readlink(path), top]
-            elif path.is_dir():
-                mounts.append(("--ro-bind", top, top))
-        for d in _SYSTEM_DIRS:
-            mounts.append(("--ro-bind", d, d))
-        for f in _ETC_FILES:
-            if os.path.lexists(f):
-                mounts.append(("--ro-bind", f, f))
-        for p in (*python_paths(), *readonly):
-            mounts.append(("--ro-bind", str(p), str(p)))
-        for p in writable:
-            mounts.append(("--bind", str(p), str(p)))
-        # /tmp would live in the sandbox's root tmpfs, in memory and outside
-        # every limit: it is there but not writable; TMPDIR points into the
-        # build's scratch directory (build_env), which the disk limit watches.
-        binds += ["--perms", "0755", "--dir", "/tmp"]
-        # bwrap makes missing parents of a mount point 0700 and root-owned,
-        # which the build user could not cross: make them 0755 first.
-        parents: set[str] = set()
-        for _, _, dest in mounts:
-            parents.update(str(p) for p in Path(dest).parents if str(p) != "/")
-        covered = {dest for _, _, dest in mounts}
-        for parent in sorted(parents - covered, key=lambda p: (p.count("/"), p)):
-            if not any(parent.startswith(dest + "/") for dest in covered):
-                binds += ["--perms", "0755", "--dir", parent]
-        # A mount inside another mount's place must come after it.
-        for kind, src, dest in sorted(mounts, key=lambda m: m[2].count("/")):
-            binds += [kind, src, dest]
+        binds = _filesystem(readonly, writable)
         out = [
             "bwrap",
             "--die-with-parent",
@@ -270,20 +238,24 @@ class Sandbox:
         for name, value in env.items():
             out += ["--setenv", name, value]
         if self.drops_to_uid:
-            out += [
-                shutil.which("setpriv") or "/usr/bin/setpriv",
-                f"--reuid={self.uid}",
-                f"--regid={self.gid}",
-                "--clear-groups",
-                "--inh-caps=-all",
-                "--bounding-set=-all",
-                "--no-new-privs",
-                "--",
-            ]
+            out += self._drop_privileges()
         out += list(argv)
         # bwrap itself runs with a minimal environment too: nothing of the
         # worker's reaches even the sandbox's setup.
         return out, {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+
+    def _drop_privileges(self) -> list[str]:
+        """setpriv's words: the build uid, no groups, no capability, and none to be gained."""
+        return [
+            shutil.which("setpriv") or "/usr/bin/setpriv",
+            f"--reuid={self.uid}",
+            f"--regid={self.gid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+        ]
 
     def make_runner(
         self, src: Path, env: Mapping[str, str], writable: Sequence[Path]
@@ -358,34 +330,11 @@ class Sandbox:
         finished = threading.Event()
 
         def stop(reason: str) -> None:
-            if not ran.stopped:
-                ran.stopped = reason
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            _stop(proc, ran, reason)
 
-        def watchdog() -> None:
-            started = time.monotonic()
-            next_disk = started
-            while not finished.wait(1.0):
-                now = time.monotonic()
-                if now - started > lim.wall_seconds:
-                    stop(
-                        f"the build ran for more than {lim.wall_seconds:.0f} s and was stopped "
-                        "(KPERF_BUILD_WALL_SECONDS)"
-                    )
-                    return
-                if watch and now >= next_disk:
-                    used = sum(disk_usage(p) for p in watch)
-                    # A large tree takes a while to walk: look less often.
-                    next_disk = now + max(2.0, 10 * (time.monotonic() - now))
-                    if used > lim.disk_bytes:
-                        stop(
-                            f"the build wrote {used / GiB:.1f} GiB, more than its limit of "
-                            f"{lim.disk_bytes / GiB:.1f} GiB, and was stopped (KPERF_BUILD_MAX_DISK_BYTES)"
-                        )
-                        return
-
-        guard = threading.Thread(target=watchdog, name="build-watchdog", daemon=True)
+        guard = threading.Thread(
+            target=_watchdog, args=(lim, watch, finished, stop), name="build-watchdog", daemon=True
+        )
         guard.start()
         logged = 0
         try:
@@ -415,6 +364,35 @@ class Ran:
     returncode: int
     # Why kperf stopped the build ("" when it ended by itself).
     stopped: str = ""
+
+
+def _stop(proc: subprocess.Popen[bytes], ran: Ran, reason: str) -> None:
+    """Kill the whole sandbox (its process group), keeping the first reason given."""
+    if not ran.stopped:
+        ran.stopped = reason
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _watchdog(lim: Limits, watch: Sequence[Path], finished: threading.Event, stop: Callable[[str], None]) -> None:
+    """Until the build finishes: stop it past its wall time, or once what it wrote under ``watch`` passes its limit."""
+    started = time.monotonic()
+    next_disk = started
+    while not finished.wait(1.0):
+        now = time.monotonic()
+        if now - started > lim.wall_seconds:
+            stop(f"the build ran for more than {lim.wall_seconds:.0f} s and was stopped (KPERF_BUILD_WALL_SECONDS)")
+            return
+        if watch and now >= next_disk:
+            used = sum(disk_usage(p) for p in watch)
+            # A large tree takes a while to walk: look less often.
+            next_disk = now + max(2.0, 10 * (time.monotonic() - now))
+            if used > lim.disk_bytes:
+                stop(
+                    f"the build wrote {used / GiB:.1f} GiB, more than its limit of "
+                    f"{lim.disk_bytes / GiB:.1f} GiB, and was stopped (KPERF_BUILD_MAX_DISK_BYTES)"
+                )
+                return
 
 
 def disk_usage(path: Path) -> int:
@@ -460,3 +438,41 @@ def python_paths() -> list[Path]:
             continue
         paths.append(p)
     return sorted(paths)
+
+
+def _filesystem(readonly: Sequence[Path], writable: Sequence[Path]) -> list[str]:
+    """bwrap's words for what the build sees: the system read-only, ``readonly`` and ``writable`` at their paths."""
+    binds: list[str] = []
+    mounts: list[tuple[str, str, str]] = []
+    for top in _TOP_LINKS:
+        path = Path(top)
+        if path.is_symlink():
+            binds += ["--symlink", os.readlink(path), top]
+        elif path.is_dir():
+            mounts.append(("--ro-bind", top, top))
+    for d in _SYSTEM_DIRS:
+        mounts.append(("--ro-bind", d, d))
+    for f in _ETC_FILES:
+        if os.path.lexists(f):
+            mounts.append(("--ro-bind", f, f))
+    for p in (*python_paths(), *readonly):
+        mounts.append(("--ro-bind", str(p), str(p)))
+    for p in writable:
+        mounts.append(("--bind", str(p), str(p)))
+    # /tmp would live in the sandbox's root tmpfs, in memory and outside
+    # every limit: it is there but not writable; TMPDIR points into the
+    # build's scratch directory (build_env), which the disk limit watches.
+    binds += ["--perms", "0755", "--dir", "/tmp"]
+    # bwrap makes missing parents of a mount point 0700 and root-owned,
+    # which the build user could not cross: make them 0755 first.
+    parents: set[str] = set()
+    for _, _, dest in mounts:
+        parents.update(str(p) for p in Path(dest).parents if str(p) != "/")
+    covered = {dest for _, _, dest in mounts}
+    for parent in sorted(parents - covered, key=lambda p: (p.count("/"), p)):
+        if not any(parent.startswith(dest + "/") for dest in covered):
+            binds += ["--perms", "0755", "--dir", parent]
+    # A mount inside another mount's place must come after it.
+    for kind, src, dest in sorted(mounts, key=lambda m: m[2].count("/")):
+        binds += [kind, src, dest]
+    return binds
