@@ -3,11 +3,11 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed-stamp
-PKGS := runners kernel-builds service
+PKGS := runners kernel-builds service testing
 
 .PHONY: venv up test test-fast lint typecheck check clean
 
-$(STAMP): requirements.lock requirements-dev.txt service/pyproject.toml runners/pyproject.toml kernel-builds/pyproject.toml
+$(STAMP): requirements.lock requirements-dev.txt service/pyproject.toml runners/pyproject.toml kernel-builds/pyproject.toml testing/pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "python3 is missing: apt-get install python3 python3-venv"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip

@@ -33,7 +33,7 @@ def kperf_cache() -> Path:
 def kernel_tree(kperf_cache: Path) -> Path:
     """A git repository made from Debian's linux-source-6.1: branch `base`
     plus one branch per fixture patch in kernel-builds/fixtures/."""
-    from kperf_kbuild.testing import ensure_test_tree
+    from kperf_testing.kbuild import ensure_test_tree
 
     return ensure_test_tree(kperf_cache)
 
@@ -41,12 +41,12 @@ def kernel_tree(kperf_cache: Path) -> Path:
 @pytest.fixture(scope="session")
 def x86_64_kernel(kernel_tree: Path, kperf_cache: Path):  # type: ignore[no-untyped-def]
     """The base branch built for x86_64 with kperf's config fragment (once per run)."""
-    from kperf_kbuild.testing import build_fixture_kernel
+    from kperf_testing.kbuild import build_fixture_kernel
 
     return build_fixture_kernel(kernel_tree, "base", "x86_64", kperf_cache)
 
 
-# The Debian image the kexec test boots (kperf.testing.baremetal) is mostly
+# The Debian image the kexec test boots (kperf_testing.baremetal) is mostly
 # downloading and unpacking packages: made in a process of its own from the
 # start of the run, it overlaps the kernel builds instead of adding its
 # minutes at the end. The test takes the same lock and finds it done (or
@@ -62,7 +62,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     cache = cache_dir()
     log = (cache / "baremetal-prepare.log").open("wb")
     _image_builder = subprocess.Popen(
-        [sys.executable, "-m", "kperf.testing.baremetal", "prepare", str(cache)],
+        [sys.executable, "-m", "kperf_testing.baremetal", "prepare", str(cache)],
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,

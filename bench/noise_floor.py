@@ -49,11 +49,11 @@ from scipy import stats as sps
 from kperf.stats import noise
 from kperf.stats.abtest import min_effect_for_clock
 from kperf.stats.builds import between_build_noise
-from kperf_kbuild.testing import build_fixture_kernel, ensure_test_tree
 from kperf_runner.backends import BootJob
 from kperf_runner.backends.qemu import QemuBackend
 from kperf_runner.benchmarks import get_benchmark, resolve_params
 from kperf_runner.toolchain import compile_all
+from kperf_testing.kbuild import build_fixture_kernel, ensure_test_tree
 
 KERNELS = ("base", "neutral", "unrelated-mincore")
 BENCHMARKS = ("spawn", "aim9", "pft", "pagealloc")

@@ -1,6 +1,6 @@
 """What the build sandbox costs: incremental builds with and without it.
 
-On the test kernel tree (kperf_kbuild.testing.ensure_test_tree, Debian's
+On the test kernel tree (kperf_testing.kbuild.ensure_test_tree, Debian's
 linux-source-6.1) with kperf's x86_64 fragment, in a work_root of its own:
 after one warm-up build of base, the bench alternates base and a fixture
 branch (default pagealloc-slow: one line in mm/page_alloc.c), each an
@@ -31,7 +31,7 @@ from builds import cache_dir, rev
 
 from kperf_kbuild.driver import BuildRequest, build_kernel
 from kperf_kbuild.sandbox import Sandbox
-from kperf_kbuild.testing import ensure_test_tree
+from kperf_testing.kbuild import ensure_test_tree
 
 GOAL = 1.10
 

@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from kperf.stats.abtest import min_effect_for_clock
-from kperf_kbuild.testing import build_fixture_kernel, ensure_test_tree
 from kperf_runner.backends import BootJob
 from kperf_runner.backends.qemu import QemuBackend
 from kperf_runner.benchmarks import get_benchmark, resolve_params
 from kperf_runner.toolchain import compile_all
+from kperf_testing.kbuild import build_fixture_kernel, ensure_test_tree
 
 KERNELS = ("base", "pagefault-slow")
 SETTINGS = {"none": 0, "default": None}  # None: init's default, no word on the command line

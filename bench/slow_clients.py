@@ -58,8 +58,8 @@ from urllib.parse import urlsplit, urlunsplit
 import requests
 
 from kperf.embedded import ensure_database, start_postgres
-from kperf.testing.stack import free_port
 from kperf.web import command
+from kperf_testing.stack import free_port
 
 HEALTH = "/api/v1/health"
 

@@ -4,9 +4,9 @@
     nice -n 10 .venv/bin/python bench/turnaround.py                       # 15-25 minutes on 2 cores
     .venv/bin/python bench/turnaround.py --benchmark spawn --heads fork-slow,neutral,brk-slower
 
-`kperf-up` (kperf.testing.stack: web, workers, beat and the local QEMU
+`kperf-up` (kperf_testing.stack: web, workers, beat and the local QEMU
 runner, on an embedded PostgreSQL) and the fixture kernel tree
-(kperf_kbuild.testing, KPERF_CACHE, ~/.cache/kperf, with its ccache).
+(kperf_testing.kbuild, KPERF_CACHE, ~/.cache/kperf, with its ccache).
 Two phases:
 
 - alone: one submission (the first head) on an empty queue;
@@ -35,8 +35,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from kperf.testing.stack import RunningStack, running_stack
-from kperf_kbuild.testing import ensure_test_tree
+from kperf_testing.kbuild import ensure_test_tree
+from kperf_testing.stack import RunningStack, running_stack
 
 TIMEOUT_S = 3 * 3600
 

@@ -7,9 +7,9 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# The product's code; test tooling (kperf.testing, kperf_kbuild.testing) is held to the file limit only.
+# The product's code; test tooling (testing/kperf_testing) is held to the file limit only.
 PRODUCT = ("service/kperf/", "runners/kperf_runner/", "kernel-builds/kperf_kbuild/", "dashboards/")
-TOOLING = ("service/kperf/testing/", "kernel-builds/kperf_kbuild/testing.py", "/migrations/", "/tests/")
+TOOLING = ("/migrations/", "/tests/")
 
 
 def python_files() -> list[str]:

@@ -29,9 +29,9 @@ import psycopg
 import pytest
 import requests
 
-from kperf.testing.mbox import b4_mbox, message_id
-from kperf.testing.stack import RunningStack, running_stack
-from kperf_kbuild.testing import FIXTURES_DIR, read_fixture
+from kperf_testing.kbuild import FIXTURES_DIR, read_fixture
+from kperf_testing.mbox import b4_mbox, message_id
+from kperf_testing.stack import RunningStack, running_stack
 
 pytestmark = [pytest.mark.kernel, pytest.mark.e2e]
 
@@ -327,7 +327,7 @@ def test_the_instruction_clock_finds_one_to_three_percent_and_flags_no_unrelated
     brk = judge_fixture(brk_run, "brk-slower")
     # Builds are reproducible: the service's base image, built in its own
     # directory at its own time, is byte for byte the test cache's build of
-    # the same source and config (kernel-builds/kperf_kbuild/testing.py).
+    # the same source and config (testing/kperf_testing/kbuild.py).
     base = next(b for b in brk_run["builds"] if b["side"] == "base")
     cached = hashlib.sha256(Path(x86_64_kernel.artifacts["kernel"]).read_bytes()).hexdigest()
     assert base["artifacts"]["kernel"]["sha256"] == cached

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from test_e2e import stack_env, verdicts, wait_final, web_page
 
-from kperf.testing.stack import RunningStack, running_stack
+from kperf_testing.stack import RunningStack, running_stack
 
 pytestmark = [pytest.mark.kernel, pytest.mark.e2e]
 

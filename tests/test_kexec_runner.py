@@ -1,6 +1,6 @@
 """The kexec backend on a machine of its own: a Debian VM standing in for a lab box.
 
-kperf.testing.baremetal boots a Debian bookworm machine under QEMU (TCG)
+kperf_testing.baremetal boots a Debian bookworm machine under QEMU (TCG)
 with the systemd unit an operator installs (runners/systemd/kperf-runner.service),
 an i6300esb hardware watchdog and RAM reserved for ramoops. The agent in it
 talks to a live kperf service on this host (10.0.2.2 from the guest) and
@@ -49,14 +49,14 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from kperf.testing.baremetal import (
+from kperf_runner.crashpoints import BOOT_READ, ENV, OUTCOME_SAVED, POINTS, PSTORE_CLEARED
+from kperf_testing.baremetal import (
     HOST_FROM_GUEST,
     RAMOOPS_REGION,
     Machine,
     ensure_debian_image,
     running_machine,
 )
-from kperf_runner.crashpoints import BOOT_READ, ENV, OUTCOME_SAVED, POINTS, PSTORE_CLEARED
 
 pytestmark = [pytest.mark.kernel, pytest.mark.e2e]
 
@@ -96,7 +96,7 @@ def test_a_bare_metal_runner_kexecs_into_each_job_and_comes_back(
     from kperf.core.artifacts import sha256_file
     from kperf.core.models import BootRecord, Job, KernelBuild, MachineClass, Runner, Sample, Submission, Tree
     from kperf.core.models.lab import Clock
-    from kperf_kbuild.testing import build_fixture_kernel
+    from kperf_testing.kbuild import build_fixture_kernel
 
     if os.geteuid() != 0:
         pytest.skip("the Debian runner image is made with debootstrap and chroot, which need root")

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import requests
 
-from kperf.testing.stack import running_stack
+from kperf_testing.stack import running_stack
 
 
 def cmdlines(procs: list[psutil.Process]) -> list[str]:

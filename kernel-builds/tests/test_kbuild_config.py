@@ -16,7 +16,7 @@ from kperf_kbuild.driver import (
     parse_fragment,
     unmet_options,
 )
-from kperf_kbuild.testing import FIXTURES_DIR, fixtures_digest, list_fixtures, read_fixture
+from kperf_testing.kbuild import FIXTURES_DIR, fixtures_digest, list_fixtures, read_fixture
 
 COMMON_OPTIONS = {
     "PRINTK",

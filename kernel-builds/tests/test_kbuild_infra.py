@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kperf_kbuild.driver import BuildInfraError, BuildRequest, build_kernel
-from kperf_kbuild.testing import BASE_BRANCH, ensure_test_tree, read_fixture
+from kperf_testing.kbuild import BASE_BRANCH, ensure_test_tree, read_fixture
 
 
 def git(repo: Path, *args: str, **env: str) -> str:

@@ -26,7 +26,7 @@ from kperf_kbuild.driver import (
     parse_fragment,
     unmet_options,
 )
-from kperf_kbuild.testing import build_fixture_kernel
+from kperf_testing.kbuild import build_fixture_kernel
 
 pytestmark = pytest.mark.kernel
 

@@ -7,7 +7,7 @@ from typing import Any
 from django.test import Client
 
 from kperf.core.models import Submission
-from kperf.testing.lab import built, submission_ready_for_testing
+from kperf_testing.lab import built, submission_ready_for_testing
 
 __all__ = ["built", "results_body", "submission_page", "submission_ready_for_testing"]
 

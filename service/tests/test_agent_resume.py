@@ -28,8 +28,6 @@ from django.utils import timezone
 from namespace_init import run_init_with_pmsg
 
 from kperf.core.models import Job, MachineClass, Runner
-from kperf.testing.lab import submission_ready_for_testing
-from kperf.testing.stack import free_port
 from kperf_runner import inflight
 from kperf_runner.agent import ABANDONED, DONE, FAILED, Agent, RunnerConfig
 from kperf_runner.backends import BootJob, BootResult, ConsoleCallback
@@ -39,6 +37,8 @@ from kperf_runner.benchmarks import get_benchmark
 from kperf_runner.client import Client
 from kperf_runner.inflight import InFlight
 from kperf_runner.toolchain import compile_static, host_arch
+from kperf_testing.lab import submission_ready_for_testing
+from kperf_testing.stack import free_port
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

@@ -25,9 +25,9 @@ from kperf import storage_settings
 from kperf.conf import ConfigError
 from kperf.core import archive, artifacts
 from kperf.core.models import BootRecord, Job, KernelBuild, Submission, Tree
-from kperf.testing.objectstore import ObjectStore, object_store
 from kperf_runner.client import ArtifactError
 from kperf_runner.client import Client as RunnerClient
+from kperf_testing.objectstore import ObjectStore, object_store
 
 from .conftest import Api
 from .lab_fixtures import submission_ready_for_testing

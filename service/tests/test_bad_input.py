@@ -22,8 +22,8 @@ import requests
 from django.contrib.auth.models import User
 
 from kperf.core.models import ApiToken, MachineClass, Triage
-from kperf.testing.plugin import database_url_for_tests
-from kperf.testing.stack import free_port
+from kperf_testing.plugin import database_url_for_tests
+from kperf_testing.stack import free_port
 
 from .test_triage import regressed_branch, regressed_submission
 from .test_web_server import running_web

@@ -1,4 +1,4 @@
-"""The cached Debian runner image (kperf.testing.baremetal): built once, never half.
+"""The cached Debian runner image (kperf_testing.baremetal): built once, never half.
 
 The real build (debootstrap, minutes) runs in tests/test_kexec_runner.py;
 here the build steps are replaced to check the cache around them: an
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kperf.testing import baremetal
+from kperf_testing import baremetal
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 
 from kperf.core import benchmarks
 from kperf.core.models import Job, MachineClass
-from kperf.testing.lab import submission_ready_for_testing
+from kperf_testing.lab import submission_ready_for_testing
 
 
 def test_the_instruction_clock_is_capped_and_the_wall_clock_keeps_the_grid(settings: Any) -> None:

@@ -14,7 +14,7 @@ from typing import Any, cast
 import pytest
 
 from kperf.core.models import KernelBuild, Submission
-from kperf.testing.plugin import database_url_for_tests
+from kperf_testing.plugin import database_url_for_tests
 
 from .conftest import Api
 

@@ -18,7 +18,7 @@ from kperf import storage_settings
 from kperf.core import alerts, artifacts, gitops, series, series_git, sweeper, workflow
 from kperf.core.models import Alert, KernelBuild, PatchSeries, Submission, SubmissionBuild
 from kperf.core.workflow import prepare_submission
-from kperf.testing.mbox import b4_mbox, message_id
+from kperf_testing.mbox import b4_mbox, message_id
 
 from .conftest import Api, git, kperf_cli
 from .test_alerts import Inbox, real_smtp_backend, smtp  # noqa: F401 (fixtures)

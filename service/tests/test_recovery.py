@@ -27,8 +27,8 @@ from kperf.celery import app as celery_app
 from kperf.core import building, dispatch, owners, sweeper, workflow
 from kperf.core.models import KernelBuild, Submission, SubmissionBuild, Tree
 from kperf.core.task_names import Task
-from kperf.testing.plugin import database_url_for_tests
-from kperf.testing.stack import free_port
+from kperf_testing.plugin import database_url_for_tests
+from kperf_testing.stack import free_port
 
 from .conftest import Api
 from .lab_fixtures import results_body, submission_ready_for_testing

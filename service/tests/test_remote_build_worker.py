@@ -27,10 +27,10 @@ from django.db import transaction
 from kperf import storage_settings
 from kperf.core import building, gitops
 from kperf.core.models import BuildMachine, Job, KernelBuild, Tree
-from kperf.testing.netns import Namespace, NamespaceUnavailable, TcpRelay, network_namespace
-from kperf.testing.objectstore import ObjectStore, object_store
 from kperf_kbuild.driver import config_digest
 from kperf_runner.client import Client as RunnerClient
+from kperf_testing.netns import Namespace, NamespaceUnavailable, TcpRelay, network_namespace
+from kperf_testing.objectstore import ObjectStore, object_store
 
 from .conftest import git
 

@@ -93,7 +93,7 @@ def test_a_weak_secret_key_is_refused_saying_how_to_make_one(tmp_path: Path, key
 
 
 def test_the_keys_kperf_makes_pass_the_check() -> None:
-    # The tests' own (kperf.testing.plugin), shared with every server they start.
+    # The tests' own (kperf_testing.plugin), shared with every server they start.
     assert secret_key_problem(os.environ["KPERF_SECRET_KEY"]) is None
     assert secret_key_problem(secrets.token_urlsafe(50)) is None
 

@@ -21,10 +21,10 @@ import pytest
 import requests
 
 from kperf.conf import ConfigError
-from kperf.testing.plugin import database_url_for_tests
-from kperf.testing.stack import free_port
 from kperf.web import command
 from kperf.web_guard import address_key, connection_budget, parse_networks
+from kperf_testing.plugin import database_url_for_tests
+from kperf_testing.stack import free_port
 
 
 @contextmanager

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from kperf.testing.stack import free_port
+from kperf_testing.stack import free_port
 
 ACCESS_KEY = "kperf-test-access"
 SECRET_KEY = "kperf-test-secret"

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 TARBALL = Path("/usr/src/linux-source-6.1.tar.xz")
 TARBALL_PACKAGE = "linux-source-6.1"
-FIXTURES_DIR = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES_DIR = Path(__file__).resolve().parents[2] / "kernel-builds" / "fixtures"
 TREE_NAME = "linux-test.git"
 BASE_BRANCH = "base"
 STATE_FILE = "kperf-test-tree.json"

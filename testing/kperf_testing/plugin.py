@@ -1,4 +1,4 @@
-"""pytest plugin loaded early (`-p kperf.testing.plugin` in pytest.ini).
+"""pytest plugin loaded early (`-p kperf_testing.plugin` in pytest.ini).
 
 It runs before Django's settings are imported, and decides which database
 and broker the tests use:

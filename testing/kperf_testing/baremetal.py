@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 AGENT_DIR = REPO_ROOT / "runners" / "kperf_runner"
 UNIT_FILE = REPO_ROOT / "runners" / "systemd" / "kperf-runner.service"
 
@@ -576,9 +576,9 @@ def running_machine(image: DebianImage, workdir: Path, env: dict[str, str]) -> I
 
 
 def _prepare(argv: list[str]) -> int:
-    """`python -m kperf.testing.baremetal prepare CACHE`: build the image ahead of the test (conftest.py)."""
+    """`python -m kperf_testing.baremetal prepare CACHE`: build the image ahead of the test (conftest.py)."""
     if len(argv) != 2 or argv[0] != "prepare":
-        print("usage: python -m kperf.testing.baremetal prepare CACHE_DIR", file=sys.stderr)
+        print("usage: python -m kperf_testing.baremetal prepare CACHE_DIR", file=sys.stderr)
         return 2
 
     def stop(signum: int, _frame: object) -> None:
