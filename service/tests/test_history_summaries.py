@@ -34,6 +34,7 @@ from kperf.stats.noise import (
     run_stats_batch,
     variance_components,
 )
+from kperf_testing import reference_history
 
 from .conftest import Api
 from .test_learned_build_noise import branch_of_builds
@@ -79,14 +80,14 @@ def test_learned_drift_and_build_noise_from_summaries_equal_the_full_history(
     branch_with_series(alice, qemu_class, tmp_path, "stepping", 150, walk=0.0, step_at=80, step=8.0)
     # One branch analysed (so it has change points that cut its history), one never.
     tracking.analyse_series(wandering, qemu_class.pk, "spawn", qemu_class.clock)
-    full = tracking.learned_drift(qemu_class.pk, "spawn", qemu_class.clock)
+    full = reference_history.learned_drift(qemu_class.pk, "spawn", qemu_class.clock)
     kept = series_pools.learned_drift(qemu_class.pk, "spawn", qemu_class.clock)
     assert set(kept) == set(full) == {WANDERS, STEADY}
     for metric in full:
         assert kept[metric].rate == full[metric].rate
         assert kept[metric].commits == full[metric].commits
         assert kept[metric].lr == pytest.approx(full[metric].lr, rel=1e-9, abs=1e-9)
-    full_builds = tracking.learned_build_noise(qemu_class.pk, "spawn", qemu_class.clock)
+    full_builds = reference_history.learned_build_noise(qemu_class.pk, "spawn", qemu_class.clock)
     kept_builds = series_pools.learned_build_noise(qemu_class.pk, "spawn", qemu_class.clock)
     for metric in full_builds:
         assert kept_builds[metric].sd == pytest.approx(full_builds[metric].sd, rel=1e-9, abs=1e-12)
@@ -97,7 +98,7 @@ def test_between_build_noise_from_summaries_equals_the_full_history(
     alice: Any, qemu_class: Any, tmp_path: Path
 ) -> None:
     branch_of_builds(alice, qemu_class, tmp_path, n=16, boots=2)
-    full = tracking.learned_build_noise(qemu_class.pk, "spawn", qemu_class.clock)
+    full = reference_history.learned_build_noise(qemu_class.pk, "spawn", qemu_class.clock)
     kept = series_pools.learned_build_noise(qemu_class.pk, "spawn", qemu_class.clock)
     assert full and set(kept) == set(full)
     for metric, estimate in full.items():

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kperf.core import tracking
 from kperf.core.analysis import analyse_submission
 from kperf.core.models import (
     BootRecord,
@@ -30,6 +29,7 @@ from kperf.core.models import (
     Tree,
 )
 from kperf.core.workflow import advance_submission
+from kperf_testing import reference_history
 
 from .conftest import Api
 from .lab_fixtures import results_body, submission_ready_for_testing
@@ -89,14 +89,14 @@ def test_the_between_build_spread_is_learned_from_a_branch_and_reported(
 ) -> None:
     assert qemu_class.clock == Clock.INSTRUCTIONS
     branch_of_builds(alice, qemu_class, tmp_path)
-    learned = tracking.learned_build_noise(qemu_class.pk, "spawn", Clock.INSTRUCTIONS)
+    learned = reference_history.learned_build_noise(qemu_class.pk, "spawn", Clock.INSTRUCTIONS)
     for metric in METRICS:
         estimate = learned[metric]
         assert estimate.builds == 16 and estimate.boot_sd == 0.0
         assert 0.5 * BUILD_SD < estimate.sd < 2.0 * BUILD_SD, estimate
         assert estimate.prior() is not None
     # Nothing is learned for the wall clock from instruction-clock history.
-    assert tracking.learned_build_noise(qemu_class.pk, "spawn", Clock.WALL) == {}
+    assert reference_history.learned_build_noise(qemu_class.pk, "spawn", Clock.WALL) == {}
     report = alice_api.get("/noise?machine_class=qemu-x86_64&boots=4&iterations=3").json()
     rows = {r["metric"]: r for r in report["metrics"]}
     assert report["clock"] == "instructions"

@@ -27,6 +27,7 @@ from kperf.core.models import (
     TrackedBranch,
     Tree,
 )
+from kperf_testing import reference_history
 
 from .conftest import Api, kperf_cli
 
@@ -101,7 +102,7 @@ def test_drift_is_learned_per_metric_and_shown_in_the_noise_report(
 ) -> None:
     # 0.1 noise-sds per commit: 2.2 sds of wander over 500 commits
     branch_with_series(alice, qemu_class, tmp_path, "wandering", 500, walk=0.1)
-    drift = tracking.learned_drift(qemu_class.pk, "spawn", qemu_class.clock)
+    drift = reference_history.learned_drift(qemu_class.pk, "spawn", qemu_class.clock)
     assert 0.003 < drift[WANDERS].rate < 0.03, drift[WANDERS]
     assert drift[WANDERS].window < 100
     assert drift[STEADY].rate == 0.0 and drift[STEADY].window == 512, drift[STEADY]
@@ -137,13 +138,15 @@ def test_stored_change_points_cut_the_history_so_a_step_is_not_taken_for_wander(
     found = {(cp.metric, cp.commit.sha) for cp in ChangePoint.objects.filter(branch=branch)}
     assert found == {(WANDERS, commits[200].sha), (STEADY, commits[200].sha)}
     # cut at the stored change points, both metrics are stationary ...
-    assert {m: d.rate for m, d in tracking.learned_drift(qemu_class.pk, "spawn", qemu_class.clock).items()} == {
+    assert {
+        m: d.rate for m, d in reference_history.learned_drift(qemu_class.pk, "spawn", qemu_class.clock).items()
+    } == {
         WANDERS: 0,
         STEADY: 0,
     }
     # ... while the same series taken whole would read the 8-sd step as wander
     ChangePoint.objects.filter(branch=branch).delete()
-    assert all(d.rate > 0 for d in tracking.learned_drift(qemu_class.pk, "spawn", qemu_class.clock).values())
+    assert all(d.rate > 0 for d in reference_history.learned_drift(qemu_class.pk, "spawn", qemu_class.clock).values())
 
 
 def test_a_step_on_a_wandering_branch_is_found_without_the_false_alarms_of_a_fixed_window(

@@ -99,7 +99,7 @@ def compute(branch: TrackedBranch, mclass_id: int, bench: str, clock: str, defs:
     own_sums: dict[str, history.BranchSums] | None = None
     if settings.KPERF_LEARNED_DRIFT:
         # Every other branch as its last analysis left it, this one as it stands now
-        # (with the change points stored so far), as tracking.learned_drift pools them.
+        # (with the change points stored so far), as series_pools.drift_sums pools them.
         pooled = series_pools.drift_sums(mclass_id, bench, clock, exclude_branch=branch.pk)
         own_sums = history.branch_sums(ids, points, cuts)
         for metric, own in own_sums.items():

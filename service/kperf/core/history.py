@@ -364,7 +364,7 @@ def cuts_of(branch_id: int, mclass_id: int, bench: str, clock: str) -> dict[str,
 
 
 def segment_bounds(commit_ids: list[int], cuts: set[int]) -> list[tuple[int, int]]:
-    """(start, end) of each segment of a series cut at its change points, as tracking.history_segments cuts it."""
+    """(start, end) of each segment of a series cut at its change points, as the tests' reference cuts it."""
     starts = sorted(i for i, c in enumerate(commit_ids) if c in cuts and i > 0)
     edges = [0, *starts, len(commit_ids)]
     return list(zip(edges[:-1], edges[1:], strict=True))

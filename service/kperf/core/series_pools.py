@@ -237,18 +237,18 @@ def drift_sums(
 
 
 def learned_drift(mclass_id: int, bench: str, clock: str, ensure: bool = True) -> dict[str, DriftEstimate]:
-    """tracking.learned_drift() from the branches' sums."""
+    """The drift of every branch's series pooled per metric, from the branches' sums (docs/history.md)."""
     return {m: sh.drift_from_stats(s) for m, s in drift_sums(mclass_id, bench, clock, ensure=ensure).items()}
 
 
 def build_noise_of(sums: ClassSums) -> BuildNoise:
-    """tracking.learned_build_noise()'s answer for one metric from its added-up rows."""
+    """The between-build noise of one metric from its added-up rows."""
     # A row exists only for a metric its branch measured, so every metric here has values.
     return sh.build_noise_from_sums(sums.build_log if sums.positive else sums.build_lin, sums.positive)
 
 
 def learned_build_noise(mclass_id: int, bench: str, clock: str, ensure: bool = True) -> dict[str, BuildNoise]:
-    """tracking.learned_build_noise() from the branches' sums."""
+    """The between-build noise of every metric, pooled from the branches' sums (docs/history.md)."""
     if ensure:
         ensure_states(mclass_id, bench, clock)
     return {m: build_noise_of(s) for (_, m), s in class_sums(mclass_id, clock, bench).items()}
