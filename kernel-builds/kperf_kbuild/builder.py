@@ -19,7 +19,6 @@ infrastructure failure, never the kernel's.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import logging
 import os
 import shutil
@@ -36,7 +35,7 @@ from kperf_kbuild.driver import BuildRequest, BuildResult, build_kernel, config_
 from kperf_kbuild.host import BuildInfraError
 from kperf_kbuild.sandbox import Sandbox
 from kperf_kbuild.trees import DEFAULT_BUDGET_BYTES
-from kperf_runner.client import Client, NotHeld, ProtocolError, ServerUnavailable
+from kperf_runner.client import Client, NotHeld, ProtocolError, ServerUnavailable, sha256_of
 
 log = logging.getLogger("kperf.builder")
 
@@ -133,14 +132,6 @@ def fetch_commit(config: Config, claim: dict[str, Any]) -> Path:
     return mirror
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def upload(client: Client, claim: dict[str, Any], name: str, path: Path) -> dict[str, Any]:
     """Send one file in chunks (each retried by the client); its declared size and sha256."""
     build_id, attempt, chunk = int(claim["id"]), int(claim["attempt"]), int(claim["chunk_bytes"])
@@ -154,7 +145,7 @@ def upload(client: Client, claim: dict[str, Any], name: str, path: Path) -> dict
             offset += len(data)
             if not data:
                 break
-    return {"size": offset, "sha256": _sha256(path)}
+    return {"size": offset, "sha256": sha256_of(path)}
 
 
 def _finish_payload(result: BuildResult, attempt: int, files: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -150,7 +150,7 @@ class Client:
         sha256 = sha256.lower()
         cache_dir.mkdir(parents=True, exist_ok=True)
         target = cache_dir / sha256
-        if target.is_file() and _sha256_of(target) == sha256:
+        if target.is_file() and sha256_of(target) == sha256:
             return target
         tmp = cache_dir / f".{sha256}.{os.getpid()}.part"
         try:
@@ -273,7 +273,7 @@ def _protocol_error(error: urllib.error.HTTPError, endpoint: str) -> ProtocolErr
     return cls(error.code, code, detail, endpoint)
 
 
-def _sha256_of(path: Path) -> str:
+def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as stream:
         for block in iter(lambda: stream.read(1 << 20), b""):

@@ -60,6 +60,13 @@ def put(api: Api, build: KernelBuild, name: str, data: bytes, offset: int) -> An
     )
 
 
+def mirrored(repo: Path) -> Tree:
+    """A tree whose mirror the service already holds, as it does once a submission was prepared."""
+    tree = Tree.objects.create(url=f"file://{repo}")
+    gitops.update_mirror(tree.url, tree.mirror_path, timeout=60)
+    return tree
+
+
 def claimed(api: Api, arches: list[str] | None = None) -> dict[str, Any] | None:
     answer = api.post("/builder/claim", {"arches": arches or []})
     assert answer.status_code == 200, answer.content
@@ -239,8 +246,7 @@ def test_in_pull_mode_nothing_is_sent_to_the_builds_queue(
 def test_a_build_machine_fetches_only_a_tree_it_builds_from_the_services_mirror(
     pulled: Any, small_tree: Path, live_server: Any, tmp_path: Path
 ) -> None:
-    tree = Tree.objects.create(url=f"file://{small_tree}")
-    gitops.update_mirror(tree.url, tree.mirror_path, timeout=60)
+    tree = mirrored(small_tree)
     # A commit on no branch of the mirror (as an applied patch series is), fetched by its sha.
     git(small_tree, "checkout", "-q", "--detach", "master")
     (small_tree / "README").write_text("series\n")
@@ -310,8 +316,7 @@ def builder_command() -> str:
 def test_kperf_builder_reports_what_it_cannot_build_as_its_own_fault(
     pulled: Any, small_tree: Path, live_server: Any, tmp_path: Path
 ) -> None:
-    tree = Tree.objects.create(url=f"file://{small_tree}")
-    gitops.update_mirror(tree.url, tree.mirror_path, timeout=60)
+    tree = mirrored(small_tree)
     _, api = machine("builder-1")
     env = {"PATH": "/usr/bin:/bin", "KPERF_BUILDER_TOKEN": api.token or ""}
     argv = [builder_command(), "run", "--server", live_server.url, "--work-dir", str(tmp_path / "w"), "--once"]

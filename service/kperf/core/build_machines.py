@@ -15,7 +15,6 @@ is tried again by the sweeper's `building.expire_builds`, as for a worker.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 import shutil
@@ -169,14 +168,6 @@ def stage_chunk(machine: BuildMachine, build_id: int, attempt: int, name: str, o
     return offset + len(data)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def finish(machine: BuildMachine, build_id: int, attempt: int, result: dict[str, Any]) -> KernelBuild:
     """Store the staged files (each as declared) and record the build's outcome."""
     held(machine, build_id, attempt)
@@ -186,7 +177,7 @@ def finish(machine: BuildMachine, build_id: int, attempt: int, result: dict[str,
         path = folder / name
         if not ARTIFACT_NAME.fullmatch(name) or not path.is_file():
             raise ProtocolError(422, "invalid", f"artifact {name[:80]!r} was declared but never uploaded")
-        size, sha = path.stat().st_size, _sha256(path)
+        size, sha = path.stat().st_size, artifacts.sha256_file(path)
         if size != declared["size"] or sha != declared["sha256"]:
             raise ProtocolError(
                 422,
