@@ -40,6 +40,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from kperf_kbuild.host import file_lock
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 AGENT_DIR = REPO_ROOT / "runners" / "kperf_runner"
 UNIT_FILE = REPO_ROOT / "runners" / "systemd" / "kperf-runner.service"
@@ -212,16 +214,6 @@ def missing_host_tools() -> list[str]:
     return sorted({pkg for tool, pkg in tools.items() if shutil.which(tool, path=found) is None})
 
 
-@contextmanager
-def _flock(path: Path) -> Iterator[None]:
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _load(done: Path) -> DebianImage | None:
     manifest = done / "image.json"
     if not manifest.is_file():
@@ -242,7 +234,7 @@ def ensure_debian_image(cache_dir: Path, log: Callable[[str], None] = print) -> 
     base.mkdir(parents=True, exist_ok=True)
     key = image_key()
     done = base / key
-    with _flock(base / f"{key}.lock"):
+    with file_lock(base / f"{key}.lock"):
         image = _load(done)
         if image is not None:
             return image
@@ -305,7 +297,7 @@ def _bootstrap_tarball(base: Path, log: Callable[[str], None]) -> Path:
     a configuration file or the unit then costs a minute, not a debootstrap."""
     key = bootstrap_key()
     tarball = base / f"debootstrap-{key}.tar"
-    with _flock(base / f"debootstrap-{key}.lock"):
+    with file_lock(base / f"debootstrap-{key}.lock"):
         if tarball.is_file():
             return tarball
         for stale in base.glob(f"debootstrap-{key}.tmp-*"):
