@@ -25,7 +25,7 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from kperf.core.imports import IMPORTED_DIGEST
+from kperf.core.models.builds import IMPORTED_DIGEST
 from kperf.core.models import BranchCommit, Job, KernelBuild, SharedJob, Submission, SubmissionBuild, TrackedBranch
 
 

@@ -16,10 +16,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from kperf.core.gitops import SHA_RE
+from kperf.core.models.builds import IMPORTED_DIGEST
 from kperf.core.models import BootRecord, Clock, Job, KernelBuild, MachineClass, MetricDef, Sample, Tree
 
 IMPORTED_TREE = "imported:mmtests"
-IMPORTED_DIGEST = "imported:mmtests"
 
 # (metric pattern, unit, higher is better) per benchmark, as the registry names them.
 METRIC_RULES: dict[str, tuple[re.Pattern[str], str, bool]] = {

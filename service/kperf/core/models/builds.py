@@ -15,6 +15,11 @@ from kperf.core.models.accounts import hash_token
 from kperf.core.models.lifecycle import final_statuses
 from kperf.core.models.trees import Tree
 
+# The config digest of a KernelBuild that kperf did not build: the kernel of
+# imported mmtests runs (kperf.core.imports). Access rules treat such builds
+# as lab-wide reference data, so the marker lives with the model.
+IMPORTED_DIGEST = "imported:mmtests"
+
 
 class KernelBuild(models.Model):
     class Status(models.TextChoices):
