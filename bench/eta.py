@@ -13,7 +13,7 @@ may queue. The replay goes through each submission's life: at its
 creation and at every start and end of one of its builds and jobs, it
 rebuilds what the service would have known at that moment (the durations
 finished before it, the builds and jobs queued and running, in claim
-order) and asks kperf.core.eta_model for the ETA, as kperf.core.eta does
+order) and asks kperf.core.lab.eta_model for the ETA, as kperf.core.lab.eta does
 from the database. The error is the predicted finish minus the real one.
 
 Reported: median and 90th percentile of the absolute error (seconds) and of
@@ -24,7 +24,7 @@ machine and date go in docs/eta.md.
 
 The synthetic lab (`--synthetic`, the default without a record) simulates
 kperf's scheduling (one build worker first come first served, runners
-claiming in kperf.core.claim_order's order, more boots after an
+claiming in kperf.core.lab.claim_order's order, more boots after an
 inconclusive first look) with durations drawn around those
 bench/turnaround.py measured on the real stack (docs/performance.md).
 """
@@ -47,8 +47,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "service"))
 
-from kperf.core.claim_order import claim_key
-from kperf.core.eta_model import Estimate, History, Situation, Work, estimate
+from kperf.core.lab.claim_order import claim_key
+from kperf.core.lab.eta_model import Estimate, History, Situation, Work, estimate
 
 # --- the synthetic lab --------------------------------------------------------
 
@@ -307,7 +307,7 @@ def _building(rec: dict[str, Any], sub: dict[str, Any], t: float) -> bool:
 
 
 def situation_at(rec: dict[str, Any], sub: dict[str, Any], t: float) -> tuple[Situation, History, str]:
-    """What kperf.core.eta would have read at `t` about `sub`, and the phase it was in."""
+    """What kperf.core.lab.eta would have read at `t` about `sub`, and the phase it was in."""
     hist = History()
     for j in sorted((j for j in rec["jobs"] if j["finished"] < t), key=lambda j: j["finished"]):
         hist.add_job(j["machine_class"], j["benchmark"], j["grid"], j["finished"] - j["started"])
@@ -319,7 +319,7 @@ def situation_at(rec: dict[str, Any], sub: dict[str, Any], t: float) -> tuple[Si
     planned = not own_jobs and bool(own_builds)
     mine: list[float | None] = [t - b["started"] if _running(b, t) else None for b in own_builds]
     ahead: list[float | None] = []
-    # As kperf.core.eta._builds: the builds before the submission's own, or all once they are done.
+    # As kperf.core.lab.eta._builds: the builds before the submission's own, or all once they are done.
     oldest = min((b["created"] for b in own_builds), default=t)
     for b in rec["builds"]:
         if b in own_builds:

@@ -37,7 +37,7 @@ import hashlib, json
 from pathlib import Path
 from django.contrib.auth import get_user_model
 from kperf.core.models import KernelBuild, Submission, SubmissionBuild, Tree
-from kperf.core.workflow import schedule_jobs
+from kperf.core.submissions.pipeline import schedule_jobs
 art = Path(ART); art.mkdir(parents=True, exist_ok=True)
 tree, _ = Tree.objects.get_or_create(url=str(art / "tree"))
 def built(sha):

@@ -32,8 +32,6 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
 
-from kperf.core import analysis, history, noise_pools, tracking  # noqa: E402
-from kperf.core.api import history as history_api  # noqa: E402
 from kperf.core.models import (  # noqa: E402
     BootRecord,
     BranchCommit,
@@ -45,6 +43,10 @@ from kperf.core.models import (  # noqa: E402
     TrackedBranch,
     Tree,
 )
+from kperf.core.results import noise_pools, summaries  # noqa: E402
+from kperf.core.submissions import analysis  # noqa: E402
+from kperf.core.tracking import branches  # noqa: E402
+from kperf.core.web.api import history as history_api  # noqa: E402
 from kperf.stats.noise import RunStats  # noqa: E402
 
 # Benchmarks and how many metrics each prints (pagealloc's micro has 105).
@@ -185,10 +187,10 @@ def new_commit(branch: TrackedBranch, mclass: MachineClass, n: int, spent: dict[
                 [rec.pk, commit.position, ITERATIONS - 1],
             )
         t = time.perf_counter()
-        history.job_stored(job.pk)
+        summaries.job_stored(job.pk)
         stored += time.perf_counter() - t
     t = time.perf_counter()
-    tracking.analyse_series(branch, mclass.pk, "pagealloc", "wall")
+    branches.analyse_series(branch, mclass.pk, "pagealloc", "wall")
     spent["analyse"].append((time.perf_counter() - t) * 1000)
     spent["stored"].append(stored / BOOTS * 1000)
     BranchCommit.objects.filter(pk=commit.pk).update(status="done")
@@ -206,7 +208,7 @@ def learned_prior(mclass: MachineClass, own: list[str]) -> None:
     jobs = Job.objects.filter(status="done", machine_class=mclass, benchmark="pagealloc", grid="quick", clock="wall")
     extra: dict[str, list[RunStats]] = {}
     for sha in own:
-        for metric, run in history.runs_of(jobs.filter(build__sha=sha)).items():
+        for metric, run in summaries.runs_of(jobs.filter(build__sha=sha)).items():
             extra.setdefault(metric, []).append(run)
     noise_pools.noise_models(mclass.pk, "wall", "pagealloc", "quick", exclude_shas=own, extra=extra)
 

@@ -25,13 +25,13 @@ PACKAGES = [
 
 # (file, function, imported module): why it is imported there and not at the top.
 INSIDE_FUNCTIONS = {
-    ("service/kperf/cli.py", "cmd_compare", "kperf.stats"): "numpy and scipy take a second to load; "
+    ("service/kperf/cli/main.py", "cmd_compare", "kperf.stats"): "numpy and scipy take a second to load; "
     "only compare and changepoints need them, and every other kperf command starts without",
-    ("service/kperf/cli.py", "cmd_changepoints", "kperf.stats"): "as cmd_compare",
-    ("service/kperf/cli_mmtests.py", "render_kernel_comparison", "kperf.stats.summary"): "as cmd_compare",
+    ("service/kperf/cli/main.py", "cmd_changepoints", "kperf.stats"): "as cmd_compare",
+    ("service/kperf/cli/mmtests.py", "render_kernel_comparison", "kperf.stats.summary"): "as cmd_compare",
     ("service/kperf/core/apps.py", "ready", "kperf.celery"): "Django's way: the app registry is ready "
     "only here, and the Celery app must exist before shared tasks bind",
-    ("service/kperf/core/apps.py", "ready", "kperf.core.states"): "Django's way: connects the signal "
+    ("service/kperf/core/apps.py", "ready", "kperf.core.lifecycle.states"): "Django's way: connects the signal "
     "receivers once the models are loaded",
     ("service/kperf/manage.py", "main", "django.core.management"): "Django's manage.py: the settings "
     "module is chosen before Django loads",

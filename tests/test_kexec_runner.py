@@ -31,7 +31,7 @@ checks that the service had not got the outcome yet.
 Jobs (b)-(d) belong to submissions with boot parameters of their own
 (Submission.boot_params), which their claims carry to the runner. rdinit=,
 root=, panic= and ramoops.* are words kperf refuses from people
-(kperf.core.boot_params), so the test sets them on the submissions
+(kperf.core.lab.boot_params), so the test sets them on the submissions
 directly, as an operator could.
 """
 
@@ -93,7 +93,7 @@ def test_a_bare_metal_runner_kexecs_into_each_job_and_comes_back(
     tmp_path: Path,
     django_user_model: Any,
 ) -> None:
-    from kperf.core.artifacts import sha256_file
+    from kperf.core.builds.artifacts import sha256_file
     from kperf.core.models import BootRecord, Job, KernelBuild, MachineClass, Runner, Sample, Submission, Tree
     from kperf.core.models.lab import Clock
     from kperf_testing.kbuild import build_fixture_kernel

@@ -13,8 +13,8 @@ from grafana_sql import Choice, dashboards, panel_result, variable_options
 from tests.conftest import Api
 from tests.test_tracking import land_a_step_in_a_gap
 
-from kperf.core import tracking
 from kperf.core.models import BranchCommit, ChangePoint, MetricDef, TrackedBranch
+from kperf.core.tracking import branches
 
 pytestmark = pytest.mark.django_db
 
@@ -41,7 +41,7 @@ def test_a_bisected_regression_on_the_tracked_branch_dashboard(
     chosen["clock"] = Choice("instructions", "instructions")
     assert variable_options(board, "benchmark", chosen) == [Choice("spawn", "spawn")]
     chosen["benchmark"] = Choice("spawn", "spawn")
-    commits, series = tracking.series(branch, qemu_class.pk, "spawn", qemu_class.clock)
+    commits, series = branches.series(branch, qemu_class.pk, "spawn", qemu_class.clock)
     units = dict(MetricDef.objects.values_list("name", "unit"))
     assert variable_options(board, "metric", chosen) == [Choice(f"{m} ({units[m]})", m) for m in sorted(series)]
     metric = cps[0].metric
@@ -145,7 +145,7 @@ def test_an_untouched_branch_shows_its_commits_and_an_empty_series(
 
     data = track(alice_api, small_tree, boots=1)
     branch = TrackedBranch.objects.get(pk=data["id"])
-    tracking.poll_branch(branch.pk)
+    branches.poll_branch(branch.pk)
     board = dashboards()["kperf-branch"]
     chosen = {"branch": Choice("", str(branch.pk))}
     # No job yet (the kernel is being built): no machine class to choose.

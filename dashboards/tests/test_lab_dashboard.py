@@ -16,7 +16,9 @@ from grafana_sql import dashboards, expand_macros, panel_result, rfc3339nano, ru
 from tests.conftest import Api, git
 from tests.test_tracking import finish_builds, track
 
-from kperf.core import alerts, building, runner_state, tracking
+from kperf.core.builds import queue
+from kperf.core.lab import runner_health
+from kperf.core.mail import alerts
 from kperf.core.models import (
     Alert,
     Job,
@@ -27,7 +29,8 @@ from kperf.core.models import (
     Submission,
     TrackedBranch,
 )
-from kperf.core.workflow import advance_submission, prepare_submission
+from kperf.core.submissions.pipeline import advance_submission, prepare_submission
+from kperf.core.tracking import branches
 from kperf_kbuild.driver import BuildRequest, BuildResult
 
 pytestmark = pytest.mark.django_db
@@ -59,7 +62,7 @@ def compiler(monkeypatch: pytest.MonkeyPatch) -> set[str]:
             error="" if ok else "mm/memory.c:42: error: expected ';'",
         )
 
-    monkeypatch.setattr(building, "build_kernel", build_kernel)
+    monkeypatch.setattr(queue, "build_kernel", build_kernel)
     return failing
 
 
@@ -87,9 +90,9 @@ def busy_lab(
     _, runner_http = runner_api
     arm = MachineClass.objects.create(name="arm64-lab", arch="arm64")
     Runner.register("arm-1", arm)
-    # What an admin's quarantine does (kperf.core.runner_state).
+    # What an admin's quarantine does (kperf.core.lab.runner_health).
     with transaction.atomic():
-        runner_state.quarantine(runner_state.locked("arm-1"), "quarantined by lab-admin: fan failure")
+        runner_health.quarantine(runner_health.locked("arm-1"), "quarantined by lab-admin: fan failure")
     # A branch whose kernel does not compile.
     git(small_tree, "checkout", "-q", "-b", "broken", "master")
     (small_tree / "mm.c").write_text("int x = ;\n")
@@ -115,7 +118,7 @@ def busy_lab(
     for sub in (measured, broken):
         prepare_submission(sub.pk)
     for build in KernelBuild.objects.filter(status=KernelBuild.Status.QUEUED):
-        building.run_build(build.pk)
+        queue.run_build(build.pk)
     for sub in (measured, broken):
         advance_submission(sub.pk)
 
@@ -127,7 +130,7 @@ def busy_lab(
     # A tracked branch with its first commit waiting for a runner.
     data = track(alice_api, small_tree, boots=2)
     branch = TrackedBranch.objects.get(pk=data["id"])
-    tracking.poll_branch(branch.pk)
+    branches.poll_branch(branch.pk)
     finish_builds(branch, tmp_path)
 
 

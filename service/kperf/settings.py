@@ -19,8 +19,8 @@ from kperf.conf import (
     env_str,
     secret_key_problem,
 )
-from kperf.core import tree_urls
-from kperf.core.task_names import Task
+from kperf.core.builds import tree_urls
+from kperf.core.lifecycle.task_names import Task
 
 BASE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BASE_DIR.parent.parent
@@ -71,19 +71,19 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Turns the API's non-JSON 4xx and 5xx answers, from anything below it, into JSON.
-    "kperf.core.api.middleware.ApiErrorsMiddleware",
+    "kperf.core.web.api.middleware.ApiErrorsMiddleware",
     # Before anything reads them: refuses NUL bytes anywhere in a request
     # (PostgreSQL cannot hold them) and a query or form Django cannot read.
-    "kperf.core.request_guard.RequestGuardMiddleware",
+    "kperf.core.web.request_guard.RequestGuardMiddleware",
     # A page whose view found the database unreachable gets a plain 503 page.
-    "kperf.core.request_guard.DatabaseUnavailableMiddleware",
+    "kperf.core.web.request_guard.DatabaseUnavailableMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # Names the request (its user, or the runner or build machine of its token) in the status history.
-    "kperf.core.actors.ActorMiddleware",
+    "kperf.core.web.actors.ActorMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last, as django-axes requires: it answers a locked-out login attempt.
@@ -129,7 +129,7 @@ AUTH_PASSWORD_VALIDATORS = [
 # Every login (web form, admin, POST /api/v1/auth/token) goes through the
 # throttle before the password is checked.
 AUTHENTICATION_BACKENDS = [
-    "kperf.core.throttle.LoginThrottleBackend",
+    "kperf.core.web.throttle.LoginThrottleBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_FAILURE_LIMIT = env_int("KPERF_LOGIN_FAILURE_LIMIT", 10, minimum=1)
@@ -138,7 +138,7 @@ AXES_COOLOFF_TIME = timedelta(minutes=env_int("KPERF_LOGIN_COOLOFF_MINUTES", 15,
 # many user names tried from one address.
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_RESET_ON_SUCCESS = True
-AXES_LOCKOUT_CALLABLE = "kperf.core.throttle.lockout_response"
+AXES_LOCKOUT_CALLABLE = "kperf.core.web.throttle.lockout_response"
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
@@ -324,7 +324,7 @@ KPERF_BUILDER_MAX_UPLOAD_BYTES = env_int("KPERF_BUILDER_MAX_UPLOAD_BYTES", 4 * 1
 KPERF_REDRIVE_SECONDS = env_int("KPERF_REDRIVE_SECONDS", 30, minimum=1)
 KPERF_REDRIVE_AFTER_SECONDS = env_int("KPERF_REDRIVE_AFTER_SECONDS", 300, minimum=1)
 # An analysing submission or tracked commit that no worker is analysing (its
-# analysis lock is free: kperf.core.owners.analysis_running) and that has not
+# analysis lock is free: kperf.core.lifecycle.owners.analysis_running) and that has not
 # moved for this long lost its analysis, and the sweeper sends it again: with
 # REDRIVE_SECONDS, at most a minute after its worker died.
 KPERF_ANALYSIS_LOST_AFTER_SECONDS = env_int("KPERF_ANALYSIS_LOST_AFTER_SECONDS", 30, minimum=1)
@@ -401,13 +401,13 @@ KPERF_MAIL_EXTRA_RECIPIENTS_PER_DAY = env_int("KPERF_MAIL_EXTRA_RECIPIENTS_PER_D
 # operators can change the intervals in the admin.
 CELERY_BEAT_SCHEDULE = {
     "expire-leases": {"task": Task.EXPIRE_LEASES, "schedule": float(env_int("KPERF_LEASE_CHECK_SECONDS", 30))},
-    # Work whose message was lost or whose worker died (kperf.core.sweeper).
+    # Work whose message was lost or whose worker died (kperf.core.tasks.sweeper).
     "redrive": {"task": Task.REDRIVE, "schedule": float(KPERF_REDRIVE_SECONDS)},
     # Alerts that could not be sent (SMTP down, no host yet) are retried.
     "send-alerts": {"task": Task.SEND_ALERTS, "schedule": float(env_int("KPERF_ALERT_RETRY_SECONDS", 120))},
     # Replies to alerts waiting in an IMAP mailbox (docs/triage.md); a no-op without KPERF_IMAP_HOST.
     "poll-mailbox": {"task": Task.POLL_MAILBOX, "schedule": float(KPERF_IMAP_POLL_SECONDS)},
-    # Runners whose calibration is due get a calibration job (kperf.core.calibration).
+    # Runners whose calibration is due get a calibration job (kperf.core.lab.calibration).
     "queue-calibrations": {"task": Task.QUEUE_CALIBRATIONS, "schedule": float(KPERF_CALIBRATION_CHECK_SECONDS)},
     # How often tracked branches are fetched to see whether they moved.
     "poll-tracked-branches": {

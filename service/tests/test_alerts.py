@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 from aiosmtpd.controller import Controller
 
-from kperf.core import alerts, tracking
-from kperf.core.analysis import analyse_submission
+from kperf.core.mail import alerts
 from kperf.core.models import Alert, Job, Submission, TrackedBranch
-from kperf.core.workflow import advance_submission, fail_submission
+from kperf.core.submissions.analysis import analyse_submission
+from kperf.core.submissions.pipeline import advance_submission, fail_submission
+from kperf.core.tracking import branches
 
 from .conftest import Api
 from .lab_fixtures import results_body, submission_ready_for_testing
@@ -162,14 +163,14 @@ def test_a_regression_on_a_tracked_branch_mails_its_watchers_once(
     data = track(alice_api, small_tree, boots=2, max_commits=50, notify=["linux-mm@example.org"])
     branch = TrackedBranch.objects.get(pk=data["id"])
     rng = np.random.default_rng(3)
-    tracking.poll_branch(branch.pk)
+    branches.poll_branch(branch.pk)
     commit_n(small_tree, 13)
-    tracking.poll_branch(branch.pk)
+    branches.poll_branch(branch.pk)
     levels = {c.sha: 1000.0 for c in branch.commits.all()}
     finish_builds(branch, tmp_path)
     run_jobs(runner_api[1], levels, rng)
     culprit, *rest = commit_n(small_tree, 8)
-    tracking.poll_branch(branch.pk)
+    branches.poll_branch(branch.pk)
     levels.update({sha: 880.0 for sha in [culprit, *rest]})
     finish_builds(branch, tmp_path)
     run_jobs(runner_api[1], levels, rng)
@@ -186,5 +187,5 @@ def test_a_regression_on_a_tracked_branch_mails_its_watchers_once(
         assert f"https://kperf.example.org/branches/{branch.pk}" in body
     sent = len(smtp.messages)
     # The same change found again by a later analysis is not mailed again.
-    tracking.analyse_series(branch, qemu_class.pk, "spawn", qemu_class.clock)
+    branches.analyse_series(branch, qemu_class.pk, "spawn", qemu_class.clock)
     assert alerts.send_pending() == 0 and len(smtp.messages) == sent

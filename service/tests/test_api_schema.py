@@ -20,8 +20,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from kperf.core.api import api
 from kperf.core.models import ApiToken, BuildMachine, MachineClass, Runner
+from kperf.core.web.api import api
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 

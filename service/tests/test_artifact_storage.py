@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from kperf import storage_settings
 from kperf.conf import ConfigError
-from kperf.core import archive, artifacts
+from kperf.core.builds import archive, artifacts
 from kperf.core.models import BootRecord, Job, KernelBuild, Submission, Tree
 from kperf_runner.client import ArtifactError
 from kperf_runner.client import Client as RunnerClient

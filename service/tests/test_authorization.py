@@ -19,7 +19,9 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 
-from kperf.core import access, confirmations, dispatch, imports, tracking, triage
+from kperf.core import access, triage
+from kperf.core.lifecycle import dispatch
+from kperf.core.mail import confirmations
 from kperf.core.models import (
     ApiToken,
     BootRecord,
@@ -39,6 +41,8 @@ from kperf.core.models import (
     Tree,
     Triage,
 )
+from kperf.core.results import mmtests_import
+from kperf.core.tracking import branches
 from kperf_runner.benchmarks import resolve_params
 
 from .authorization_matrix import PRINCIPALS, RAW, ROUTES, SHA, TREE, Lab, import_body
@@ -330,13 +334,13 @@ def test_the_reference_series_is_read_by_all_and_changed_by_staff(lab: Lab, no_b
 
 @pytest.mark.django_db
 def test_tracking_checks_the_acting_user_in_the_domain(lab: Lab) -> None:
-    """The rule is tracking.track's, not only the API view's."""
-    req = tracking.TrackRequest(tree_url=TREE, branch="alice-branch", boots=7)
-    with pytest.raises(tracking.AlreadyTracked, match="another user"):
-        tracking.track(lab.users["other"], req)
+    """The rule is branches.track's, not only the API view's."""
+    req = branches.TrackRequest(tree_url=TREE, branch="alice-branch", boots=7)
+    with pytest.raises(branches.AlreadyTracked, match="another user"):
+        branches.track(lab.users["other"], req)
     assert TrackedBranch.objects.get(pk=lab.ids["branch"]).boots == 0
-    assert tracking.track(lab.users["owner"], req).boots == 7
-    new = tracking.track(lab.users["other"], tracking.TrackRequest(tree_url=TREE, branch="bob-topic"))
+    assert branches.track(lab.users["owner"], req).boots == 7
+    new = branches.track(lab.users["other"], branches.TrackRequest(tree_url=TREE, branch="bob-topic"))
     assert new.owner == lab.users["other"]
 
 
@@ -360,7 +364,7 @@ def test_logs_and_consoles_follow_what_they_belong_to(lab: Lab) -> None:
 
 @pytest.mark.django_db
 def test_visible_jobs_are_own_reference_and_imported(lab: Lab) -> None:
-    imported = imports.import_mmtests(import_body(lab)).jobs
+    imported = mmtests_import.import_mmtests(import_body(lab)).jobs
     bob = set(access.visible_jobs(lab.users["other"]).values_list("pk", flat=True))
     bobs = set(Job.objects.filter(submission_id=lab.ids["bob_sub"]).values_list("pk", flat=True))
     assert bob == bobs | {lab.ids["bob_job"], lab.ids["ref_job"], *imported}

@@ -9,10 +9,10 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from kperf.core import history
-from kperf.core.analysis import compare_kernels
 from kperf.core.models import Job, KernelBuild, RunSummary, SharedJob, Submission, SubmissionBuild, Tree
-from kperf.core.workflow import schedule_jobs
+from kperf.core.results import summaries
+from kperf.core.submissions.analysis import compare_kernels
+from kperf.core.submissions.pipeline import schedule_jobs
 
 from .conftest import Api, kperf_cli
 from .lab_fixtures import built, results_body
@@ -237,13 +237,13 @@ def test_boots_with_boot_params_stay_out_of_the_kernels_history(lab: Lab, alice:
     run_all(api)
     tuned_jobs = Job.objects.filter(submission=tuned)
     assert tuned_jobs.filter(status=Job.Status.DONE).count() == 8
-    history.summarise(Job.objects.all())
+    summaries.summarise(Job.objects.all())
     # Measured another way, they are not the kernels' runs the noise model pools.
     assert not RunSummary.objects.exists()
     assert compare_kernels("qemu-x86_64", "spawn", BASE_SHA, "b" * 40)["metrics"] == []
     plain = lab.submit(alice, "c" * 40)
     run_all(api)
-    history.summarise(Job.objects.all())
+    summaries.summarise(Job.objects.all())
     base_runs = RunSummary.objects.filter(sha=BASE_SHA)
     # The base kernel's run holds the plain submission's 4 boots, not the 4 with nosmt and THP always.
     assert base_runs.exists() and set(base_runs.values_list("boots", flat=True)) == {4}

@@ -27,10 +27,10 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 from playwright.sync_api import Error as PlaywrightError
 
-from kperf.core import tracking
-from kperf.core.analysis import analyse_submission
 from kperf.core.models import ChangePoint, Job, TrackedBranch
-from kperf.core.workflow import advance_submission
+from kperf.core.submissions.analysis import analyse_submission
+from kperf.core.submissions.pipeline import advance_submission
+from kperf.core.tracking import branches
 
 from .conftest import Api
 from .lab_fixtures import results_body, submission_ready_for_testing
@@ -258,14 +258,14 @@ def test_the_tracked_branch_pages_show_a_change_point(
     _, runner = runner_api
     rng = np.random.default_rng(11)
     branch = TrackedBranch.objects.get(pk=track(alice_api, small_tree, boots=2, max_commits=50)["id"])
-    tracking.poll_branch(branch.pk)
+    branches.poll_branch(branch.pk)
     commit_n(small_tree, 11)
-    tracking.poll_branch(branch.pk)
+    branches.poll_branch(branch.pk)
     levels = {c.sha: 1000.0 for c in branch.commits.all()}
     finish_builds(branch, tmp_path)
     run_jobs(runner, levels, rng)
     after = commit_n(small_tree, 8)
-    tracking.poll_branch(branch.pk)
+    branches.poll_branch(branch.pk)
     levels.update({sha: 900.0 for sha in after})
     finish_builds(branch, tmp_path)
     run_jobs(runner, levels, rng)

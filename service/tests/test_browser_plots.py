@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
-from kperf.core.analysis import analyse_submission
 from kperf.core.models import ChangePoint, Job, MetricComparison, Sample
-from kperf.core.workflow import advance_submission
+from kperf.core.submissions.analysis import analyse_submission
+from kperf.core.submissions.pipeline import advance_submission
 
 from .conftest import Api
 from .lab_fixtures import results_body, submission_ready_for_testing

@@ -21,8 +21,9 @@ from django.db import transaction
 from django.test import Client
 from django.utils import timezone
 
-from kperf.core import artifacts, build_machines, building, gitops, sweeper
+from kperf.core.builds import artifacts, gitops, machines, queue
 from kperf.core.models import BuildMachine, KernelBuild, Runner, Tree
+from kperf.core.tasks import sweeper
 from kperf_kbuild import builder
 from kperf_kbuild.driver import config_digest
 from kperf_kbuild.host import BuildInfraError
@@ -47,7 +48,7 @@ def machine(name: str) -> tuple[BuildMachine, Api]:
 def queued_build(sha: str = "a" * 40, arch: str = "x86_64", tree: Tree | None = None) -> KernelBuild:
     tree = tree or Tree.objects.get_or_create(url="https://git.example.org/linux.git")[0]
     with transaction.atomic():
-        return building.need_build(tree, sha, arch, config_digest(arch))
+        return queue.need_build(tree, sha, arch, config_digest(arch))
 
 
 def put(api: Api, build: KernelBuild, name: str, data: bytes, offset: int) -> Any:
@@ -102,7 +103,7 @@ def test_a_queued_build_is_claimed_once_with_what_the_machine_needs(pulled: Any)
     assert claim["id"] == build.pk and claim["attempt"] == 1 and claim["sha"] == "a" * 40
     assert claim["config_digest"] == config_digest("x86_64") and claim["scope"] == "lab"
     assert claim["git_path"] == f"/builder-git/{build.tree_id}"
-    assert 0 < claim["chunk_bytes"] <= build_machines.CHUNK_BYTES_MAX
+    assert 0 < claim["chunk_bytes"] <= machines.CHUNK_BYTES_MAX
     assert claimed(two) is None
     build.refresh_from_db()
     assert build.status == "building" and build.worker == "builder:builder-1"
@@ -163,7 +164,7 @@ def test_files_arrive_in_chunks_and_are_stored_as_declared(pulled: Any) -> None:
         meta = build.artifacts[name]
         assert meta["key"] == f"builds/{build.pk}/1/{name}"
         assert artifacts.read_checked(meta, name) == data
-    assert not build_machines.staging_dir(build.pk, 1).exists()
+    assert not machines.staging_dir(build.pk, 1).exists()
     # Done is final: nothing more is taken for it.
     assert put(api, build, "kernel", b"late", 0).json()["code"] == "not-held"
 
@@ -211,7 +212,7 @@ def test_a_machine_that_goes_quiet_loses_the_build_to_the_next(pulled: Any) -> N
     KernelBuild.objects.filter(pk=build.pk).update(lease_expires=timezone.now() - timedelta(seconds=1))
     done = sweeper.redrive()
     assert done["builds taken back from dead workers"] == 1
-    assert done["uploads of ended builds removed"] == 1 and not build_machines.staging_dir(build.pk, 1).exists()
+    assert done["uploads of ended builds removed"] == 1 and not machines.staging_dir(build.pk, 1).exists()
     KernelBuild.objects.filter(pk=build.pk).update(not_before=None)
     claim = claimed(two)
     assert claim is not None and claim["attempt"] == 2
@@ -229,7 +230,7 @@ def test_in_pull_mode_nothing_is_sent_to_the_builds_queue(
         sent.append(args)
         return True
 
-    monkeypatch.setattr("kperf.core.dispatch.send", send)
+    monkeypatch.setattr("kperf.core.lifecycle.dispatch.send", send)
     with django_capture_on_commit_callbacks(execute=True):
         build = queued_build()
     KernelBuild.objects.filter(pk=build.pk).update(updated=timezone.now() - timedelta(days=1))
@@ -323,7 +324,7 @@ def test_kperf_builder_reports_what_it_cannot_build_as_its_own_fault(
 
     # A configuration this machine's kperf-kbuild does not make: another kperf version.
     with transaction.atomic():
-        other = building.need_build(tree, git(small_tree, "rev-parse", "master"), "x86_64", "f" * 64)
+        other = queue.need_build(tree, git(small_tree, "rev-parse", "master"), "x86_64", "f" * 64)
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     other.refresh_from_db()

@@ -12,7 +12,7 @@ import pytest
 from django.test import Client
 
 from kperf.core.models import KernelBuild, SubmissionBuild
-from kperf.core.workflow import prepare_submission
+from kperf.core.submissions.pipeline import prepare_submission
 
 from .conftest import Api
 

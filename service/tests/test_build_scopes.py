@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from django.db import transaction
 
-from kperf.core import building
+from kperf.core.builds import queue
 from kperf.core.models import KernelBuild, SubmissionBuild, Tree
-from kperf.core.workflow import prepare_submission
+from kperf.core.submissions.pipeline import prepare_submission
 
 from .conftest import Api, git
 
@@ -29,7 +29,7 @@ def body(tree_path: Path, **kw: Any) -> dict[str, Any]:
 
 def need(tree: Tree, scope: str) -> KernelBuild:
     with transaction.atomic():
-        return building.need_build(tree, SHA, "x86_64", DIGEST, scope)
+        return queue.need_build(tree, SHA, "x86_64", DIGEST, scope)
 
 
 @pytest.fixture
@@ -38,23 +38,23 @@ def tree(tmp_path: Path) -> Tree:
 
 
 def test_staff_build_in_the_lab_scope_and_everyone_else_in_their_own(alice: Any, staff: Any) -> None:
-    assert building.scope_for(staff) == "lab"
-    assert building.scope_for(alice) == f"user-{alice.pk}"
-    assert building.scope_for(None) == "lab"
+    assert queue.scope_for(staff) == "lab"
+    assert queue.scope_for(alice) == f"user-{alice.pk}"
+    assert queue.scope_for(None) == "lab"
 
 
 def test_two_submitters_never_share_a_build_of_the_same_commit(tree: Tree, alice: Any, django_user_model: Any) -> None:
     bob = django_user_model.objects.create_user("bob", "bob@example.org", "bob-password-1")
-    a, b = need(tree, building.scope_for(alice)), need(tree, building.scope_for(bob))
+    a, b = need(tree, queue.scope_for(alice)), need(tree, queue.scope_for(bob))
     assert a.pk != b.pk
     assert (a.scope, b.scope) == (f"user-{alice.pk}", f"user-{bob.pk}")
     # Within one scope the build is shared as before.
-    assert need(tree, building.scope_for(alice)).pk == a.pk
+    assert need(tree, queue.scope_for(alice)).pk == a.pk
 
 
 def test_everyone_uses_the_lab_s_build_but_the_lab_uses_nobody_else_s(tree: Tree, alice: Any, staff: Any) -> None:
-    mine = need(tree, building.scope_for(alice))
-    lab = need(tree, building.scope_for(staff))
+    mine = need(tree, queue.scope_for(alice))
+    lab = need(tree, queue.scope_for(staff))
     assert lab.pk != mine.pk and lab.scope == "lab"
     # Once the lab has it, a new submitter gets the lab's build.
     assert need(tree, "user-999").pk == lab.pk
@@ -63,7 +63,7 @@ def test_everyone_uses_the_lab_s_build_but_the_lab_uses_nobody_else_s(tree: Tree
 def test_a_lab_build_that_failed_on_the_build_machine_is_not_handed_out(tree: Tree, alice: Any) -> None:
     lab = need(tree, "lab")
     KernelBuild.objects.filter(pk=lab.pk).update(status="failed", failure_kind="infra")
-    mine = need(tree, building.scope_for(alice))
+    mine = need(tree, queue.scope_for(alice))
     assert mine.pk != lab.pk and mine.scope == f"user-{alice.pk}"
 
 

@@ -24,7 +24,7 @@ from django.db import transaction
 from django.test import Client
 from django.utils import timezone
 
-from kperf.core import calibration, leases, runner_state
+from kperf.core.lab import calibration, leases, runner_health
 from kperf.core.models import ApiToken, Job, MachineClass, Runner, RunnerEvent, Tree
 from kperf_runner.agent import Agent, RunnerConfig
 from kperf_runner.backends import Backend, BootFailure, BootJob, BootResult, ConsoleCallback, parse_boot
@@ -483,7 +483,7 @@ def test_a_quarantined_runners_requeued_calibration_is_cancelled(native_class: M
     cal = calibration.queue_for(r)
     job = api.post("/runner/claim").json()["job"]
     assert job["id"] == cal.pk
-    runner_state.quarantine_by_name("native-1", None, "fan failure")
+    runner_health.quarantine_by_name("native-1", None, "fan failure")
     # An infrastructure failure with attempts left would requeue it: it is cancelled instead.
     resp = api.post(f"/runner/jobs/{cal.pk}/fail", {"attempt": 1, "kind": "infra", "message": "disk full"})
     assert resp.status_code == 200 and resp.json()["status"] == "cancelled"
@@ -496,7 +496,7 @@ def test_a_quarantined_runners_requeued_calibration_is_cancelled(native_class: M
     calibration.release_by_name("native-1", None, "fixed", calibrate=False)
     second = calibration.queue_for(runner())
     assert api.post("/runner/claim").json()["job"]["id"] == second.pk
-    runner_state.quarantine_by_name("native-1", None, "again")
+    runner_health.quarantine_by_name("native-1", None, "again")
     Job.objects.filter(pk=second.pk).update(lease_expires=timezone.now() - timedelta(seconds=1))
     assert leases.expire_leases() == 1
     second.refresh_from_db()
@@ -518,7 +518,7 @@ def test_a_runner_quarantined_after_it_authenticated_claims_nothing(
     authenticated = leases.runner_for_token(api.token or "")
     assert authenticated is not None
     # The quarantine commits between the request's token lookup and its claim.
-    runner_state.quarantine_by_name("native-1", None, "fan failure")
+    runner_health.quarantine_by_name("native-1", None, "fan failure")
     assert authenticated.health == Runner.Health.GOOD  # as the request loaded it
     assert leases.claim(authenticated) is None
     assert not Job.objects.exclude(status=Job.Status.QUEUED).exists()
@@ -542,7 +542,7 @@ def test_the_schedule_and_a_release_at_once_queue_one_calibration(native_class: 
     # A release in progress holds the runner and has queued its calibration,
     # not yet committed: the schedule waits for it, then sees it.
     with transaction.atomic():
-        calibration.queue_for(runner_state.locked("native-1"))
+        calibration.queue_for(runner_health.locked("native-1"))
         waiting = threading.Thread(target=beat)
         waiting.start()
         waiting.join(1.0)

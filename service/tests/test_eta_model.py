@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from kperf.core.eta_model import (
+from kperf.core.lab.eta_model import (
     DEFAULT_BUILD_S,
     DEFAULT_JOB_S,
     Estimate,
@@ -133,7 +133,7 @@ def test_the_sentence_names_the_jobs_ahead_per_class() -> None:
 
 def test_the_model_imports_without_django() -> None:
     probe = (
-        "import sys, kperf.core.eta_model;"
+        "import sys, kperf.core.lab.eta_model;"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'celery', 'kombu'));"
         "print(bad); sys.exit(1 if bad else 0)"
     )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kperf.core.gitops import GitInputError, validate_ref, validate_tree_url
-from kperf.core.tree_urls import SCHEMES, TreePolicy
+from kperf.core.builds.gitops import GitInputError, validate_ref, validate_tree_url
+from kperf.core.builds.tree_urls import SCHEMES, TreePolicy
 
 # An operator who allows every scheme and local trees; the defaults have tests in test_tree_urls.py.
 EVERYTHING = TreePolicy.build(schemes=SCHEMES, allow_local=True)

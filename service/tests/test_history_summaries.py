@@ -12,7 +12,6 @@ from django.core.management import call_command
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from kperf.core import analysis, history, series_pools, tracking
 from kperf.core.models import (
     BootRecord,
     CommitSummary,
@@ -23,6 +22,9 @@ from kperf.core.models import (
     SeriesPool,
     SeriesState,
 )
+from kperf.core.results import drift_pools, summaries
+from kperf.core.submissions import analysis
+from kperf.core.tracking import branches
 from kperf.stats import history as sh
 from kperf.stats.changepoints import OnlineDetector, detect, estimate_drift
 from kperf.stats.noise import (
@@ -79,16 +81,16 @@ def test_learned_drift_and_build_noise_from_summaries_equal_the_full_history(
     wandering, _ = branch_with_series(alice, qemu_class, tmp_path, "wandering", 200, walk=0.1)
     branch_with_series(alice, qemu_class, tmp_path, "stepping", 150, walk=0.0, step_at=80, step=8.0)
     # One branch analysed (so it has change points that cut its history), one never.
-    tracking.analyse_series(wandering, qemu_class.pk, "spawn", qemu_class.clock)
+    branches.analyse_series(wandering, qemu_class.pk, "spawn", qemu_class.clock)
     full = reference_history.learned_drift(qemu_class.pk, "spawn", qemu_class.clock)
-    kept = series_pools.learned_drift(qemu_class.pk, "spawn", qemu_class.clock)
+    kept = drift_pools.learned_drift(qemu_class.pk, "spawn", qemu_class.clock)
     assert set(kept) == set(full) == {WANDERS, STEADY}
     for metric in full:
         assert kept[metric].rate == full[metric].rate
         assert kept[metric].commits == full[metric].commits
         assert kept[metric].lr == pytest.approx(full[metric].lr, rel=1e-9, abs=1e-9)
     full_builds = reference_history.learned_build_noise(qemu_class.pk, "spawn", qemu_class.clock)
-    kept_builds = series_pools.learned_build_noise(qemu_class.pk, "spawn", qemu_class.clock)
+    kept_builds = drift_pools.learned_build_noise(qemu_class.pk, "spawn", qemu_class.clock)
     for metric in full_builds:
         assert kept_builds[metric].sd == pytest.approx(full_builds[metric].sd, rel=1e-9, abs=1e-12)
         assert kept_builds[metric].builds == full_builds[metric].builds
@@ -99,7 +101,7 @@ def test_between_build_noise_from_summaries_equals_the_full_history(
 ) -> None:
     branch_of_builds(alice, qemu_class, tmp_path, n=16, boots=2)
     full = reference_history.learned_build_noise(qemu_class.pk, "spawn", qemu_class.clock)
-    kept = series_pools.learned_build_noise(qemu_class.pk, "spawn", qemu_class.clock)
+    kept = drift_pools.learned_build_noise(qemu_class.pk, "spawn", qemu_class.clock)
     assert full and set(kept) == set(full)
     for metric, estimate in full.items():
         assert estimate.sd > 0
@@ -141,10 +143,10 @@ def _one_more_boot(job: Job, value: float) -> Job:
 
 def _queries_to_store_one_job(alice: Any, qemu_class: Any, tmp_path: Path, commits: int) -> tuple[int, list[str]]:
     _, measured = branch_with_series(alice, qemu_class, tmp_path, f"b{commits}", commits, walk=0.0)
-    history.summarise(Job.objects.all())
+    summaries.summarise(Job.objects.all())
     job = _one_more_boot(Job.objects.get(branch_commit=measured[-1]), 1000.0)
     with CaptureQueriesContext(connection) as ctx:
-        history.job_stored(job.pk)
+        summaries.job_stored(job.pk)
     return len(ctx.captured_queries), [q["sql"] for q in ctx.captured_queries]
 
 
@@ -160,11 +162,11 @@ def test_storing_a_job_summarises_only_its_kernel_and_commit(alice: Any, qemu_cl
 
 def test_a_stored_job_updates_its_commit_and_kernel_summaries(alice: Any, qemu_class: Any, tmp_path: Path) -> None:
     _, measured = branch_with_series(alice, qemu_class, tmp_path, "one", 3, walk=0.0)
-    history.summarise(Job.objects.all())
+    summaries.summarise(Job.objects.all())
     row = CommitSummary.objects.get(commit=measured[-1], metric=WANDERS)
     assert row.boots == 1
     job = _one_more_boot(Job.objects.get(branch_commit=measured[-1]), 5000.0)
-    history.job_stored(job.pk)
+    summaries.job_stored(job.pk)
     row.refresh_from_db()
     assert row.boots == 2 and row.mean_lin > 2000
     run = RunSummary.objects.get(sha=job.build.sha, metric=WANDERS)
@@ -192,7 +194,7 @@ def test_the_series_of_one_metric_comes_in_a_window_and_pages(
 
 def test_rebuild_history_recomputes_every_summary(alice: Any, qemu_class: Any, tmp_path: Path) -> None:
     branch, _ = branch_with_series(alice, qemu_class, tmp_path, "rebuilt", 40, walk=0.0, step_at=20, step=10.0)
-    tracking.analyse_series(branch, qemu_class.pk, "spawn", qemu_class.clock)
+    branches.analyse_series(branch, qemu_class.pk, "spawn", qemu_class.clock)
     before = (
         {(r.commit_id, r.metric): (r.boots, r.mean_log) for r in CommitSummary.objects.all()},
         {(r.metric,): (r.drift_n, r.build_lin) for r in SeriesState.objects.all()},
@@ -250,9 +252,9 @@ def test_runs_reduced_together_equal_runs_reduced_one_by_one() -> None:
 
 def test_the_pools_stay_the_sum_of_the_kernels_runs(alice: Any, qemu_class: Any, tmp_path: Path) -> None:
     _, measured = branch_with_series(alice, qemu_class, tmp_path, "pooled", 6, walk=0.0)
-    history.summarise(Job.objects.all())
+    summaries.summarise(Job.objects.all())
     # A kernel measured again: its old run leaves its pool (of 1 boot) and the new one joins that of 2.
-    history.job_stored(_one_more_boot(Job.objects.get(branch_commit=measured[-1]), 1000.0).pk)
+    summaries.job_stored(_one_more_boot(Job.objects.get(branch_commit=measured[-1]), 1000.0).pk)
 
     def pools() -> dict[tuple[str, int], tuple[int, float]]:
         return {(p.metric, p.boots): (p.runs, p.ssw_log) for p in NoisePool.objects.all()}
@@ -278,19 +280,19 @@ def test_drift_sums_of_many_metrics_at_once_equal_them_one_by_one() -> None:
 
 
 def test_a_kept_detector_is_continued_unless_the_learned_drift_moves_its_threshold() -> None:
-    from kperf.core import changes
+    from kperf.core.tracking import change_points
 
     rng = np.random.default_rng(7)
     values = list(rng.normal(0, 1, 200))
     ids = list(range(200))
-    first, fed, replayed = changes._detector(b"", ids[:-1], values[:-1], True, 1.0e-3)
+    first, fed, replayed = change_points._detector(b"", ids[:-1], values[:-1], True, 1.0e-3)
     assert replayed and fed == ids[:-1]
     stored = sh.detector_to_bytes(first, fed, True)
     # The drift learned again after one more commit, a hair apart: one step, no replay.
-    _, fed, replayed = changes._detector(stored, ids, values, True, 1.001e-3)
+    _, fed, replayed = change_points._detector(stored, ids, values, True, 1.001e-3)
     assert not replayed and fed == ids
     # A drift that moves the threshold (and window) by more than the tolerance: a replay.
-    _, _, replayed = changes._detector(stored, ids, values, True, 1.0e-2)
+    _, _, replayed = change_points._detector(stored, ids, values, True, 1.0e-2)
     assert replayed
 
 
@@ -300,7 +302,7 @@ def test_build_sums_of_arrays_equal_them_from_each_build() -> None:
     boots = rng.integers(0, 4, n)  # 0: the commit measured nothing of the metric
     means = np.where(boots > 0, rng.normal(5, 1, n), np.nan)
     ss = np.where(boots > 0, rng.uniform(0, 2, n), np.nan)
-    bounds = history.segment_bounds(list(range(n)), {0, 17, 18, 40})
+    bounds = summaries.segment_bounds(list(range(n)), {0, 17, 18, 40})
     assert bounds == [(0, 17), (17, 18), (18, 40), (40, 60)]
     groups = [[sh.BuildStat(int(boots[i]), means[i], ss[i]) for i in range(a, b) if boots[i] > 0] for a, b in bounds]
     got, want = sh.build_sums_of_arrays(boots, means, ss, bounds), sh.build_sums(groups)
@@ -347,31 +349,31 @@ def test_the_series_pools_stay_the_sum_of_the_branches_rows(alice: Any, qemu_cla
     wandering, _ = branch_with_series(alice, qemu_class, tmp_path, "wandering", 60, walk=0.1)
     stepping, _ = branch_with_series(alice, qemu_class, tmp_path, "stepping", 50, walk=0.0, step_at=25, step=8.0)
     clock = qemu_class.clock
-    history.summarise(Job.objects.all())
-    series_pools.ensure_class_states(qemu_class.pk, clock)
+    summaries.summarise(Job.objects.all())
+    drift_pools.ensure_class_states(qemu_class.pk, clock)
     assert SeriesState.objects.count() == 4
     _assert_pools_hold_the_rows(qemu_class)
     # The analysis finds the step and cuts the series there: the branch's rows
     # are replaced (as many as before, other sums), and the pools move with them.
     before = SeriesState.objects.get(branch=stepping, metric=STEADY).drift_used
-    tracking.analyse_series(stepping, qemu_class.pk, "spawn", clock)
+    branches.analyse_series(stepping, qemu_class.pk, "spawn", clock)
     assert SeriesState.objects.get(branch=stepping, metric=STEADY).drift_used != before
     _assert_pools_hold_the_rows(qemu_class)
     # A branch's rows replaced by fewer: the metric it no longer has leaves its pool.
-    kept = {m: s for (_, m), s in series_pools.class_sums(qemu_class.pk, clock, exclude_branch=stepping.pk).items()}
+    kept = {m: s for (_, m), s in drift_pools.class_sums(qemu_class.pk, clock, exclude_branch=stepping.pk).items()}
     with transaction.atomic():
-        series_pools.store_branch_sums(
+        drift_pools.store_branch_sums(
             wandering.pk,
             qemu_class.pk,
             "spawn",
             clock,
-            {WANDERS: history.BranchSums(kept[WANDERS].drift, sh.BuildSums(), sh.BuildSums(), True)},
+            {WANDERS: summaries.BranchSums(kept[WANDERS].drift, sh.BuildSums(), sh.BuildSums(), True)},
             60,
         )
     assert not SeriesState.objects.filter(branch=wandering, metric=STEADY).exists()
     _assert_pools_hold_the_rows(qemu_class)
     # Rows that leave another way (a branch deleted): the next read adds the pools up again.
     stepping.delete()
-    left = series_pools.class_sums(qemu_class.pk, clock)
+    left = drift_pools.class_sums(qemu_class.pk, clock)
     _assert_pools_hold_the_rows(qemu_class)
     assert set(left) == {("spawn", WANDERS)} and left[("spawn", WANDERS)].drift == kept[WANDERS].drift

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from kperf.core import presenters
-from kperf.core.analysis import analyse_submission
 from kperf.core.models import BootRecord, Job, Sample, Submission
-from kperf.core.workflow import advance_submission
+from kperf.core.submissions.analysis import analyse_submission
+from kperf.core.submissions.pipeline import advance_submission
+from kperf.core.web import presenters
 
 from .conftest import Api
 from .lab_fixtures import results_body, submission_ready_for_testing
@@ -138,7 +138,7 @@ def test_boots_without_counters_on_one_side_show_no_table(sub: Submission, runne
         ({"vmstat": {"pgfault": 10**400}}, "boots[0].counters.vmstat.pgfault must be a finite number"),
         ({"vmstat": {"x" * 65: 1}}, "must be 1 to 64 characters long"),
         ({"vmstat": {"": 1}}, "counter '' must be 1 to 64 characters long"),
-        # Refused for every field that is not machine text (kperf.core.api.parsing).
+        # Refused for every field that is not machine text (kperf.core.web.api.parsing).
         ({"vmstat": {"pg\x00fault": 1}}, "counters.vmstat has a key 'pg\\x00fault' that contains a NUL character"),
         ({"vm\x00stat": {"pgfault": 1}}, "boots[0].counters has a key 'vm\\x00stat' that contains a NUL character"),
         ({"vmstat": {f"c{i}": 1 for i in range(4097)}}, "has more than 4096 counters"),

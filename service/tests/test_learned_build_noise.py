@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kperf.core.analysis import analyse_submission
 from kperf.core.models import (
     BootRecord,
     BranchCommit,
@@ -28,7 +27,8 @@ from kperf.core.models import (
     TrackedBranch,
     Tree,
 )
-from kperf.core.workflow import advance_submission
+from kperf.core.submissions.analysis import analyse_submission
+from kperf.core.submissions.pipeline import advance_submission
 from kperf_testing import reference_history
 
 from .conftest import Api

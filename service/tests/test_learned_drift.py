@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kperf.core import tracking
 from kperf.core.models import (
     BootRecord,
     BranchCommit,
@@ -27,6 +26,7 @@ from kperf.core.models import (
     TrackedBranch,
     Tree,
 )
+from kperf.core.tracking import branches
 from kperf_testing import reference_history
 
 from .conftest import Api, kperf_cli
@@ -134,7 +134,7 @@ def test_stored_change_points_cut_the_history_so_a_step_is_not_taken_for_wander(
 ) -> None:
     settings.KPERF_LEARNED_DRIFT = True
     branch, commits = branch_with_series(alice, qemu_class, tmp_path, "one-step", 400, walk=0.0, step_at=200, step=8)
-    tracking.analyse_series(branch, qemu_class.pk, "spawn", qemu_class.clock)
+    branches.analyse_series(branch, qemu_class.pk, "spawn", qemu_class.clock)
     found = {(cp.metric, cp.commit.sha) for cp in ChangePoint.objects.filter(branch=branch)}
     assert found == {(WANDERS, commits[200].sha), (STEADY, commits[200].sha)}
     # cut at the stored change points, both metrics are stationary ...
@@ -159,11 +159,11 @@ def test_a_step_on_a_wandering_branch_is_found_without_the_false_alarms_of_a_fix
     branch, _ = branch_with_series(alice, qemu_class, tmp_path, "wander-step", 400, walk=0.1, step_at=300, step=6)
 
     settings.KPERF_LEARNED_DRIFT = False
-    tracking.analyse_series(branch, qemu_class.pk, "spawn", qemu_class.clock)
+    branches.analyse_series(branch, qemu_class.pk, "spawn", qemu_class.clock)
     fixed = [cp.commit.position - 1 for cp in ChangePoint.objects.filter(branch=branch, metric=WANDERS)]
 
     settings.KPERF_LEARNED_DRIFT = True
-    tracking.analyse_series(branch, qemu_class.pk, "spawn", qemu_class.clock)
+    branches.analyse_series(branch, qemu_class.pk, "spawn", qemu_class.clock)
     learned = [cp.commit.position - 1 for cp in ChangePoint.objects.filter(branch=branch, metric=WANDERS)]
 
     # The 512-commit scan takes the wander for changes; the learned window does not.

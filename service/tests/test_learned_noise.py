@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kperf.core.analysis import analyse_submission, learned_priors, load_boots
 from kperf.core.models import BootRecord, Comparison, Job, MetricComparison, Sample, Submission, Tree
-from kperf.core.workflow import advance_submission
+from kperf.core.submissions.analysis import analyse_submission, learned_priors, load_boots
+from kperf.core.submissions.pipeline import advance_submission
 
 from .lab_fixtures import built, results_body, submission_ready_for_testing
 

@@ -19,8 +19,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from kperf.core import mail_auth, mail_poll
-from kperf.core.mail_listener import MailListener
+from kperf.core.mail import authentication, mailbox
+from kperf.core.mail.listener import MailListener
 from kperf.core.models import InboundMail, MachineClass, Triage
 
 from .test_alerts import Inbox, free_port
@@ -198,7 +198,7 @@ def test_a_closed_setup_may_accept_unauthenticated_replies_but_never_a_forged_fr
     settings: Any,
 ) -> None:
     settings.KPERF_MAIL_ACCEPT_UNAUTHENTICATED = True
-    assert mail_auth.configuration_problem() == ""
+    assert authentication.configuration_problem() == ""
     row, reply_to = alerted(alice, qemu_class)
     send_raw(unconfigured, f"evil@{EVIL}", reply_to, forged(reply_to, [("From", f"alice@example.org <evil@{EVIL}>")]))
     assert last_mail().reason == "bad-from"
@@ -233,7 +233,7 @@ def test_the_mailbox_poll_refuses_what_the_listener_refuses(
             ),
         }
     )
-    result = mail_poll.poll_box(box)
+    result = mailbox.poll_box(box)
     assert (result.read, result.failed) == (3, 0)
     reasons = [m.reason or m.outcome for m in InboundMail.objects.order_by("id")]
     assert reasons == ["bad-from", "unauthenticated", "applied"]
@@ -254,4 +254,4 @@ def test_the_mailbox_poll_refuses_what_the_listener_refuses(
     ],
 )
 def test_dkim_alignment_is_relaxed_but_never_a_bare_top_level_domain(signer: str, domain: str, ok: bool) -> None:
-    assert mail_auth.aligned(signer, domain) is ok
+    assert authentication.aligned(signer, domain) is ok

@@ -23,9 +23,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from kperf.core import alerts
+from kperf.core.mail import alerts
 from kperf.core.models import Alert, ApiToken, RecipientAddress, Submission, Tree
-from kperf.core.workflow import fail_submission
+from kperf.core.submissions.pipeline import fail_submission
 
 from .conftest import Api, kperf_cli
 from .test_alerts import Inbox, real_smtp_backend, smtp  # noqa: F401 (fixtures)

@@ -1,8 +1,8 @@
 """Triage by replying to the alert mail, through a real SMTP listener (kperf's, aiosmtpd on loopback).
 
-Mail goes in with smtplib to kperf.core.mail_listener.MailListener, the
+Mail goes in with smtplib to kperf.core.mail.listener.MailListener, the
 server `kperf-manage mail_listener` runs; kperf's answers go out through
-kperf.core.alerts to an aiosmtpd sink, as every alert does. The listener
+kperf.core.mail.alerts to an aiosmtpd sink, as every alert does. The listener
 reads in its own thread with its own database connection, so these tests
 commit (transaction=True). Every reply carries the Authentication-Results
 the site's MTA (authserv-id MX, the one kperf trusts) adds to a mail whose
@@ -31,8 +31,9 @@ from django.db import connection, connections
 from django.test import Client
 from django.utils import timezone
 
-from kperf.core import alerts, inbound, mail_commands, mail_poll, mail_replies, tracking, triage
-from kperf.core.mail_listener import MailListener
+from kperf.core import triage
+from kperf.core.mail import alerts, commands, inbound, mailbox, replies
+from kperf.core.mail.listener import MailListener
 from kperf.core.models import (
     Alert,
     InboundMail,
@@ -44,6 +45,7 @@ from kperf.core.models import (
     Triage,
     UnreadableMail,
 )
+from kperf.core.tracking import branches
 
 from .conftest import Api
 from .test_alerts import Inbox, finished_submission, free_port
@@ -128,9 +130,9 @@ def alerted(owner: User, mclass: MachineClass) -> tuple[Triage, str]:
     """A regressed submission, its alert queued with a reply token; (its triage, the Reply-To address)."""
     sub = regressed_submission(owner, mclass)
     alert = alerts.submission_finished(sub)
-    token = mail_replies.issue(alert, Triage.objects.get(submission=sub))
+    token = replies.issue(alert, Triage.objects.get(submission=sub))
     assert token is not None
-    return token.triage, mail_replies.address(token.token)
+    return token.triage, replies.address(token.token)
 
 
 def answers(sink: Inbox) -> list[tuple[list[str], Any]]:
@@ -194,14 +196,14 @@ def test_a_tracked_branch_regression_is_triaged_by_replying_to_its_alert(
     data = track(staff_api, small_tree, boots=2, max_commits=50, notify=["bob@example.org"])
     branch = TrackedBranch.objects.get(pk=data["id"])
     rng = np.random.default_rng(3)
-    tracking.poll_branch(branch.pk)
+    branches.poll_branch(branch.pk)
     commit_n(small_tree, 13)
-    tracking.poll_branch(branch.pk)
+    branches.poll_branch(branch.pk)
     levels = {c.sha: 1000.0 for c in branch.commits.all()}
     finish_builds(branch, tmp_path)
     run_jobs(runner_api[1], levels, rng)
     culprit, *rest = commit_n(small_tree, 8)
-    tracking.poll_branch(branch.pk)
+    branches.poll_branch(branch.pk)
     levels.update({sha: 880.0 for sha in [culprit, *rest]})
     finish_builds(branch, tmp_path)
     run_jobs(runner_api[1], levels, rng)
@@ -209,7 +211,7 @@ def test_a_tracked_branch_regression_is_triaged_by_replying_to_its_alert(
     (to, alert_mail), *_ = [(to, m) for to, m in sink.messages if m["X-Kperf-Alert"] == "change-point"]
     assert sorted(to) == ["admin@example.org", "bob@example.org"]
     reply_to = str(alert_mail["Reply-To"])
-    token = ReplyToken.objects.get(token=mail_replies.token_of(reply_to))
+    token = ReplyToken.objects.get(token=replies.token_of(reply_to))
 
     # Someone who is no watcher decides nothing, even with the token (a forwarded alert).
     reply(listener, "carol@example.org", reply_to, "#kperf invalid: noise")
@@ -253,7 +255,7 @@ def test_replies_to_unknown_or_expired_tokens_are_answered_and_change_nothing(
     sink: Inbox, listener: MailListener, alice: User, qemu_class: MachineClass
 ) -> None:
     row, reply_to = alerted(alice, qemu_class)
-    reply(listener, "alice@example.org", mail_replies.address(secrets.token_hex(16)), "#kperf invalid")
+    reply(listener, "alice@example.org", replies.address(secrets.token_hex(16)), "#kperf invalid")
     assert last_mail().reason == "unknown-token"
     ReplyToken.objects.filter(triage=row).update(expires=timezone.now() - timedelta(seconds=1))
     reply(listener, "alice@example.org", reply_to, "#kperf invalid")
@@ -266,7 +268,7 @@ def test_replies_to_unknown_or_expired_tokens_are_answered_and_change_nothing(
     with pytest.raises(smtplib.SMTPRecipientsRefused):
         reply(listener, "alice@example.org", "root@" + DOMAIN, "#kperf invalid")
     # A stranger's mail to an unknown token is not answered at all (it could be forged).
-    reply(listener, "someone@elsewhere.example", mail_replies.address(secrets.token_hex(16)), "#kperf invalid")
+    reply(listener, "someone@elsewhere.example", replies.address(secrets.token_hex(16)), "#kperf invalid")
     assert last_mail().reason == "unknown-token" and last_mail().answer is None
 
 
@@ -359,7 +361,7 @@ def test_an_alert_copied_to_a_mailing_list_gets_no_reply_address(
     Submission.objects.filter(pk=sub.pk).update(mail_to=["linux-mm@kvack.org"])
     sub.refresh_from_db()
     alert = alerts.submission_finished(sub)
-    assert mail_replies.issue(alert, Triage.objects.get(submission=sub)) is None
+    assert replies.issue(alert, Triage.objects.get(submission=sub)) is None
 
 
 @pytest.mark.parametrize(
@@ -374,7 +376,7 @@ def test_an_alert_copied_to_a_mailing_list_gets_no_reply_address(
     ],
 )
 def test_the_first_line_of_a_reply_is_the_command(text: str, expected: tuple[str, str, str]) -> None:
-    got = mail_commands.parse(text)
+    got = commands.parse(text)
     assert (got.state, got.note, got.fixed_by) == expected
 
 
@@ -391,7 +393,7 @@ def test_the_first_line_of_a_reply_is_the_command(text: str, expected: tuple[str
 )
 def test_a_reply_without_a_command_says_what_to_write(text: str, words: str) -> None:
     with pytest.raises(triage.TriageError) as err:
-        mail_commands.parse(text)
+        commands.parse(text)
     assert words in str(err.value)
 
 
@@ -431,7 +433,7 @@ def test_the_mailbox_poll_reads_each_reply_once_and_keeps_what_failed(
             raise OSError("the database went away")
         return inbound.receive(raw)
 
-    result = mail_poll.poll_box(box, receive)
+    result = mailbox.poll_box(box, receive)
     assert (result.read, result.failed, box.expunged) == (1, 1, 1)
     assert box.flags == {"7": {"\\Seen", "\\Deleted"}, "8": set()}
     row.refresh_from_db()
@@ -482,15 +484,15 @@ def test_the_mailbox_poll_gives_up_a_message_that_always_fails_and_reads_the_res
             raise ValueError("A string literal cannot contain NUL (0x00) characters.")
         return inbound.receive(raw)
 
-    for _ in range(mail_poll.GIVE_UP_AFTER - 1):
-        result = mail_poll.poll_box(box, receive)
+    for _ in range(mailbox.GIVE_UP_AFTER - 1):
+        result = mailbox.poll_box(box, receive)
         assert (result.failed, result.given_up, box.flags["3"]) == (1, 0, set())
     # Staff see the count of failures in the admin while kperf still tries.
     staff = Client()
     staff.force_login(User.objects.create_superuser("root", "root@example.org"))
     listing = staff.get("/admin/core/unreadablemail/").content.decode()
     assert "msgid:&lt;broken@example.org&gt;" in listing and "cannot contain NUL" in listing
-    result = mail_poll.poll_box(box, receive)
+    result = mailbox.poll_box(box, receive)
     assert (result.failed, result.given_up, box.flags["3"]) == (1, 1, {"\\Seen"})
     mail = last_mail()
     assert (mail.outcome, mail.reason, mail.message_id, mail.answer) == (
@@ -501,11 +503,11 @@ def test_the_mailbox_poll_gives_up_a_message_that_always_fails_and_reads_the_res
     )
     assert "cannot contain NUL" in mail.detail and not UnreadableMail.objects.exists()
     # The next poll does not see it; a reply that succeeds clears its count of failures.
-    assert mail_poll.poll_box(box, receive).failed == 0
+    assert mailbox.poll_box(box, receive).failed == 0
     good = raw_reply("alice@example.org", reply_to, "#kperf confirmed", msgid="<good@example.org>")
     box.messages["4"], box.flags["4"] = good, set()
     UnreadableMail.objects.create(key="msgid:<good@example.org>", attempts=1)
-    assert mail_poll.poll_box(box).read == 1 and not UnreadableMail.objects.exists()
+    assert mailbox.poll_box(box).read == 1 and not UnreadableMail.objects.exists()
     row.refresh_from_db()
     assert row.state == "confirmed"
 
@@ -521,7 +523,7 @@ def test_a_reply_token_goes_only_to_people_who_may_triage_never_to_a_list(
         branch = TrackedBranch.objects.create(owner=owner, tree=tree, branch=secrets.token_hex(4), notify=notify)
         row = Triage.objects.create(kind="change-point", branch=branch, title="spawn -12%")
         to = [owner.email, *notify]
-        return mail_replies.issue(alerts._queue(Alert.Kind.CHANGE_POINT, f"t:{branch.pk}", to, "s", "b"), row)
+        return replies.issue(alerts._queue(Alert.Kind.CHANGE_POINT, f"t:{branch.pk}", to, "s", "b"), row)
 
     assert token_for(alice, []) is not None
     # A mailing list in `notify`: its archives would hold the token, and anyone could reply as alice.
@@ -571,16 +573,16 @@ def test_two_mailbox_polls_never_overlap(settings: Any) -> None:
     other = connections["default"].copy()
     try:
         with other.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_lock(%s)", [mail_poll.POLL_LOCK])
+            cursor.execute("SELECT pg_advisory_lock(%s)", [mailbox.POLL_LOCK])
         # The second poll returns at once, without connecting (nothing listens on the port).
-        result = mail_poll.poll()
+        result = mailbox.poll()
         assert result is not None and result.busy and result.read == 0
     finally:
         other.close()
     # Once the first is over, a poll runs (and fails to connect); it releases the lock all the same.
     for _ in range(2):
         with pytest.raises(OSError):
-            mail_poll.poll()
+            mailbox.poll()
 
 
 @pytest.mark.parametrize("msgid", ["<a b@example.org>", "<x<y>@example.org>"])

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from kperf.core import imports
 from kperf.core.models import BootRecord, Job, Sample
+from kperf.core.results import mmtests_import
 from kperf.mmtests import MmtestsImportError, read_run
 from kperf.stats.abtest import MetricInput
 from kperf.stats.summary import summary_rows
@@ -150,7 +150,7 @@ def test_every_export_imported_for_one_kernel_keeps_each_experiment_in_its_serie
     got = {(m, i): v for m, i, v in stored}
     assert len(got) == stored.count()
     for bench in ("aim9", "pagealloc", "pft", "spawn"):
-        names = {m for m, _ in want if imports.METRIC_RULES[bench][0].fullmatch(m)}
+        names = {m for m, _ in want if mmtests_import.METRIC_RULES[bench][0].fullmatch(m)}
         assert_same_samples(
             {k: v for k, v in got.items() if k[0] in names}, {k: v for k, v in want.items() if k[0] in names}, bench
         )

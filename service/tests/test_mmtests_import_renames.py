@@ -10,8 +10,8 @@ import pytest
 from django.apps import apps
 from django.core.management import call_command
 
-from kperf.core import history, imports
 from kperf.core.models import Job, MetricDef, NoisePool, RunSummary, Sample, SummarisedJob
+from kperf.core.results import mmtests_import, summaries
 
 pytestmark = pytest.mark.django_db
 
@@ -28,7 +28,7 @@ def old_import(run: str, values: list[float]) -> Job:
         "run_name": run,
         "benchmarks": {"spawn": {"samples": samples}},
     }
-    (job_id,) = imports.import_mmtests(body).jobs
+    (job_id,) = mmtests_import.import_mmtests(body).jobs
     return Job.objects.get(pk=job_id)
 
 
@@ -47,7 +47,7 @@ def test_exported_runs_of_extra_vmas_move_to_their_series_and_the_summaries_foll
     none = old_import("spawn-vmas-0", [5000.0, 5100.0, 4950.0])
     many = old_import("spawn-vmas-1000", [600.0, 590.0, 612.0])
     lab = old_import("lab-base-1", [5050.0, 5020.0, 4990.0])  # mmtests' own: UnixBench's spawn, no extra VMAs
-    history.summarise(Job.objects.all())
+    summaries.summarise(Job.objects.all())
     merged = RunSummary.objects.get(sha=SHA, metric="spawn-vmas-0")
     assert merged.boots == 3  # the 1000-VMA boot inside the 0-VMA series
 
@@ -68,7 +68,7 @@ def test_exported_runs_of_extra_vmas_move_to_their_series_and_the_summaries_foll
     # Only the moved job is caught up again, on the next read.
     assert set(SummarisedJob.objects.values_list("job_id", flat=True)) == {none.pk, lab.pk}
 
-    assert history.summarise(Job.objects.all()) == 1
+    assert summaries.summarise(Job.objects.all()) == 1
     runs = {r.metric: r.boots for r in RunSummary.objects.filter(sha=SHA)}
     assert runs == {"spawn-vmas-0": 2, "spawn-vmas-1000": 1}
     # The noise pools the catch-up leaves are those a rebuild from the samples gives.
@@ -81,4 +81,4 @@ def test_exported_runs_of_extra_vmas_move_to_their_series_and_the_summaries_foll
 
     # Run again (a re-applied migration): nothing left to move.
     migration.rename_imported_spawn_samples(apps, None)
-    assert metrics_of(many) == {"spawn-vmas-1000"} and history.summarise(Job.objects.all()) == 0
+    assert metrics_of(many) == {"spawn-vmas-1000"} and summaries.summarise(Job.objects.all()) == 0

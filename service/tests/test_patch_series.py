@@ -15,9 +15,12 @@ import pytest
 from django.utils import timezone
 
 from kperf import storage_settings
-from kperf.core import alerts, artifacts, gitops, series, series_git, sweeper, workflow
+from kperf.core.builds import apply_series, artifacts, gitops, patch_series
+from kperf.core.mail import alerts
 from kperf.core.models import Alert, KernelBuild, PatchSeries, Submission, SubmissionBuild
-from kperf.core.workflow import prepare_submission
+from kperf.core.submissions import pipeline
+from kperf.core.submissions.pipeline import prepare_submission
+from kperf.core.tasks import sweeper
 from kperf_testing.mbox import b4_mbox, message_id
 
 from .conftest import Api, git, kperf_cli
@@ -62,7 +65,7 @@ def series_body(tree: Path, mbox: bytes, **extra: Any) -> dict[str, Any]:
 
 
 def test_it_reads_subject_author_cover_and_patches_of_a_b4_mbox(mbox: bytes) -> None:
-    parsed = series.parse(mbox, max_bytes=1 << 20)
+    parsed = patch_series.parse(mbox, max_bytes=1 << 20)
     assert parsed.subject == "readme and notes"
     assert parsed.author == "Dev <dev@example.org>"
     assert parsed.message_id == COVER_ID and parsed.has_cover
@@ -76,19 +79,19 @@ def test_without_a_cover_letter_the_answer_goes_to_the_thread_the_patches_answer
     series_tree: Path, tmp_path: Path
 ) -> None:
     data = b4_mbox(series_tree, ["master..series"], tmp_path, "readme and notes", "master", cover=False)
-    parsed = series.parse(data, max_bytes=1 << 20)
+    parsed = patch_series.parse(data, max_bytes=1 << 20)
     assert not parsed.has_cover and parsed.message_id == COVER_ID
     assert parsed.subject == "readme: say more"
 
 
 def test_a_message_id_missing_from_a_patch_is_read_from_its_link_trailer(mbox: bytes) -> None:
     data = mbox.replace(f"Message-Id: <{message_id('p1')}>\n".encode(), b"")
-    assert series.parse(data, max_bytes=1 << 20).patches[0].message_id == message_id("p1")
+    assert patch_series.parse(data, max_bytes=1 << 20).patches[0].message_id == message_id("p1")
 
 
 def test_patches_out_of_order_are_applied_in_their_numbered_order(mbox: bytes) -> None:
-    cover, first, second = series.split_mbox(mbox)
-    parsed = series.parse(cover + second + first, max_bytes=1 << 20)
+    cover, first, second = patch_series.split_mbox(mbox)
+    parsed = patch_series.parse(cover + second + first, max_bytes=1 << 20)
     assert [p.subject for p in parsed.patches] == ["[PATCH 1/2] readme: say more", "[PATCH 2/2] notes: add notes"]
 
 
@@ -113,15 +116,15 @@ HTML_ONLY = (
     ],
 )
 def test_it_refuses_what_is_not_a_series_and_says_what_to_do(data: bytes, says: str) -> None:
-    with pytest.raises(series.SeriesError) as exc:
-        series.parse(data, max_bytes=2048)
+    with pytest.raises(patch_series.SeriesError) as exc:
+        patch_series.parse(data, max_bytes=2048)
     assert says in str(exc.value)
 
 
 def test_a_patch_missing_from_the_numbering_is_named(mbox: bytes) -> None:
-    cover, _, second = series.split_mbox(mbox)
-    with pytest.raises(series.SeriesError, match="patch 1 is missing"):
-        series.parse(cover + second, max_bytes=1 << 20)
+    cover, _, second = patch_series.split_mbox(mbox)
+    with pytest.raises(patch_series.SeriesError, match="patch 1 is missing"):
+        patch_series.parse(cover + second, max_bytes=1 << 20)
 
 
 @pytest.mark.django_db
@@ -161,7 +164,7 @@ def test_a_series_is_applied_on_the_base_and_built_like_a_branch(
 
     # A build machine whose mirror never saw the series makes the same commit from the stored mbox.
     shutil.rmtree(mirror)
-    assert series_git.restore(KernelBuild.objects.get(pk=head.pk))
+    assert apply_series.restore(KernelBuild.objects.get(pk=head.pk))
     assert git(mirror, "rev-parse", f"{sub.head_sha}^{{commit}}") == sub.head_sha
 
 
@@ -243,7 +246,7 @@ def test_the_cli_sends_the_mbox_bytes_as_they_are_so_a_latin1_series_is_taken_an
 ) -> None:
     path = tmp_path / "latin1.mbx"
     path.write_bytes(latin1(mbox))
-    out = kperf_cli(live_server.url, alice_api, tmp_path / "cli.json")(
+    out = kperf_cli(live_server.url, alice_api, tmp_path / "main.json")(
         "submit", "--mbox", str(path), "--tree", str(small_tree), "--base", "master"
     )
     assert out.returncode == 0, out.stderr
@@ -257,16 +260,16 @@ def test_the_cli_sends_the_mbox_bytes_as_they_are_so_a_latin1_series_is_taken_an
 def test_the_cli_refuses_an_unreadable_mbox_and_a_branch_with_it_before_sending_anything(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from kperf import cli
+    from kperf.cli import main
 
     # Nothing listens there: the file is refused before any request.
     monkeypatch.setenv("KPERF_SERVER", "http://127.0.0.1:9")
     monkeypatch.setenv("KPERF_TOKEN", "t")
-    monkeypatch.setenv("KPERF_CONFIG", str(tmp_path / "cli.json"))
-    assert cli.main(["submit", "--mbox", str(tmp_path / "missing.mbx"), "--base", "v6.1"]) == 2
+    monkeypatch.setenv("KPERF_CONFIG", str(tmp_path / "main.json"))
+    assert main.main(["submit", "--mbox", str(tmp_path / "missing.mbx"), "--base", "v6.1"]) == 2
     assert "cannot read the mbox" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        cli.main(["submit", "--mbox", str(tmp_path / "x.mbx"), "--branch", "x", "--base", "v6.1"])
+        main.main(["submit", "--mbox", str(tmp_path / "x.mbx"), "--branch", "x", "--base", "v6.1"])
     assert "not allowed with argument" in capsys.readouterr().err
 
 
@@ -327,14 +330,14 @@ def mirror_of(tree: Path, root: Path) -> Path:
 def test_patches_without_a_date_get_the_series_date_so_every_apply_gives_the_same_sha(
     series_tree: Path, mbox: bytes, tmp_path: Path, settings_dirs: Any, cover_date: bool
 ) -> None:
-    cover, *patches = series.split_mbox(mbox)
+    cover, *patches = patch_series.split_mbox(mbox)
     date = "Tue, 14 Nov 2023 10:00:00 +0100"
     cover = re.sub(rb"(?m)^Date: .*$", f"Date: {date}".encode(), cover) if cover_date else without_dates(cover)
-    parsed = series.parse(cover + without_dates(b"".join(patches)), max_bytes=1 << 20)
+    parsed = patch_series.parse(cover + without_dates(b"".join(patches)), max_bytes=1 << 20)
     base = git(series_tree, "rev-parse", "master")
     # git am would take the clock's time for a patch without a Date: header.
     shas = [
-        series_git.am(mirror_of(series_tree, tmp_path / f"m{i}"), base, "master", parsed, "refs/kperf/x")
+        apply_series.am(mirror_of(series_tree, tmp_path / f"m{i}"), base, "master", parsed, "refs/kperf/x")
         for i in (1, 2)
     ]
     assert shas[0] == shas[1]
@@ -345,8 +348,8 @@ def test_patches_without_a_date_get_the_series_date_so_every_apply_gives_the_sam
 
 def test_a_date_git_cannot_read_is_refused_naming_the_patch(mbox: bytes) -> None:
     data = re.sub(rb"(?m)^Date: .*$", b"Date: next tuesday", mbox)
-    with pytest.raises(series.SeriesError, match=r"message 2 .* has a Date: header that cannot be read"):
-        series.parse(data, max_bytes=1 << 20)
+    with pytest.raises(patch_series.SeriesError, match=r"message 2 .* has a Date: header that cannot be read"):
+        patch_series.parse(data, max_bytes=1 << 20)
 
 
 @pytest.mark.django_db
@@ -358,11 +361,11 @@ def test_an_applied_series_ref_is_reused_and_never_moved(
     sub = Submission.objects.get(pk=sub_id)
     mirror, ref = sub.tree.mirror_path, f"refs/kperf/series/{sub_id}"
     # A worker re-driven after the apply (it died before the row moved on) takes the commits that are there.
-    assert series_git.apply(sub) == sub.head_sha
+    assert apply_series.apply(sub) == sub.head_sha
     # A ref that names something else is not moved to what applying gives now: a build may name it.
     git(mirror, "update-ref", ref, sub.base_sha)
     with pytest.raises(gitops.GitError, match="kperf does not move it"):
-        series_git.apply(sub)
+        apply_series.apply(sub)
     assert git(mirror, "rev-parse", ref) == sub.base_sha
 
 
@@ -396,9 +399,9 @@ def test_a_series_postgresql_refuses_leaves_no_mbox_in_the_storage(
 
     # A storage of its own, empty: assigning STORAGES makes Django drop the storages it had opened.
     settings_dirs.STORAGES = storage_settings.storages(tmp_path / "artifacts")
-    req = workflow.SubmissionRequest(str(small_tree), "", "master", mbox=mbox)
+    req = pipeline.SubmissionRequest(str(small_tree), "", "master", mbox=mbox)
     with pytest.raises(IntegrityError):
-        workflow.create_submission(alice, req)
+        pipeline.create_submission(alice, req)
     assert not list((tmp_path / "artifacts").rglob("*.mbox"))
 
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from kperf.core.analysis import analyse_submission
 from kperf.core.models import BootRecord, Job, Submission
-from kperf.core.workflow import advance_submission
+from kperf.core.submissions.analysis import analyse_submission
+from kperf.core.submissions.pipeline import advance_submission
 from kperf_runner.backends import BootResult
 from kperf_runner.benchmarks import get_benchmark
 from kperf_runner.console import parse_console

@@ -1,5 +1,5 @@
 """The pictures as served: a finished submission's and a tracked branch's plots,
-drawn from what the runners uploaded over the real protocol (kperf.core.plot_views)."""
+drawn from what the runners uploaded over the real protocol (kperf.core.web.plot_pages)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from kperf.core import plot_data
-from kperf.core.analysis import analyse_submission
 from kperf.core.models import BranchCommit, ChangePoint, Job, MetricComparison, Sample, Submission
-from kperf.core.workflow import advance_submission
+from kperf.core.submissions.analysis import analyse_submission
+from kperf.core.submissions.pipeline import advance_submission
+from kperf.core.web import plot_data
 
 from .conftest import Api
 from .lab_fixtures import results_body, submission_ready_for_testing

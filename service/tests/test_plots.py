@@ -1,4 +1,4 @@
-"""The SVG drawing on plain data: no database, no Django (kperf.core.plots)."""
+"""The SVG drawing on plain data: no database, no Django (kperf.core.web.plots)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from kperf.core import plots
+from kperf.core.web import plots
 
 SVG = "{http://www.w3.org/2000/svg}"
 

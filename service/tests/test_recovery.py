@@ -24,9 +24,12 @@ from django.db import connection
 from django.utils import timezone
 
 from kperf.celery import app as celery_app
-from kperf.core import building, dispatch, owners, sweeper, workflow
+from kperf.core.builds import queue
+from kperf.core.lifecycle import dispatch, owners
+from kperf.core.lifecycle.task_names import Task
 from kperf.core.models import KernelBuild, Submission, SubmissionBuild, Tree
-from kperf.core.task_names import Task
+from kperf.core.submissions import pipeline
+from kperf.core.tasks import sweeper
 from kperf_testing.plugin import database_url_for_tests
 from kperf_testing.stack import free_port
 
@@ -291,9 +294,9 @@ def test_a_build_whose_worker_died_is_taken_over_then_failed_as_infra_after_the_
 
     # The next worker takes it (attempt 2); the first one, had it come back,
     # could not store its result over the newer attempt's.
-    claimed = building._claim(build.pk)
+    claimed = queue._claim(build.pk)
     assert claimed is not None and claimed.attempt == 2
-    building.finish(build.pk, 1, ok=True, error="", log_tail="", artifacts={})
+    queue.finish(build.pk, 1, ok=True, error="", log_tail="", artifacts={})
     build.refresh_from_db()
     assert build.status == KernelBuild.Status.BUILDING and build.attempt == 2
 
@@ -303,13 +306,13 @@ def test_a_build_whose_worker_died_is_taken_over_then_failed_as_infra_after_the_
     sweeper.redrive()
     build.refresh_from_db()
     assert build.status == KernelBuild.Status.FAILED and build.failure_kind == "infra"
-    owners.advance(workflow.SUBMISSION, building_sub.pk)
+    owners.advance(pipeline.SUBMISSION, building_sub.pk)
     building_sub.refresh_from_db()
     assert building_sub.status == Submission.Status.FAILED
     assert "not the kernel's fault" in building_sub.error
 
     # Not cached: the next owner that needs it queues it again.
-    again = building.need_build(building_sub.tree, build.sha, build.arch, build.config_digest)
+    again = queue.need_build(building_sub.tree, build.sha, build.arch, build.config_digest)
     assert again.pk == build.pk and again.status == KernelBuild.Status.QUEUED and again.attempt == 0
 
 
@@ -327,7 +330,7 @@ def test_the_heartbeat_extends_a_running_builds_lease(building_sub: Submission, 
     build = _building(building_sub, attempt=1, expired=False)
     KernelBuild.objects.filter(pk=build.pk).update(lease_expires=timezone.now() + timedelta(seconds=2))
     before = KernelBuild.objects.get(pk=build.pk).lease_expires
-    beat = building._Heartbeat(build.pk, 1)
+    beat = queue._Heartbeat(build.pk, 1)
     beat.start()
     time.sleep(2.5)
     beat.stopped.set()
@@ -346,7 +349,7 @@ def test_an_analysis_that_raises_fails_its_submission_with_a_message(
     while (job := api.post("/runner/claim").json()["job"]) is not None:
         assert api.post(f"/runner/jobs/{job['id']}/results", results_body(job)).status_code == 200
     Submission.objects.filter(pk=sub.pk).update(status=Submission.Status.ANALYSING, grid="retired-grid")
-    owners.analyse(workflow.SUBMISSION, sub.pk)
+    owners.analyse(pipeline.SUBMISSION, sub.pk)
     sub.refresh_from_db()
     assert sub.status == Submission.Status.FAILED
     assert sub.error.startswith("the analysis failed (") and "tell an admin" in sub.error
@@ -390,7 +393,7 @@ def test_an_analysis_whose_worker_is_killed_is_sent_again_and_done_within_two_mi
     _, api = runner_api
     while (job := api.post("/runner/claim").json()["job"]) is not None:
         assert api.post(f"/runner/jobs/{job['id']}/results", results_body(job)).status_code == 200
-    owners.advance(workflow.SUBMISSION, sub.pk)
+    owners.advance(pipeline.SUBMISSION, sub.pk)
     assert Submission.objects.get(pk=sub.pk).status == Submission.Status.ANALYSING
     # Only the analysis in flight (the uploads' messages were done in-process just now).
     redis.Redis.from_url(own_redis.url).flushdb()
@@ -404,7 +407,7 @@ def test_an_analysis_whose_worker_is_killed_is_sent_again_and_done_within_two_mi
         holder.execute(f"SELECT id FROM {Submission._meta.db_table} WHERE id = %s FOR UPDATE", [sub.pk])
         worker = start_worker(own_redis.url, tmp_path, log)
         try:
-            wait_for(lambda: owners.analysis_running(workflow.SUBMISSION, sub.pk), "the analysis did not start", log)
+            wait_for(lambda: owners.analysis_running(pipeline.SUBMISSION, sub.pk), "the analysis did not start", log)
             time.sleep(1.5)
             # Slow, not lost: the sweeper leaves it alone, and a second
             # delivery returns at once rather than wait to analyse it again
@@ -413,7 +416,7 @@ def test_an_analysis_whose_worker_is_killed_is_sent_again_and_done_within_two_mi
                 cursor.execute("SET lock_timeout = '5s'")
                 try:
                     assert "submission analyses re-sent" not in sweeper.redrive()
-                    owners.analyse(workflow.SUBMISSION, sub.pk)
+                    owners.analyse(pipeline.SUBMISSION, sub.pk)
                 finally:
                     cursor.execute("RESET lock_timeout")
             assert Submission.objects.get(pk=sub.pk).status == Submission.Status.ANALYSING
@@ -424,7 +427,7 @@ def test_an_analysis_whose_worker_is_killed_is_sent_again_and_done_within_two_mi
         # The dead worker's session gets the row, cannot answer, and ends.
         holder.rollback()
         holder.close()
-    wait_for(lambda: not owners.analysis_running(workflow.SUBMISSION, sub.pk), "the dead worker's lock stayed", log)
+    wait_for(lambda: not owners.analysis_running(pipeline.SUBMISSION, sub.pk), "the dead worker's lock stayed", log)
     done = sweeper.redrive()
     assert done.get("submission analyses re-sent") == 1, done
     resent = time.monotonic()

@@ -25,7 +25,7 @@ import pytest
 from django.db import transaction
 
 from kperf import storage_settings
-from kperf.core import building, gitops
+from kperf.core.builds import gitops, queue
 from kperf.core.models import BuildMachine, Job, KernelBuild, Tree
 from kperf_kbuild.driver import config_digest
 from kperf_runner.client import Client as RunnerClient
@@ -117,7 +117,7 @@ def test_a_build_machine_with_only_its_token_builds_into_the_object_store_and_a_
             )  # fmt: skip
             assert probe.stdout.strip() == "unreachable", (port, probe.stdout, probe.stderr)
         with transaction.atomic():
-            build = building.need_build(tree, sha, "x86_64", config_digest("x86_64"))
+            build = queue.need_build(tree, sha, "x86_64", config_digest("x86_64"))
         deadline = time.monotonic() + 1500
         while True:
             build.refresh_from_db()

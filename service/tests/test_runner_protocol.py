@@ -12,9 +12,9 @@ from django.conf import settings as django_settings
 from django.core.management import call_command
 from django.utils import timezone
 
-from kperf.core import leases
+from kperf.core.lab import leases
 from kperf.core.models import BootRecord, Job, Sample, Submission, SubmissionBuild
-from kperf.core.workflow import advance_submission, schedule_jobs
+from kperf.core.submissions.pipeline import advance_submission, schedule_jobs
 
 from .conftest import Api
 from .lab_fixtures import results_body, submission_ready_for_testing
@@ -254,7 +254,7 @@ def test_an_unknown_failure_kind_is_refused(sub: Submission, runner_api: Any) ->
 
 
 def test_all_results_in_leads_to_a_verdict(sub: Submission, runner_api: Any) -> None:
-    from kperf.core.analysis import analyse_submission
+    from kperf.core.submissions.analysis import analyse_submission
 
     _, api = runner_api
     while (job := claim(api)) is not None:
@@ -303,7 +303,7 @@ def test_a_runner_that_shares_the_build_host_waits_for_builds(sub: Submission, r
 
 def test_an_inconclusive_look_queues_more_boots_then_decides(sub: Submission, runner_api: Any) -> None:
     """Noisy boots at the first look: kperf adds boots instead of guessing."""
-    from kperf.core.analysis import analyse_submission
+    from kperf.core.submissions.analysis import analyse_submission
 
     _, api = runner_api
     # Base and head draw the same values in a different order: no real change.

@@ -11,9 +11,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from kperf.cli_status import render_status
-from kperf.core import dispatch
-from kperf.core.analysis import analyse_submission
+from kperf.cli.status import render_status
+from kperf.core.lifecycle import dispatch
 from kperf.core.models import (
     ApiToken,
     BootRecord,
@@ -26,7 +25,8 @@ from kperf.core.models import (
     SubmissionBuild,
     Tree,
 )
-from kperf.core.workflow import advance_submission, schedule_jobs
+from kperf.core.submissions.analysis import analyse_submission
+from kperf.core.submissions.pipeline import advance_submission, schedule_jobs
 
 from .conftest import Api, qemu_runner
 from .lab_fixtures import built, results_body
@@ -249,7 +249,7 @@ def test_a_failed_shared_boot_is_replaced_and_the_sharer_finishes(
 def test_an_owner_that_fails_keeps_the_queued_boots_others_share(
     lab: Lab, alice: User, bob: User, runner_api: Any, sent: list[tuple[Any, ...]]
 ) -> None:
-    from kperf.core.workflow import fail_submission
+    from kperf.core.submissions.pipeline import fail_submission
 
     owner = lab.submit(alice, "b" * 40)
     sharer = lab.submit(bob, "c" * 40)

@@ -1,4 +1,4 @@
-"""The one table of status changes (kperf.core.states)."""
+"""The one table of status changes (kperf.core.lifecycle.states)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kperf.core import states
+from kperf.core.lifecycle import states
 from kperf.core.models import BranchCommit, Job, KernelBuild, Submission
 
 from .lab_fixtures import submission_ready_for_testing

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from kperf.cli_mmtests import render_kernel_comparison
+from kperf.cli.mmtests import render_kernel_comparison
 from kperf.stats import MetricInput, compare_metrics
 from kperf.stats.abtest import Verdict
 from kperf.stats.summary import format_table, summary_rows

@@ -1,4 +1,5 @@
-"""Every status change is a row: of what, from, to, when, moved by whom or what, and why (kperf.core.states)."""
+"""Every status change is a row: of what, from, to, when, moved by whom or what, and why
+(kperf.core.lifecycle.states)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 from django.core.management import call_command
 from django.db import transaction
 
-from kperf.core import building, states
+from kperf.core.builds import queue
+from kperf.core.lifecycle import states
 from kperf.core.models import Job, KernelBuild, StatusChange, Submission, Tree
 from kperf_kbuild.driver import config_digest
 
@@ -90,8 +92,8 @@ def test_a_celery_workers_changes_name_the_task(
 def test_a_build_queued_again_says_why(settings_dirs: Any) -> None:
     tree = Tree.objects.create(url="https://git.example.org/y.git")
     with transaction.atomic():
-        build = building.need_build(tree, "f" * 40, "x86_64", config_digest("x86_64"))
+        build = queue.need_build(tree, "f" * 40, "x86_64", config_digest("x86_64"))
     KernelBuild.objects.filter(pk=build.pk).update(status="building", attempt=1, worker="w")
-    building.retry_or_fail(build.pk, 1, "the disk of build-host-1 is full")
+    queue.retry_or_fail(build.pk, 1, "the disk of build-host-1 is full")
     assert history(build)[-1][:2] == ("building", "queued")
     assert history(build)[-1][3] == "the disk of build-host-1 is full"

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from kperf.cli_status import render_status
-from kperf.core import alerts
-from kperf.core.analysis import analyse_submission
+from kperf.cli.status import render_status
+from kperf.core.mail import alerts
 from kperf.core.models import Job, MachineClass, Submission
-from kperf.core.workflow import advance_submission
+from kperf.core.submissions.analysis import analyse_submission
+from kperf.core.submissions.pipeline import advance_submission
 
 from .conftest import Api, qemu_runner
 from .lab_fixtures import results_body, submission_ready_for_testing

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from kperf.core.models import KernelBuild, Submission, SubmissionBuild, Tree
-from kperf.core.workflow import prepare_submission
+from kperf.core.submissions.pipeline import prepare_submission
 
 from .conftest import Api, git
 

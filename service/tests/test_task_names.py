@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 
 from kperf.celery import app
-from kperf.core.task_names import Task
+from kperf.core.lifecycle.task_names import Task
 
 
 def registered() -> set[str]:

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from django.test import Client
 
-from kperf.core import tracking
 from kperf.core.models import BranchCommit, ChangePoint, Job, KernelBuild, TrackedBranch
+from kperf.core.tracking import branches
 
 from .conftest import Api, git, kperf_cli
 from .lab_fixtures import results_body
@@ -64,7 +64,7 @@ def finish_builds(branch: TrackedBranch, tmp: Path, fail: set[str] = frozenset()
             }
         build.save()
     for commit in branch.commits.filter(status=BranchCommit.Status.BUILDING):
-        tracking.advance_branch_commit(commit.pk)
+        branches.advance_branch_commit(commit.pk)
 
 
 def run_jobs(runner: Api, level_of: dict[str, float], rng: np.random.Generator) -> int:
@@ -81,10 +81,10 @@ def run_jobs(runner: Api, level_of: dict[str, float], rng: np.random.Generator) 
         assert runner.post(f"/runner/jobs/{job['id']}/results", results_body(job, value=level)).status_code == 200
         commit = Job.objects.get(pk=job["id"]).branch_commit
         assert commit is not None
-        tracking.advance_branch_commit(commit.pk)
+        branches.advance_branch_commit(commit.pk)
         commit.refresh_from_db()
         if commit.status == BranchCommit.Status.ANALYSING:
-            tracking.analyse_branch_commit(commit.pk)
+            branches.analyse_branch_commit(commit.pk)
         done += 1
 
 
@@ -122,7 +122,7 @@ def test_polling_follows_the_first_parent_history(
     branch = TrackedBranch.objects.get(pk=data["id"])
 
     # first poll: the head and two commits before it
-    made = tracking.poll_branch(branch.pk, backfill=2)
+    made = branches.poll_branch(branch.pk, backfill=2)
     log = git(small_tree, "log", "--first-parent", "--format=%H", "-n3", "master").split()
     assert [c.sha for c in made] == log[::-1]
     positions = [c.position for c in made]
@@ -131,11 +131,11 @@ def test_polling_follows_the_first_parent_history(
     assert KernelBuild.objects.filter(status=KernelBuild.Status.QUEUED).count() == 3
 
     # nothing moved: nothing new
-    assert tracking.poll_branch(branch.pk) == []
+    assert branches.poll_branch(branch.pk) == []
 
     # more commits than max_commits: evenly spaced ones, newest included, gaps recorded
     new = commit_n(small_tree, 10)
-    made = tracking.poll_branch(branch.pk)
+    made = branches.poll_branch(branch.pk)
     assert len(made) == 4 and made[-1].sha == new[-1]
     assert [c.position for c in made] == sorted(c.position for c in made)
     listed = alice_api.get(f"/branches/{branch.pk}").json()["commits"]
@@ -147,7 +147,7 @@ def test_polling_follows_the_first_parent_history(
     git(small_tree, "add", "REWRITE")
     git(small_tree, "commit", "-q", "-m", "rewritten")
     rewritten = [git(small_tree, "rev-parse", "HEAD")]
-    made = tracking.poll_branch(branch.pk)
+    made = branches.poll_branch(branch.pk)
     assert [c.sha for c in made] == rewritten
     gone = set(new[5:])
     for c in branch.commits.all():
@@ -156,7 +156,7 @@ def test_polling_follows_the_first_parent_history(
     # a branch that disappears is reported, not fatal
     git(small_tree, "checkout", "-q", "feature")
     git(small_tree, "branch", "-q", "-D", "master")
-    assert tracking.poll_branch(branch.pk) == []
+    assert branches.poll_branch(branch.pk) == []
     branch.refresh_from_db()
     assert "no branch 'master'" in branch.last_error
     assert alice_api.get(f"/branches/{branch.pk}").json()["last_error"] == branch.last_error
@@ -174,9 +174,9 @@ def test_a_step_in_the_series_is_found_at_its_commit(
     rng = np.random.default_rng(7)
     data = track(alice_api, small_tree, boots=2, max_commits=50)
     branch = TrackedBranch.objects.get(pk=data["id"])
-    tracking.poll_branch(branch.pk)
+    branches.poll_branch(branch.pk)
     before = commit_n(small_tree, 15)
-    tracking.poll_branch(branch.pk)
+    branches.poll_branch(branch.pk)
     levels = {c.sha: 1000.0 for c in branch.commits.all()}
 
     finish_builds(branch, tmp_path)
@@ -189,7 +189,7 @@ def test_a_step_in_the_series_is_found_at_its_commit(
     # the culprit makes spawn 10% slower; one commit after it does not build
     after = commit_n(small_tree, 10)
     broken = after[3]
-    tracking.poll_branch(branch.pk)
+    branches.poll_branch(branch.pk)
     levels.update({sha: 900.0 for sha in after})
     finish_builds(branch, tmp_path, fail={broken})
     run_jobs(runner, levels, rng)
@@ -216,7 +216,7 @@ def test_a_step_in_the_series_is_found_at_its_commit(
 
     # re-analysing keeps the change point (and when it was first seen)
     seen = {cp.pk: cp.first_seen for cp in cps}
-    tracking.analyse_series(branch, qemu_class.pk, "spawn", qemu_class.clock)
+    branches.analyse_series(branch, qemu_class.pk, "spawn", qemu_class.clock)
     assert {cp.pk: cp.first_seen for cp in ChangePoint.objects.filter(branch=branch)} == seen
 
     # the web pages show it
@@ -233,7 +233,7 @@ def test_a_job_that_fails_fails_its_commit_only(
     _, runner = runner_api
     data = track(alice_api, small_tree, boots=1)
     branch = TrackedBranch.objects.get(pk=data["id"])
-    tracking.poll_branch(branch.pk)
+    branches.poll_branch(branch.pk)
     finish_builds(branch, tmp_path)
     job = runner.post("/runner/claim").json()["job"]
     resp = runner.post(
@@ -242,7 +242,7 @@ def test_a_job_that_fails_fails_its_commit_only(
     )
     assert resp.status_code == 200, resp.content
     commit = branch.commits.get()
-    tracking.advance_branch_commit(commit.pk)
+    branches.advance_branch_commit(commit.pk)
     commit.refresh_from_db()
     assert commit.status == BranchCommit.Status.FAILED
     assert "boot failure" in commit.error and "kernel panic" in commit.error
@@ -269,7 +269,7 @@ def test_the_cli_tracks_lists_and_shows_branches(
     branch_id = int(ok.stdout.split("tracking branch ")[1].split(":")[0])
     listed = cli("branches")
     assert listed.returncode == 0 and f"#{branch_id}" in listed.stdout and "polling" in listed.stdout
-    tracking.poll_branch(branch_id)  # what the worker would do with the queued poll
+    branches.poll_branch(branch_id)  # what the worker would do with the queued poll
     paused = cli("branches", str(branch_id), "--pause")
     assert paused.returncode == 0, paused.stderr
     assert "(paused)" in paused.stdout and "building" in paused.stdout
@@ -289,9 +289,9 @@ def land_a_step_in_a_gap(
     rng = np.random.default_rng(9)
     data = track(api, repo, boots=2, max_commits=50, bisect=bisect)
     branch = TrackedBranch.objects.get(pk=data["id"])
-    tracking.poll_branch(branch.pk)
+    branches.poll_branch(branch.pk)
     commit_n(repo, 15)
-    tracking.poll_branch(branch.pk)
+    branches.poll_branch(branch.pk)
     levels = {c.sha: 1000.0 for c in branch.commits.all()}
     finish_builds(branch, tmp)
     run_jobs(runner, levels, rng)
@@ -300,13 +300,13 @@ def land_a_step_in_a_gap(
     TrackedBranch.objects.filter(pk=branch.pk).update(max_commits=8)
     landed = commit_n(repo, 20)
     levels.update({sha: 1000.0 if i < 5 else 880.0 for i, sha in enumerate(landed)})
-    first = [c.sha for c in tracking.poll_branch(branch.pk)]
+    first = [c.sha for c in branches.poll_branch(branch.pk)]
     assert len(first) == 8 and landed[5] not in first and landed[4] in first and landed[7] in first
     rounds = 0
     while branch.commits.filter(status=BranchCommit.Status.BUILDING).exists():
         finish_builds(branch, tmp, fail={landed[broken]} if broken is not None else set())
         if broken is not None and branch.commits.filter(sha=landed[broken], status="failed").exists():
-            tracking.reanalyse_branch(branch.pk)  # what the failure queues
+            branches.reanalyse_branch(branch.pk)  # what the failure queues
         run_jobs(runner, levels, rng)
         rounds += 1
         assert rounds < 8, "bisection does not converge"

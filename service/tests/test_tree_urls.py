@@ -27,11 +27,11 @@ from typing import Any
 import pytest
 
 from kperf.conf import ConfigError
-from kperf.core import gitops
-from kperf.core.gitops import GitInputError, TreeRefused, TreeUnreachable, validate_tree_url
+from kperf.core.builds import gitops
+from kperf.core.builds.gitops import GitInputError, TreeRefused, TreeUnreachable, validate_tree_url
+from kperf.core.builds.tree_urls import SCHEMES, IPAddress, TreePolicy, Unreachable, parse_hosts, parse_schemes
 from kperf.core.models import Submission
-from kperf.core.tree_urls import SCHEMES, IPAddress, TreePolicy, Unreachable, parse_hosts, parse_schemes
-from kperf.core.workflow import prepare_submission
+from kperf.core.submissions.pipeline import prepare_submission
 
 from .conftest import Api, git
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from kperf.core import tuning
-from kperf.core.analysis import analyse_submission
+from kperf.core.lab import tuning
 from kperf.core.models import BootRecord, Job, Submission
-from kperf.core.workflow import advance_submission
+from kperf.core.submissions.analysis import analyse_submission
+from kperf.core.submissions.pipeline import advance_submission
 
 from .conftest import Api
 from .lab_fixtures import results_body, submission_ready_for_testing

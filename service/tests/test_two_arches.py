@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from kperf.core.analysis import analyse_submission
 from kperf.core.models import Job, MachineClass, Submission
-from kperf.core.workflow import advance_submission
+from kperf.core.submissions.analysis import analyse_submission
+from kperf.core.submissions.pipeline import advance_submission
 
 from .conftest import Api, qemu_runner
 from .lab_fixtures import results_body, submission_ready_for_testing

@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from kperf import cli_progress
-from kperf.cli_client import Client as CliClient
-from kperf.cli_client import CliError
-from kperf.cli_status import render_status
+from kperf.cli import progress as cli_progress
+from kperf.cli.client import Client as CliClient
+from kperf.cli.client import CliError
+from kperf.cli.status import render_status
 from kperf.core import benchmarks
 from kperf.core.models import Job, KernelBuild, MachineClass, Runner, Submission, SubmissionBuild, Tree
-from kperf.core.workflow import schedule_jobs
+from kperf.core.submissions.pipeline import schedule_jobs
 
 from .conftest import Api, kperf_cli
 from .lab_fixtures import built, submission_ready_for_testing

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from kperf.cli_status import render_status
+from kperf.cli.status import render_status
 from kperf.core.models import Job, KernelBuild, Runner, Submission, SubmissionBuild, Tree
-from kperf.core.workflow import schedule_jobs
+from kperf.core.submissions.pipeline import schedule_jobs
 
 from .conftest import Api
 from .lab_fixtures import submission_page as page

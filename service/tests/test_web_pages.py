@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from kperf.core.analysis import analyse_submission
 from kperf.core.models import Job, Submission
-from kperf.core.presenters import verdict_estimate
-from kperf.core.workflow import advance_submission
+from kperf.core.submissions.analysis import analyse_submission
+from kperf.core.submissions.pipeline import advance_submission
+from kperf.core.web.presenters import verdict_estimate
 
 from .conftest import Api
 from .lab_fixtures import results_body, submission_ready_for_testing

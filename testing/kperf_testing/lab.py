@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kperf.core.models import KernelBuild, MachineClass, Submission, SubmissionBuild, Tree
-from kperf.core.workflow import schedule_jobs
+from kperf.core.submissions.pipeline import schedule_jobs
 
 
 def built(tree: Tree, sha: str, tmp: Path, arch: str = "x86_64") -> KernelBuild:

@@ -1,6 +1,6 @@
 """The branches' drift and between-build noise computed from the full history, the slow way.
 
-kperf keeps these as sums updated with every result (kperf.core.series_pools,
+kperf keeps these as sums updated with every result (kperf.core.results.drift_pools,
 docs/history.md); the tests check those sums against this reference, which
 reads every sample of every tracked branch again and cuts each series at its
 stored change points.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from kperf.core.models import BranchCommit, ChangePoint, TrackedBranch
-from kperf.core.tracking import Series, series
+from kperf.core.tracking.branches import Series, series
 from kperf.stats.builds import BuildNoise, between_build_noise
 from kperf.stats.changepoints import DriftEstimate, estimate_drift, series_summaries
 

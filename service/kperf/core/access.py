@@ -11,7 +11,7 @@ filters by owner on its own. The policy, for people, is docs/operations.md
   changed only by its owner or staff;
 - a build or a job is visible through a submission or branch that is;
   imported mmtests runs are lab-wide reference data;
-- a base boot shared between submissions (kperf.core.sharing) is visible
+- a base boot shared between submissions (kperf.core.lab.sharing) is visible
   to every sharer, as a boot of its own base kernel: its samples and
   console, never the submission that owns it.
 
@@ -25,8 +25,8 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from kperf.core.models.builds import IMPORTED_DIGEST
 from kperf.core.models import BranchCommit, Job, KernelBuild, SharedJob, Submission, SubmissionBuild, TrackedBranch
+from kperf.core.models.builds import IMPORTED_DIGEST
 
 
 def is_staff(user: Any) -> bool:

@@ -4,7 +4,8 @@ from typing import Any
 
 from django.contrib import admin
 
-from kperf.core import calibration, models, runner_state
+from kperf.core import models
+from kperf.core.lab import calibration, runner_health
 
 
 @admin.register(models.Submission)
@@ -65,7 +66,7 @@ class RunnerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     )
     list_filter = ("health", "machine_class")
     exclude = ("token_hash",)
-    # Health changes only through the actions: they keep the history and mark jobs (kperf.core.runner_state).
+    # Health changes only through the actions: they keep the history and mark jobs (kperf.core.lab.runner_health).
     readonly_fields = (
         "health",
         "health_reason",
@@ -86,7 +87,7 @@ class RunnerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.action(description="Quarantine (claims nothing until released)")
     def quarantine(self, request: Any, queryset: Any) -> None:
         for runner in queryset:
-            runner_state.quarantine_by_name(runner.name, request.user, "quarantined in the admin")
+            runner_health.quarantine_by_name(runner.name, request.user, "quarantined in the admin")
 
 
 @admin.register(models.RunnerEvent)

@@ -14,5 +14,5 @@ class CoreConfig(AppConfig):
         # default app.
         import kperf.celery
 
-        # Connects the history rows of rows created in their first status (kperf.core.states).
-        import kperf.core.states  # noqa: F401
+        # Connects the history rows of rows created in their first status (kperf.core.lifecycle.states).
+        import kperf.core.lifecycle.states  # noqa: F401

@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 def classify_failures(apps, schema_editor):
     """Earlier infrastructure failures were stored with this prefix
-    (kperf.core.building before leases): mark them infra, so the next
+    (kperf.core.builds.queue before leases): mark them infra, so the next
     submission that needs such a build queues it again."""
     KernelBuild = apps.get_model("core", "KernelBuild")
     failed = KernelBuild.objects.filter(status="failed")

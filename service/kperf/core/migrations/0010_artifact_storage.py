@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
 
     # KernelBuild.artifacts keeps its shape: new rows name a storage "key"
     # where old ones name a local "path", and readers take both
-    # (kperf.core.artifacts), so no row needs rewriting here.
+    # (kperf.core.builds.artifacts), so no row needs rewriting here.
     operations = [
         migrations.AddField(
             model_name="job",

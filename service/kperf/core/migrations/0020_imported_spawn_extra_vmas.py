@@ -10,7 +10,7 @@ samples move to spawn-vmas-<extra>. A run of any other name (mmtests' own,
 whose UnixBench spawn holds no extra VMAs) is left as it is.
 
 The moved jobs leave SummarisedJob: the next read of the history recomputes
-their kernel's runs (kperf.core.history.summarise), which takes the samples
+their kernel's runs (kperf.core.results.summaries.summarise), which takes the samples
 out of the 0-VMA series' summaries and noise pools.
 """
 

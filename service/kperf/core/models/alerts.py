@@ -16,8 +16,8 @@ class Alert(models.Model):
     class Kind(models.TextChoices):
         SUBMISSION = "submission"  # a submission finished (done or failed)
         CHANGE_POINT = "change-point"  # a tracked branch regressed
-        REPLY = "reply"  # the answer to a mail kperf ignored, saying why (kperf.core.inbound)
-        CONFIRM = "confirm-address"  # asks an address to agree to get a user's results (kperf.core.confirmations)
+        REPLY = "reply"  # the answer to a mail kperf ignored, saying why (kperf.core.mail.inbound)
+        CONFIRM = "confirm-address"  # asks an address to agree to get a user's results (kperf.core.mail.confirmations)
 
     class Status(models.TextChoices):
         PENDING = "pending"
@@ -27,7 +27,7 @@ class Alert(models.Model):
 
     kind = models.CharField(max_length=16, choices=Kind.choices)
     # The user on whose behalf it is mailed: their daily limit of recipients
-    # besides themselves is counted on these rows when it goes out (kperf.core.recipients).
+    # besides themselves is counted on these rows when it goes out (kperf.core.mail.recipients).
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="alerts"
     )

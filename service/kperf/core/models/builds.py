@@ -16,7 +16,7 @@ from kperf.core.models.lifecycle import final_statuses
 from kperf.core.models.trees import Tree
 
 # The config digest of a KernelBuild that kperf did not build: the kernel of
-# imported mmtests runs (kperf.core.imports). Access rules treat such builds
+# imported mmtests runs (kperf.core.results.mmtests_import). Access rules treat such builds
 # as lab-wide reference data, so the marker lives with the model.
 IMPORTED_DIGEST = "imported:mmtests"
 
@@ -28,7 +28,7 @@ class KernelBuild(models.Model):
         DONE = "done"
         FAILED = "failed"
 
-    # Every status and the only ways out of it (kperf.core.states).
+    # Every status and the only ways out of it (kperf.core.lifecycle.states).
     TRANSITIONS: ClassVar[dict[str, frozenset[str]]] = {
         Status.QUEUED: frozenset({Status.BUILDING}),
         # Built, or the kernel does not build (kind kernel), or the machine

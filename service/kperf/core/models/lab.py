@@ -96,14 +96,14 @@ class Runner(models.Model):
     # When the runner last changed: registered or re-registered (a new
     # token), or a save with another version, hostname, health or machine
     # class. Boots it measured before then are not shared with submissions
-    # that measure their head on it now (kperf.core.sharing).
+    # that measure their head on it now (kperf.core.lab.sharing).
     identity_changed = models.DateTimeField(default=timezone.now)
     # Why the runner is quarantined and since when (health_since: when the
-    # current health began). Changed only through kperf.core.runner_state,
+    # current health began). Changed only through kperf.core.lab.runner_health,
     # which also writes the history (RunnerEvent).
     health_reason = models.TextField(blank=True, default="")
     health_since = models.DateTimeField(null=True, blank=True)
-    # Its calibrations (kperf.core.calibration): the last one and its result,
+    # Its calibrations (kperf.core.lab.calibration): the last one and its result,
     # the last one judged good, and where the series it is judged against
     # begins (an admin's release with relearn moves it).
     last_calibration = models.DateTimeField(null=True, blank=True)
@@ -177,7 +177,7 @@ class Job(models.Model):
         BOOT = "boot"
         BENCHMARK = "benchmark"
 
-    # Every status and the only ways out of it (kperf.core.states).
+    # Every status and the only ways out of it (kperf.core.lifecycle.states).
     TRANSITIONS: ClassVar[dict[str, frozenset[str]]] = {
         Status.QUEUED: frozenset({Status.LEASED, Status.CANCELLED}),
         # Results stored; failed for good; or back to the queue (infra fault
@@ -204,7 +204,7 @@ class Job(models.Model):
     # the runner appends last and the THP mode init sets ('' for both: the
     # runner's command line and the kernel's default). Copied from the
     # submission when queued; boots that differ here are never shared
-    # (kperf.core.sharing) or pooled into the class's history (kperf.core.history).
+    # (kperf.core.lab.sharing) or pooled into the class's history (kperf.core.results.summaries).
     boot_params = models.CharField(max_length=BOOT_PARAMS_MAX_LENGTH, blank=True, default="")
     thp = models.CharField(max_length=8, choices=Thp.choices, blank=True, default="")
     boots = models.PositiveIntegerField(default=1)
@@ -224,7 +224,7 @@ class Job(models.Model):
     progress = models.CharField(max_length=200, blank=True, default="")
     failure_kind = models.CharField(max_length=16, choices=FailureKind.choices, blank=True, default="")
     failure_message = models.TextField(blank=True, default="")
-    # A calibration job: only this runner may claim it (kperf.core.calibration).
+    # A calibration job: only this runner may claim it (kperf.core.lab.calibration).
     pinned_runner = models.ForeignKey(
         Runner, on_delete=models.CASCADE, null=True, blank=True, related_name="pinned_jobs"
     )
@@ -234,7 +234,7 @@ class Job(models.Model):
     console_log = models.TextField(blank=True, default="")
     # {"key", "sha256", "size"} once `kperf-manage archive` moved the console
     # log to the artifact storage (console_log is then empty); read it
-    # through kperf.core.archive.console_log.
+    # through kperf.core.builds.archive.console_log.
     console_log_archive = models.JSONField(default=dict, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     started = models.DateTimeField(null=True, blank=True)

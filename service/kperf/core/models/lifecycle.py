@@ -2,7 +2,7 @@
 
 Each such model names its legal changes in `TRANSITIONS` (status -> the
 statuses it may move to); `final_statuses(TRANSITIONS)` is what it calls final: the
-statuses with no way out. kperf.core.states makes every change through
+statuses with no way out. kperf.core.lifecycle.states makes every change through
 this table, and the sweeper re-drives any row that stays too long in a
 status that is not final.
 """

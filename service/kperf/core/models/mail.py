@@ -59,7 +59,7 @@ class InboundMail(models.Model):
         # IMAP polls, the listener and a poll) insert the second row into
         # this constraint, and that reader's transaction, triage included,
         # is rolled back and recorded as a duplicate without its Message-ID
-        # (kperf.core.inbound.receive). It also serves the "seen this
+        # (kperf.core.mail.inbound.receive). It also serves the "seen this
         # Message-ID before?" check of every mail received.
         constraints = [
             models.UniqueConstraint(
@@ -77,7 +77,7 @@ class UnreadableMail(models.Model):
     A message whose reading fails for good (not because the database was
     away) would stay unread and be tried at every poll forever, and enough
     of them would fill every poll's batch. After
-    kperf.core.mail_poll.GIVE_UP_AFTER failures it is marked read and
+    kperf.core.mail.mailbox.GIVE_UP_AFTER failures it is marked read and
     recorded as an ignored InboundMail (reason `unreadable`).
     """
 

@@ -28,7 +28,7 @@ class BootRecord(models.Model):
     raw_output = models.TextField(blank=True, default="")
     # {"key", "sha256", "size"} once `kperf-manage archive` moved the raw
     # output to the artifact storage (raw_output is then empty); read it
-    # through kperf.core.archive.raw_output.
+    # through kperf.core.builds.archive.raw_output.
     raw_output_archive = models.JSONField(default=dict, blank=True)
     # The kernel's own counters across the benchmark's commands, by source:
     # {"vmstat": {"pgfault": 1234, "nr_free_pages": -56}} (summed deltas).
@@ -75,7 +75,7 @@ class Comparison(models.Model):
     looks = models.PositiveIntegerField(default=1)
     final = models.BooleanField(default=True)
     # How many of the base boots compared were measured once for several
-    # submissions of the same base kernel (kperf.core.sharing), not for this one.
+    # submissions of the same base kernel (kperf.core.lab.sharing), not for this one.
     shared_base_boots = models.PositiveIntegerField(default=0)
     # The mmtests-style table a developer pastes into a cover letter.
     table = models.TextField(blank=True, default="")

@@ -12,7 +12,7 @@ class PatchSeries(models.Model):
 
     The applied commits live in the tree's mirror under
     refs/kperf/series/<submission id>; a build machine without them makes
-    them again from the stored mbox (kperf.core.series_git), which gives
+    them again from the stored mbox (kperf.core.builds.apply_series), which gives
     the same sha because the committer and dates are fixed.
     """
 
@@ -28,11 +28,11 @@ class PatchSeries(models.Model):
     patch_count = models.PositiveIntegerField()
     # [{"number": 1, "subject": "[PATCH 1/2] mm: ...", "author": "...", "message_id": "..."}], in apply order.
     patches = models.JSONField(default=list)
-    # The mbox in the artifact storage: {"key", "sha256", "size"} (kperf.core.artifacts).
+    # The mbox in the artifact storage: {"key", "sha256", "size"} (kperf.core.builds.artifacts).
     mbox = models.JSONField(default=dict)
     # The patch git am stopped at (1-based), when the series did not apply.
     failed_patch = models.PositiveIntegerField(null=True, blank=True)
-    # Workers that began applying it (kperf.core.workflow): counted before
+    # Workers that began applying it (kperf.core.submissions.pipeline): counted before
     # the work, so one killed or out of disk counts too, and the submission
     # fails after KPERF_SERIES_APPLY_ATTEMPTS instead of being re-sent forever.
     apply_attempts = models.PositiveIntegerField(default=0)

@@ -12,7 +12,7 @@ class SharedJob(models.Model):
     """A submission uses another owner's boot of its base kernel as one of its own base boots.
 
     The job stays its owner's (claim order, attempts, console); the sharer
-    reads its samples and moves on when it finishes (kperf.core.sharing).
+    reads its samples and moves on when it finishes (kperf.core.lab.sharing).
     """
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="sharers")

@@ -8,7 +8,7 @@ from django.db import models
 class StatusChange(models.Model):
     """One change of status: of what, from, to, when, moved by whom or what, and why.
 
-    Written by kperf.core.states with the change itself, in the same
+    Written by kperf.core.lifecycle.states with the change itself, in the same
     transaction. What an operator reads when something looks stuck (the
     admin, `kperf-manage status_history`), and a record of how long each
     status lasted.

@@ -36,7 +36,7 @@ class Submission(models.Model):
         BRANCH = "branch"  # head_ref is a branch, tag or sha of the tree
         SERIES = "series"  # a patch series (mbox) applied on base; see PatchSeries
 
-    # Every status and the only ways out of it (kperf.core.states).
+    # Every status and the only ways out of it (kperf.core.lifecycle.states).
     TRANSITIONS: ClassVar[dict[str, frozenset[str]]] = {
         # Refs resolved and builds attached, or the tree/refs were bad.
         Status.QUEUED: frozenset({Status.BUILDING, Status.FAILED}),
@@ -68,7 +68,7 @@ class Submission(models.Model):
     # regression. None: each metric's default for its clock (settings).
     min_effect_pct = models.FloatField(null=True, blank=True)
     # Kernel command line words appended last to the runner's, and the THP
-    # mode, for every boot of both sides (kperf.core.boot_params checks what
+    # mode, for every boot of both sides (kperf.core.lab.boot_params checks what
     # people give). Boots with other values are never shared or pooled.
     boot_params = models.CharField(max_length=BOOT_PARAMS_MAX_LENGTH, blank=True, default="")
     thp = models.CharField(max_length=8, choices=Thp.choices, blank=True, default="")

@@ -57,7 +57,7 @@ class BranchCommit(models.Model):
         DONE = "done"
         FAILED = "failed"
 
-    # Every status and the only ways out of it (kperf.core.states).
+    # Every status and the only ways out of it (kperf.core.lifecycle.states).
     TRANSITIONS: ClassVar[dict[str, frozenset[str]]] = {
         Status.BUILDING: frozenset({Status.TESTING, Status.FAILED}),
         Status.TESTING: frozenset({Status.ANALYSING, Status.FAILED}),

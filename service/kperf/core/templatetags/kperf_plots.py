@@ -1,4 +1,4 @@
-"""Template helpers for the pictures (kperf.core.plot_views serves them)."""
+"""Template helpers for the pictures (kperf.core.web.plot_pages serves them)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 from django import template
 
-from kperf.core import plot_data
 from kperf.core.models import TrackedBranch
+from kperf.core.web import plot_data
 
 register = template.Library()
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from kperf.core import archive, artifacts
+from kperf.core.builds import archive, artifacts
 
 
 class Command(BaseCommand):

@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from kperf.core.mail_listener import MailListener
+from kperf.core.mail.listener import MailListener
 
 
 class Command(BaseCommand):

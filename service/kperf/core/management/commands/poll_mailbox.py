@@ -6,14 +6,14 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from kperf.core import mail_poll
+from kperf.core.mail import mailbox
 
 
 class Command(BaseCommand):
     help = "Poll KPERF_IMAP_MAILBOX on KPERF_IMAP_HOST once and triage by the replies found there."
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        result = mail_poll.poll()
+        result = mailbox.poll()
         if result is None:
             raise CommandError("KPERF_IMAP_HOST is not set: there is no mailbox to poll (docs/triage.md)")
         if result.busy:

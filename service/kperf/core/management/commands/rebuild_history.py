@@ -8,7 +8,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from kperf.core import history, history_rebuild
+from kperf.core.results import summaries
+from kperf.core.tracking import rebuild
 
 
 class Command(BaseCommand):
@@ -21,7 +22,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         logging.getLogger("kperf.history").setLevel(logging.INFO)
         started = time.monotonic()
-        counts = history_rebuild.rebuild(history.SERIES_WINDOW, progress=True)
+        counts = rebuild.rebuild(summaries.SERIES_WINDOW, progress=True)
         self.stdout.write(
             f"summarised {counts['kernels']} kernel runs, {counts['commits']} tracked commits and "
             f"{counts['series']} branch series in {time.monotonic() - started:.1f} s"

@@ -6,7 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from kperf.core import benchmarks, calibration
+from kperf.core import benchmarks
+from kperf.core.lab import calibration
 from kperf.core.models import KernelBuild, MachineClass
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from kperf.core import artifacts
+from kperf.core.builds import artifacts
 
 
 class Command(BaseCommand):

@@ -1,0 +1,233 @@
+"""Apply a submission's patch series on its base with `git am`.
+
+git am needs a work tree, and the mirror is bare and shared by every
+worker: the series is applied in a scratch repository that borrows the
+mirror's objects (alternates), and only the resulting commits are fetched
+back, under refs/kperf/series/<submission id>. Branches and tags of the
+mirror are never touched, and a fetch from the tree leaves those refs alone
+(kperf.core.builds.gitops.KPERF_REFS).
+
+The committer and the dates are fixed (a patch without a Date: header gets
+the series' date, kperf.core.builds.patch_series), so the same mbox on the same base
+gives the same sha anywhere: a build machine whose mirror lacks the commits
+makes them again from the stored mbox (`restore`) and gets the sha the
+submission names. For the same reason refs/kperf/series/<id> is never
+moved once it exists: a build or a submission may name its sha.
+
+A worker that is killed leaves its scratch repository (a kernel checkout,
+about a gigabyte) behind: `sweep_scratch` removes those older than the
+longest a preparation may run, from the sweeper and before each apply.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from django.conf import settings
+
+from kperf.core.builds import artifacts, gitops, patch_series
+from kperf.core.models import KernelBuild, PatchSeries, Submission
+
+log = logging.getLogger("kperf.series")
+
+# Who commits an applied series. Fixed (not the operator's settings) so
+# every machine makes the same commits, and free of any user's git
+# configuration for the same reason.
+_AM_ENV = {
+    "GIT_COMMITTER_NAME": "kperf",
+    "GIT_COMMITTER_EMAIL": "kperf@kperf.invalid",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+
+class SeriesApplyError(Exception):
+    """A patch of the series does not apply on the base; the message names it and has git's error."""
+
+    def __init__(self, number: int, total: int, subject: str, base: str, error: str) -> None:
+        self.number = number
+        super().__init__(
+            f"patch {number}/{total} {subject!r} does not apply on {base}: {error}; "
+            "rebase the series on that base, or submit it against the base it was written for "
+            "(b4 am prints it as base-commit)"
+        )
+
+
+def series_ref(sub_id: int) -> str:
+    return f"{gitops.KPERF_REFS}series/{sub_id}"
+
+
+def scratch_root() -> Path:
+    return Path(settings.KPERF_BUILD_ROOT) / "series"
+
+
+def scratch_max_age() -> float:
+    """Seconds after which no worker can still be using a scratch repository: the task's hard limit, or an hour."""
+    return max(3600.0, prepare_time_limit() + 60.0)
+
+
+def prepare_time_limit() -> int:
+    """The soft time limit of preparing a submission: fetch, checkout, git am and fetch back each may take
+    KPERF_GIT_TIMEOUT (kperf.core.tasks gives prepare_submission this)."""
+    return 4 * settings.KPERF_GIT_TIMEOUT + 120
+
+
+def sweep_scratch(max_age: float | None = None) -> int:
+    """Remove scratch repositories (am-*) older than `max_age` seconds that killed workers left; how many."""
+    limit = scratch_max_age() if max_age is None else max_age
+    removed = 0
+    try:
+        entries = list(scratch_root().glob("am-*"))
+    except OSError:
+        return 0
+    for path in entries:
+        try:
+            if time.time() - path.stat().st_mtime < limit:
+                continue
+        except OSError:
+            continue  # removed meanwhile
+        shutil.rmtree(path, ignore_errors=True)
+        if not path.exists():
+            removed += 1
+            log.warning("removed %s, the scratch repository of a series apply that did not finish", path)
+    return removed
+
+
+def _ref_sha(mirror: Path, ref: str) -> str:
+    try:
+        return gitops.run_git(["-C", str(mirror), "rev-parse", "--verify", "--quiet", ref], timeout=60).strip()
+    except gitops.GitError:
+        return ""
+
+
+def am(mirror: Path, base_sha: str, base_name: str, parsed: patch_series.Series, ref: str) -> str:
+    """Apply `parsed` on `base_sha`, store the result in the mirror under `ref`, return its sha.
+
+    `ref` is created, never moved: GitError when it already names another commit.
+    """
+    sweep_scratch()
+    scratch_root().mkdir(parents=True, exist_ok=True)
+    # git am takes the dates from the mails (patch_series.Series.patches_mbox gives
+    # each patch one); these keep anything else git does here off the clock.
+    env = _AM_ENV | {"GIT_AUTHOR_DATE": parsed.date, "GIT_COMMITTER_DATE": parsed.date}
+    with tempfile.TemporaryDirectory(dir=scratch_root(), prefix="am-") as tmp:
+        work = Path(tmp) / "tree"
+        gitops.run_git(["init", "--quiet", str(work)], timeout=60, extra_env=env)
+        (work / ".git" / "objects" / "info" / "alternates").write_text(f"{mirror.resolve() / 'objects'}\n")
+        gitops.run_git(
+            ["-C", str(work), "checkout", "--quiet", "--detach", base_sha],
+            timeout=settings.KPERF_GIT_TIMEOUT,
+            extra_env=env,
+        )
+        mbox = Path(tmp) / "patch_series.mbox"
+        mbox.write_bytes(parsed.patches_mbox())
+        try:
+            proc = subprocess.run(
+                ["git", "-C", str(work), "am", "--quiet", "--committer-date-is-author-date", "--no-3way", str(mbox)],
+                env=gitops.git_env() | env,
+                capture_output=True,
+                text=True,
+                timeout=settings.KPERF_GIT_TIMEOUT,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise gitops.GitError(f"git am did not finish within {settings.KPERF_GIT_TIMEOUT} s") from None
+        if proc.returncode != 0:
+            raise _which_patch(work, parsed, base_name, proc.stderr or proc.stdout)
+        sha = gitops.run_git(["-C", str(work), "rev-parse", "HEAD"], timeout=60).strip()
+        existing = _ref_sha(mirror, ref)
+        if existing and existing != sha:
+            raise gitops.GitError(
+                f"{ref} in {mirror} already names {existing[:12]}, and applying the series again gives {sha[:12]}: "
+                "kperf does not move it (a build may name it); build the series where it was applied"
+            )
+        if not existing:
+            # Only the new commits' objects travel: the mirror has everything
+            # else. Without '+': a ref another worker made meanwhile is not moved.
+            gitops.run_git(
+                ["-C", str(mirror), "fetch", "--quiet", str(work), f"{sha}:{ref}"],
+                timeout=settings.KPERF_GIT_TIMEOUT,
+            )
+    return sha
+
+
+def _which_patch(work: Path, parsed: patch_series.Series, base_name: str, error: str) -> SeriesApplyError:
+    # git am keeps its place in rebase-apply/next: the 1-based number of the
+    # patch it stopped at, among the messages it was given (the patches only).
+    try:
+        number = int((work / ".git" / "rebase-apply" / "next").read_text().strip())
+    except (OSError, ValueError):
+        number = 1
+    number = min(max(number, 1), len(parsed.patches))
+    # git's own words on what did not fit (its "error:" lines), without the
+    # advice on `git am --continue`, which is for someone at a terminal.
+    lines = [line.strip() for line in error.splitlines() if line.startswith(("error:", "fatal:"))]
+    detail = "; ".join(lines)[:1500] or " ".join(error.split())[:1500] or "git am failed"
+    patch = parsed.patches[number - 1]
+    return SeriesApplyError(number, len(parsed.patches), patch.subject, base_name, detail)
+
+
+def _parse_stored(ps: PatchSeries) -> patch_series.Series:
+    data = artifacts.read_checked(ps.mbox, f"the mbox of submission {ps.submission_id}")
+    # It passed the limit when it was submitted; a lower limit since must not lose it.
+    return patch_series.parse(data, max_bytes=len(data))
+
+
+def apply(sub: Submission) -> str:
+    """Apply the series of `sub` on its base_sha; the head sha (SeriesApplyError, gitops.GitError)."""
+    ps = PatchSeries.objects.get(submission=sub)
+    parsed = _parse_stored(ps)
+    base_name = f"{sub.base_ref} ({sub.base_sha[:12]})"
+    mirror, ref = sub.tree.mirror_path, series_ref(sub.pk)
+    existing = _ref_sha(mirror, ref)
+    if existing and _is_applied(mirror, sub.base_sha, existing, len(parsed.patches)):
+        # An earlier attempt applied it and stopped before the submission
+        # moved on: its commits are the series' (the apply is deterministic).
+        log.info("submission %s: series already applied on %s: %s", sub.pk, base_name, existing[:12])
+        return existing
+    sha = am(mirror, sub.base_sha, base_name, parsed, ref)
+    log.info("submission %s: %d patches applied on %s: %s", sub.pk, len(parsed.patches), base_name, sha[:12])
+    return sha
+
+
+def _is_applied(mirror: Path, base_sha: str, sha: str, patches: int) -> bool:
+    """True when `sha` is `patches` commits on top of `base_sha`, one after the other."""
+    if not gitops.is_ancestor(mirror, base_sha, sha):
+        return False
+    try:
+        count = gitops.run_git(["-C", str(mirror), "rev-list", "--count", f"{base_sha}..{sha}"], timeout=120)
+    except gitops.GitError:
+        return False
+    return int(count.strip() or 0) == patches
+
+
+def restore(build: KernelBuild) -> bool:
+    """Make the commit of an applied series again in this machine's mirror; False if `build` is no series'."""
+    sub = (
+        Submission.objects.filter(kind=Submission.Kind.SERIES, head_sha=build.sha, series__isnull=False)
+        .select_related("tree", "series")
+        .order_by("pk")
+        .first()
+    )
+    if sub is None:
+        return False
+    mirror = build.tree.mirror_path
+    gitops.ensure_commit(build.tree.url, mirror, sub.base_sha, timeout=settings.KPERF_GIT_TIMEOUT)
+    try:
+        parsed = _parse_stored(sub.series)
+        sha = am(mirror, sub.base_sha, sub.base_ref, parsed, series_ref(sub.pk))
+    except (SeriesApplyError, patch_series.SeriesError, artifacts.ArtifactUnavailable) as e:
+        raise gitops.GitError(f"the series of submission {sub.pk} could not be applied again: {e}") from e
+    if sha != build.sha:
+        raise gitops.GitError(
+            f"the series of submission {sub.pk} applied again gives {sha[:12]}, not {build.sha[:12]}: "
+            "this build machine's git applies it differently; build it where it was applied"
+        )
+    log.info("build %s: series of submission %s applied again in this machine's mirror", build.pk, sub.pk)
+    return True

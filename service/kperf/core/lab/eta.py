@@ -1,0 +1,240 @@
+"""When a submission's verdict will come: the situation read from the database.
+
+kperf.core.lab.eta_model does the arithmetic on plain data; this module says
+what is true now: the recent build and job durations, the runners in
+service per machine class, the builds still to run and the jobs ahead in
+claim order (kperf.core.lab.claim_order, as kperf.core.lab.waiting counts them).
+The page, the API (`eta`, `eta_reason`, `jobs_ahead`) and `kperf status`
+show the same answer (docs/submitting.md, "When the verdict comes").
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Q
+from django.utils import timezone
+
+from kperf.core import benchmarks
+from kperf.core.lab.claim_order import claim_key
+from kperf.core.lab.eta_model import RECENT, Estimate, History, Situation, Unknown, Work, estimate, sentence
+from kperf.core.lab.waiting import SILENT_AFTER
+from kperf.core.models import Job, KernelBuild, MachineClass, Runner, Submission
+
+# Recent finished jobs read at most: RECENT per kind of job for the few
+# kinds a lab runs, in one query.
+_JOB_ROWS = 50 * RECENT
+
+
+def history(classes: list[int]) -> History:
+    """Recent durations of finished builds and of finished jobs on `classes`, oldest first."""
+    hist = History()
+    jobs = (
+        Job.objects.filter(
+            machine_class_id__in=classes,
+            status=Job.Status.DONE,
+            started__isnull=False,
+            finished__isnull=False,
+            # Calibration boots (pinned) are not what a submission waits for.
+            pinned_runner__isnull=True,
+        )
+        .order_by("-finished")
+        .values_list("machine_class__name", "benchmark", "grid", "started", "finished")[:_JOB_ROWS]
+    )
+    for mclass, bench, grid, started, finished in reversed(list(jobs)):
+        if started and finished:
+            hist.add_job(mclass, bench, grid, (finished - started).total_seconds())
+    builds = (
+        KernelBuild.objects.filter(status=KernelBuild.Status.DONE, started__isnull=False, finished__isnull=False)
+        .order_by("-finished")
+        .values_list("started", "finished")[:RECENT]
+    )
+    for started, finished in reversed(list(builds)):
+        if started and finished:
+            hist.add_build((finished - started).total_seconds())
+    return hist
+
+
+def _runners(classes: list[int], now: datetime) -> dict[int, int]:
+    """Runners in service per class: good health, heard from lately (as kperf.core.lab.waiting judges)."""
+    counts = dict.fromkeys(classes, 0)
+    for mclass_id in Runner.objects.filter(
+        machine_class_id__in=classes, health=Runner.Health.GOOD, last_heartbeat__gte=now - SILENT_AFTER
+    ).values_list("machine_class_id", flat=True):
+        counts[mclass_id] += 1
+    return counts
+
+
+def _elapsed(started: datetime | None, now: datetime) -> float | None:
+    return max((now - started).total_seconds(), 0.0) if started else None
+
+
+def _builds(sub: Submission, now: datetime) -> tuple[list[float | None], list[float | None], int]:
+    """The submission's unfinished builds, the builds ahead of them, and how many build at once."""
+    if sub.status == Submission.Status.QUEUED:
+        # Refs not resolved yet: a base and a head per arch, some perhaps already built.
+        own_rows: list[tuple[int, datetime | None, datetime]] = []
+        mine: list[float | None] = [None] * (2 * len(sub.arches))
+        oldest = sub.created
+    elif sub.status == Submission.Status.BUILDING:
+        own_rows = list(
+            KernelBuild.objects.filter(
+                submission_builds__submission=sub,
+                status__in=(KernelBuild.Status.QUEUED, KernelBuild.Status.BUILDING),
+            )
+            .distinct()
+            .values_list("id", "started", "created")
+        )
+        mine = [_elapsed(started, now) for _, started, _c in own_rows]
+        oldest = min((created for _, _s, created in own_rows), default=now)
+    else:
+        # Its builds are done; those running or queued now still matter to
+        # it when an older submission waits for them (kperf.core.lab.eta_model.Work).
+        own_rows, mine, oldest = [], [], now
+    busy = KernelBuild.objects.filter(status=KernelBuild.Status.BUILDING, lease_expires__gt=now)
+    waiting = KernelBuild.objects.filter(status=KernelBuild.Status.QUEUED, created__lt=oldest)
+    own_ids = {pk for pk, _s, _c in own_rows}
+    ahead = [
+        _elapsed(started, now) if status == KernelBuild.Status.BUILDING else None
+        for pk, status, started in (busy | waiting).values_list("id", "status", "started")
+        if pk not in own_ids
+    ]
+    # As many build workers as there are builds running now, at least one.
+    return mine, ahead, max(1, busy.count())
+
+
+def _planned(sub: Submission, classes: dict[int, MachineClass], own: bool = True) -> list[Work]:
+    """The first look's jobs before they are queued: every class of each arch, each benchmark, both sides."""
+    out = []
+    for mclass in sorted(classes.values(), key=lambda m: m.name):
+        if mclass.arch not in sub.arches:
+            continue
+        for bench in sub.benchmarks:
+            grid_boots, _ = benchmarks.grid_for(bench, sub.grid)
+            boots = benchmarks.boots_per_side(grid_boots, mclass.clock)
+            out += [Work(mclass.name, bench, sub.grid, own=own, after_builds=True)] * (2 * boots)
+    return out
+
+
+def _queues(sub: Submission, own_ids: set[int], classes: dict[int, MachineClass], now: datetime) -> list[Work]:
+    """Per class: the running jobs, then the queued ones in claim order up to the submission's last."""
+    planned = sub.status in (Submission.Status.QUEUED, Submission.Status.BUILDING)
+    rows = (
+        Job.objects.filter(machine_class_id__in=classes, status__in=(Job.Status.QUEUED, Job.Status.LEASED))
+        # Only calibrations and older submissions (and its own jobs) can be ahead.
+        .filter(Q(pinned_runner__isnull=False) | Q(submission_id__lte=sub.pk) | Q(id__in=own_ids))
+        .values_list(
+            "id",
+            "status",
+            "started",
+            "machine_class_id",
+            "benchmark",
+            "grid",
+            "pinned_runner_id",
+            "submission_id",
+            "branch_commit_id",
+            "seq",
+        )
+    )
+    running: list[Work] = []
+    queued: list[tuple[tuple[Any, ...], Work]] = []
+    for pk, status, started, mclass_id, bench, grid, pinned, sub_id, commit, seq in rows:
+        own = pk in own_ids
+        name = classes[mclass_id].name
+        if status == Job.Status.LEASED:
+            # Running now: it holds a runner until it ends.
+            running.append(Work(name, bench, grid, own=own, elapsed_s=_elapsed(started, now) or 0.0))
+            continue
+        # A shared base boot another submission queued runs at its owner's place in the order.
+        queued.append((claim_key(pinned, sub_id, commit, seq, pk), Work(name, bench, grid, own=own)))
+    # Older submissions still building queue their jobs when their builds
+    # are done, and those claim before this one's queued jobs.
+    building = Submission.objects.filter(
+        status__in=(Submission.Status.QUEUED, Submission.Status.BUILDING), pk__lt=sub.pk
+    ).order_by("pk")
+    for older in [*building, *([sub] if planned else [])]:
+        queued += [
+            (claim_key(None, older.pk, None, i, 0), w)
+            for i, w in enumerate(_planned(older, classes, own=older.pk == sub.pk))
+        ]
+    queued.sort(key=lambda kw: kw[0])
+    ordered = [w for _, w in queued]
+    out = list(running)
+    for name in sorted({c.name for c in classes.values()}):
+        mine = [w for w in ordered if w.machine_class == name]
+        last = max((i for i, w in enumerate(mine) if w.own), default=-1)
+        out += mine[: last + 1]
+    return out
+
+
+def _more(sub: Submission, own: list[dict[str, Any]], classes: dict[int, MachineClass]) -> list[Work]:
+    """Jobs further looks may still add: up to the boot budget per side, per class and benchmark."""
+    out = []
+    for mclass in sorted(classes.values(), key=lambda m: m.name):
+        if mclass.arch not in sub.arches:
+            continue
+        for bench in sub.benchmarks:
+            # The clock its jobs were queued with; before that, the class's (as schedule_jobs does).
+            clock = next(
+                (j["clock"] for j in own if j["machine_class"] == mclass.name and j["benchmark"] == bench),
+                mclass.clock,
+            )
+            plan = benchmarks.look_plan(sub, bench, clock)
+            budget = plan.looks[-1]
+            have = {
+                side: sum(
+                    j["boots"]
+                    for j in own
+                    if j["machine_class"] == mclass.name
+                    and j["benchmark"] == bench
+                    and j["side"] == side
+                    and j["status"] != Job.Status.CANCELLED
+                )
+                for side in ("base", "head")
+            }
+            if sub.status in (Submission.Status.QUEUED, Submission.Status.BUILDING):
+                have = dict.fromkeys(have, plan.looks[0])
+            extra = sum(max(budget - n, 0) for n in have.values())
+            out += [Work(mclass.name, bench, sub.grid, own=True)] * extra
+    return out
+
+
+def for_submission(sub: Submission, jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    """`eta` (or None and `eta_reason`) and `jobs_ahead` per class for the API, the page and the CLI.
+
+    `jobs` are the presenter's job rows of the submission, shared base boots included.
+    """
+    if sub.is_final:
+        return {"eta": None, "eta_reason": f"the submission is {sub.status}", "jobs_ahead": {}}
+    now = timezone.now()
+    classes = {m.pk: m for m in MachineClass.objects.filter(arch__in=sub.arches)}
+    if not classes:
+        return {"eta": None, "eta_reason": "no machine class runs its architectures", "jobs_ahead": {}}
+    runners = _runners(list(classes), now)
+    mine, ahead, workers = _builds(sub, now)
+    situation = Situation(
+        runners={classes[c].name: n for c, n in runners.items()},
+        builds=mine,
+        builds_ahead=ahead,
+        build_workers=workers,
+        jobs=_queues(sub, {j["id"] for j in jobs}, classes, now),
+        more=_more(sub, jobs, classes),
+    )
+    est = estimate(situation, history(list(classes)))
+    if isinstance(est, Unknown):
+        return {"eta": None, "eta_reason": est.reason, "jobs_ahead": {}}
+    return {"eta": as_dict(est, now), "eta_reason": None, "jobs_ahead": est.jobs_ahead}
+
+
+def as_dict(est: Estimate, now: datetime) -> dict[str, Any]:
+    return {
+        "seconds": round(est.seconds),
+        "at": (now + timedelta(seconds=est.seconds)).isoformat(),
+        "low": round(est.low),
+        "high": round(est.high),
+        "more_jobs": est.more_jobs,
+        "basis": est.basis,
+        # One sentence for the page and `kperf status`.
+        "line": sentence(est, now),
+    }

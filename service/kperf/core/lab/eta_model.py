@@ -1,0 +1,311 @@
+"""When a submission's verdict will come, from measured durations: the pure part.
+
+The work still to do for a submission is its unfinished builds and the
+jobs of each machine class up to its last one in claim order (the jobs
+ahead of it included). Each takes the median of the recent durations of
+its kind, and a class runs as many jobs at once as it has runners in
+service, in claim order: a list schedule, the way kperf.core.lab.leases hands
+jobs out. The answer is the time the last of the submission's builds and
+jobs finishes, with a range from the lower and upper quartiles of the same
+durations, widened by the boots further looks may add (docs/statistics.md,
+"More boots when the answer is `inconclusive`"): a submission can never be
+promised that its first look decides.
+
+No Django here: kperf.core.lab.eta gathers the situation from the database,
+bench/eta.py from a recorded history as it stood at each moment, and both
+ask the same functions.
+"""
+
+from __future__ import annotations
+
+import heapq
+import statistics
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+# How many recent durations of one kind are read: enough for a median and
+# quartiles that one odd run does not move, few enough that a faster
+# runner or a new compiler shows within a day of jobs.
+RECENT = 20
+
+# When nothing of a kind has been measured yet. A boot of a `quick` grid
+# on a TCG QEMU runner takes 30-60 s and a fixture-tree build 35-120 s
+# (docs/performance.md, "Lab speed and submit to verdict"); a real tree's
+# clean build takes longer, hence the generous build default. The answer
+# says when it rests on these.
+DEFAULT_JOB_S = 120.0
+DEFAULT_BUILD_S = 600.0
+
+
+@dataclass(frozen=True)
+class Typical:
+    """The lower quartile, median and upper quartile of a kind of work's duration, in seconds."""
+
+    low: float
+    mid: float
+    high: float
+    basis: str
+
+    def at(self, quantile: str) -> float:
+        value: float = getattr(self, quantile)
+        return value
+
+
+def typical(values: Sequence[float], what: str) -> Typical | None:
+    """Quartiles of `values` (None when there are none), with what they are the median of."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        low = mid = high = ordered[0]
+    else:
+        low, mid, high = statistics.quantiles(ordered, n=4, method="inclusive")
+    n = len(ordered)
+    return Typical(low, mid, high, f"median of {n} recent {what}{'s' if n != 1 else ''}")
+
+
+class History:
+    """The recent durations known at one moment; add them oldest first."""
+
+    def __init__(self, recent: int = RECENT) -> None:
+        self.recent = recent
+        self._jobs: dict[tuple[str, str, str], deque[float]] = {}
+        self._per_class: dict[str, deque[float]] = {}
+        self._builds: deque[float] = deque(maxlen=recent)
+
+    def add_job(self, machine_class: str, benchmark: str, grid: str, seconds: float) -> None:
+        self._jobs.setdefault((machine_class, benchmark, grid), deque(maxlen=self.recent)).append(seconds)
+        self._per_class.setdefault(machine_class, deque(maxlen=self.recent)).append(seconds)
+
+    def add_build(self, seconds: float) -> None:
+        self._builds.append(seconds)
+
+    def job(self, machine_class: str, benchmark: str, grid: str) -> Typical:
+        """The same benchmark and grid on the class; else any job of the class; else the default."""
+        exact = typical(self._jobs.get((machine_class, benchmark, grid), ()), f"{benchmark} {grid} job")
+        if exact is not None:
+            return Typical(exact.low, exact.mid, exact.high, f"{exact.basis} on {machine_class}")
+        anyjob = typical(self._per_class.get(machine_class, ()), "job")
+        if anyjob is not None:
+            return Typical(anyjob.low, anyjob.mid, anyjob.high, f"{anyjob.basis} on {machine_class}")
+        return Typical(DEFAULT_JOB_S, DEFAULT_JOB_S, DEFAULT_JOB_S, f"{DEFAULT_JOB_S:.0f} s a job: none measured yet")
+
+    def build(self) -> Typical:
+        known = typical(self._builds, "build")
+        if known is not None:
+            return known
+        return Typical(
+            DEFAULT_BUILD_S, DEFAULT_BUILD_S, DEFAULT_BUILD_S, f"{DEFAULT_BUILD_S:.0f} s a build: none measured yet"
+        )
+
+
+@dataclass(frozen=True)
+class Work:
+    """One job on a machine class: someone else's ahead, or the submission's own (`own`)."""
+
+    machine_class: str
+    benchmark: str
+    grid: str
+    own: bool = False
+    # Seconds since a runner took it; None while it is queued.
+    elapsed_s: float | None = None
+    # A submission's jobs are queued when its builds are done: until then
+    # they are planned, and start no earlier than the builds finish (the
+    # submission's own builds for its own jobs; the builds ahead for an
+    # older submission's, which claim before the submission's own).
+    after_builds: bool = False
+
+
+@dataclass(frozen=True)
+class Situation:
+    """Everything the estimate reads, as it stands now."""
+
+    # Runners in service (good health, heard from lately) per class.
+    runners: Mapping[str, int]
+    # The submission's unfinished builds: seconds since started, None while queued.
+    builds: Sequence[float | None] = ()
+    # Other builds running or queued before them (or, once the submission's
+    # are done, those of older submissions still building).
+    builds_ahead: Sequence[float | None] = ()
+    build_workers: int = 1
+    # Per class: the jobs running, then the queued ones in claim order up to
+    # the submission's last (later ones cannot delay it).
+    jobs: Sequence[Work] = ()
+    # The jobs further looks may add if the verdict is still open.
+    more: Sequence[Work] = ()
+
+
+@dataclass(frozen=True)
+class Estimate:
+    seconds: float
+    low: float
+    high: float
+    # Queued jobs of others before the submission's first, per class.
+    jobs_ahead: dict[str, int]
+    # Jobs further looks may add (counted in `high` only).
+    more_jobs: int
+    basis: str
+
+
+@dataclass(frozen=True)
+class Unknown:
+    reason: str
+
+
+@dataclass
+class _Bases:
+    seen: list[str] = field(default_factory=list)
+
+    def add(self, basis: str) -> None:
+        if basis not in self.seen:
+            self.seen.append(basis)
+
+
+def _remaining(t: Typical, q: str, elapsed: float | None) -> float:
+    # A run past the typical duration is about to end, as far as anyone can tell.
+    return max(t.at(q) - (elapsed or 0.0), 0.0)
+
+
+def _builds_done(s: Situation, hist: History, q: str, bases: _Bases) -> tuple[float, float]:
+    """When the builds ahead and the submission's own are done: workers take them first come, first served."""
+    if not s.builds and not s.builds_ahead:
+        return 0.0, 0.0
+    t = hist.build()
+    if s.builds:
+        bases.add(t.basis)
+    workers = [0.0] * max(1, s.build_workers)
+    # Running builds hold a worker now; queued ones follow, others' first.
+    order = sorted(
+        [(e, False) for e in s.builds_ahead] + [(e, True) for e in s.builds],
+        key=lambda b: b[0] is None,
+    )
+    ahead = done = 0.0
+    for elapsed, own in order:
+        start = heapq.heappop(workers)
+        end = start + _remaining(t, q, elapsed)
+        heapq.heappush(workers, end)
+        if own:
+            done = max(done, end)
+        else:
+            ahead = max(ahead, end)
+    return ahead, done
+
+
+def _class_done(
+    jobs: Sequence[Work],
+    runners: int,
+    hist: History,
+    q: str,
+    builds: tuple[float, float],
+    bases: _Bases,
+    after: float = 0.0,
+) -> float:
+    """When the class's last own job ends: each runner, when free, takes the first job in claim order it may run.
+
+    A planned job may run once its builds are done: the submission's own
+    (`after_builds`) once its builds are, others' once the builds ahead are.
+    """
+    free = [0.0] * runners
+    done = 0.0
+    pending: list[tuple[float, Work]] = []
+    for w in jobs:
+        if w.elapsed_s is not None:
+            # Running: it holds a runner until it ends.
+            end = heapq.heappop(free) + _remaining(hist.job(w.machine_class, w.benchmark, w.grid), q, w.elapsed_s)
+            heapq.heappush(free, end)
+            done = max(done, end) if w.own else done
+            continue
+        release = (builds[1] if w.own else builds[0]) if w.after_builds else 0.0
+        pending.append((max(release, after if w.own else 0.0), w))
+    while pending:
+        at = heapq.heappop(free)
+        # The first in claim order that may run by then; else the first to become runnable.
+        i = next((i for i, (r, _) in enumerate(pending) if r <= at), None)
+        if i is None:
+            i = min(range(len(pending)), key=lambda i: pending[i][0])
+        release, w = pending.pop(i)
+        t = hist.job(w.machine_class, w.benchmark, w.grid)
+        if w.own:
+            bases.add(t.basis)
+        end = max(at, release) + t.at(q)
+        heapq.heappush(free, end)
+        if w.own:
+            done = max(done, end)
+    return done
+
+
+def jobs_ahead(jobs: Iterable[Work]) -> dict[str, int]:
+    """Per class: the queued jobs of others before the submission's first queued one."""
+    out: dict[str, int] = {}
+    mine: set[str] = set()
+    for w in jobs:
+        # Running jobs are not ahead in the queue, nor jobs not queued yet.
+        if w.elapsed_s is not None or w.machine_class in mine or (w.after_builds and not w.own):
+            continue
+        if w.own:
+            mine.add(w.machine_class)
+            out.setdefault(w.machine_class, 0)
+        else:
+            out[w.machine_class] = out.get(w.machine_class, 0) + 1
+    return {c: n for c, n in out.items() if c in mine}
+
+
+def _finish(s: Situation, hist: History, q: str, bases: _Bases, with_more: bool) -> float:
+    builds = _builds_done(s, hist, q, bases)
+    classes = sorted({w.machine_class for w in [*s.jobs, *s.more]})
+    done = builds[1]
+    for c in classes:
+        jobs = [w for w in s.jobs if w.machine_class == c]
+        if jobs:
+            done = max(done, _class_done(jobs, s.runners.get(c, 0), hist, q, builds, bases))
+    if with_more and s.more:
+        # More boots are queued at the look, when every class has had its
+        # jobs: they run after the submission's own, on the class's runners.
+        for c in classes:
+            extra = [w for w in s.more if w.machine_class == c]
+            if extra:
+                done = max(done, _class_done(extra, s.runners.get(c, 0), hist, q, builds, bases, after=done))
+    return done
+
+
+def estimate(s: Situation, hist: History) -> Estimate | Unknown:
+    """Seconds until the verdict: median durations, and the range quartiles and further looks give."""
+    for c in sorted({w.machine_class for w in [*s.jobs, *s.more] if w.own}):
+        if s.runners.get(c, 0) < 1:
+            return Unknown(f"no runner of class {c} is in service to run its jobs")
+    bases = _Bases()
+    mid = _finish(s, hist, "mid", bases, with_more=False)
+    low = _finish(s, hist, "low", _Bases(), with_more=False)
+    high = _finish(s, hist, "high", _Bases(), with_more=True)
+    return Estimate(
+        seconds=mid,
+        low=min(low, mid),
+        high=max(high, mid),
+        jobs_ahead=jobs_ahead(s.jobs),
+        more_jobs=len(s.more),
+        basis="; ".join(bases.seen) or "nothing left to run",
+    )
+
+
+def _duration(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    if seconds < 60:
+        return "under a minute"
+    if minutes < 120:
+        return f"~{minutes} min"
+    return f"~{minutes // 60} h {minutes % 60:02d} min"
+
+
+def sentence(est: Estimate, now: datetime) -> str:
+    """ "verdict expected in ~12 min (by 14:05 UTC), 3 jobs ahead on qemu-x86_64"."""
+    by = now + timedelta(seconds=est.seconds)
+    text = f"verdict expected in {_duration(est.seconds)} (by {by:%H:%M} UTC)"
+    if est.more_jobs and est.high > est.seconds:
+        text += (
+            f"; at least that: up to {_duration(est.high)} if a look is inconclusive"
+            f" and kperf adds boots ({est.more_jobs} more jobs at most)"
+        )
+    ahead = [f"{n} job{'s' if n != 1 else ''} ahead on {c}" for c, n in sorted(est.jobs_ahead.items()) if n]
+    return ", ".join([text, *ahead])

@@ -1,0 +1,324 @@
+"""Plain-text mail: a submission's answer to its owner, a tracked branch's regressions to its watchers.
+
+Alerts are rows written in the transaction that decides what they report
+(`Alert`, an outbox); `send_pending` delivers them over SMTP from a task and
+retries what failed, so a mail server that is down or not configured yet
+loses nothing. Bodies are plain text and at most 80 columns where kperf
+controls the layout, as mail on kernel lists is.
+"""
+
+from __future__ import annotations
+
+import logging
+import textwrap
+from collections import Counter
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core.mail import EmailMessage, get_connection
+from django.db import transaction
+from django.utils import timezone
+
+from kperf.core.lifecycle import dispatch
+from kperf.core.lifecycle.task_names import Task
+from kperf.core.mail import recipients, replies
+from kperf.core.models import Alert, ChangePoint, MetricComparison, PatchSeries, RecipientAddress, Submission
+from kperf.core.results import outcome
+
+log = logging.getLogger("kperf.alerts")
+
+WRAP = 80
+TABLE_MAX_LINES = 200  # longer mmtests-style tables stay on the page
+
+
+def _queue(kind: str, key: str, to: list[str], subject: str, body: str, owner: User | None = None) -> Alert:
+    """The alert of `key`, written now if it is new; `owner` is whose limits it counts against (recipients)."""
+    alert, created = Alert.objects.get_or_create(
+        key=key,
+        defaults={
+            "kind": kind,
+            "owner": owner,
+            "recipients": to,
+            "subject": subject[:300],
+            "body": body,
+            "status": Alert.Status.PENDING if to else Alert.Status.NO_RECIPIENT,
+            "last_error": "" if to else "nobody to tell: the user has no e-mail address",
+        },
+    )
+    if created and to:
+        dispatch.after_commit(Task.SEND_ALERTS)
+    return alert
+
+
+def _fmt_pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.2f}%"
+
+
+# Said in every mail, because numbers of two clocks are not comparable.
+CLOCK_WORDS = {
+    "instructions": "instruction clock (per 10^9 guest instructions)",
+    "wall": "wall clock",
+}
+
+
+def _metric_line(m: MetricComparison, bench: str, mclass: str, clock: str) -> str:
+    ci = f"[{_fmt_pct(m.ci_low_pct)}, {_fmt_pct(m.ci_high_pct)}]"
+    q = "n/a" if m.q_value is None else f"{m.q_value:.2g}"
+    return (
+        f"  {m.metric} ({bench}, {mclass}): {_fmt_pct(m.change_pct)} {ci} q={q}\n"
+        f"      {clock} clock, boots {m.base_boots}/{m.head_boots}, "
+        f"iterations {m.base_samples}/{m.head_samples}, threshold {m.min_effect_pct:g}%"
+    )
+
+
+def submission_mail(sub: Submission) -> tuple[str, str]:
+    """(subject, body) of the mail that answers a finished submission."""
+    title = f"[kperf] #{sub.pk} {sub.head_ref} vs {sub.base_ref}"
+    link = f"{settings.KPERF_BASE_URL}/submissions/{sub.pk}"
+    head = f"{sub.head_ref} ({sub.head_sha[:12] or 'unresolved'})"
+    base = f"{sub.base_ref} ({sub.base_sha[:12] or 'unresolved'})"
+    benches = f"{', '.join(sub.benchmarks)} ({sub.grid} grid)"
+    intro = f"kperf compared {head}\nagainst {base}\nof {sub.tree.url}\non {benches}."
+    # The same words as the top of the page (kperf.core.results.outcome).
+    subject = f"{title}: {outcome.verdict_line(sub)}"
+    if sub.status == Submission.Status.FAILED:
+        return subject, f"{intro}\n\nIt failed: {sub.error}\n\nDetails: {link}\n"
+    metrics = list(
+        MetricComparison.objects.filter(comparison__submission=sub)
+        .select_related("comparison__machine_class")
+        .order_by("comparison__benchmark", "metric")
+    )
+    counts = Counter(m.verdict for m in metrics)
+    sections = [intro]
+    for verdict, heading in (
+        (MetricComparison.Verdict.REGRESSION, "Regressions (negative is worse):"),
+        (MetricComparison.Verdict.IMPROVEMENT, "Improvements:"),
+    ):
+        chosen = [m for m in metrics if m.verdict == verdict]
+        if chosen:
+            rows = [
+                _metric_line(m, m.comparison.benchmark, m.comparison.machine_class.name, m.comparison.clock)
+                for m in chosen
+            ]
+            sections.append("\n".join([heading, *rows]))
+    rest = []
+    for verdict, words in (
+        (MetricComparison.Verdict.NO_CHANGE, "no change beyond the minimum effect"),
+        (MetricComparison.Verdict.INCONCLUSIVE, "inconclusive (the data could not decide)"),
+    ):
+        if counts[verdict]:
+            rest.append(f"{counts[verdict]} metric{'s' if counts[verdict] != 1 else ''}: {words}.")
+    if rest:
+        sections.append("\n".join(rest))
+    # Each time boots were added, as the page says it (wrapped: the
+    # sentences name metrics and run long).
+    notes = [
+        textwrap.fill(note, WRAP, break_on_hyphens=False, break_long_words=False) for note in outcome.rerun_notes(sub)
+    ]
+    if notes:
+        sections.append("\n".join(notes))
+    for comp in sub.comparisons.select_related("machine_class").order_by("benchmark", "machine_class__name"):
+        table = comp.table.rstrip()
+        if not table:
+            continue
+        lines = table.count("\n") + 1
+        where = f"{comp.benchmark} on {comp.machine_class.name}, {CLOCK_WORDS.get(comp.clock, comp.clock)}"
+        if lines <= TABLE_MAX_LINES:
+            sections.append(f"{where}:\n\n{table}")
+        else:
+            # The page allocator's table has hundreds of rows: the verdicts
+            # above are the news, the page has the rest.
+            sections.append(f"{where}: the table ({lines} lines) is on the page.")
+    sections.append(f"Details: {link}\n")
+    return subject, "\n\n".join(sections)
+
+
+def submission_finished(sub: Submission) -> Alert:
+    """Queue the answer to a submission that just finished (caller's transaction)."""
+    subject, body = submission_mail(sub)
+    email = sub.owner.email
+    # The owner, and whoever they asked for (a list a patch series was posted to), if kperf may mail them.
+    mail_to, refused = recipients.permitted(sub.owner, list(sub.mail_to))
+    if refused:
+        # Named before addresses had to be confirmed, or no longer confirmed: the owner hears why.
+        body += "\n" + _not_mailed(refused, 'not confirmed (docs/submitting.md, "Who gets the result mail")')
+        log.warning("submission %s: not mailed to %s: not confirmed", sub.pk, ", ".join(refused))
+    to = list(dict.fromkeys(([email] if email else []) + mail_to))
+    alert = _queue(Alert.Kind.SUBMISSION, f"submission:{sub.pk}", to, subject, body, owner=sub.owner)
+    # A patch series' answer goes into its thread (kperf.core.builds.patch_series).
+    thread = PatchSeries.objects.filter(submission=sub).values_list("message_id", flat=True).first()
+    if thread and not alert.in_reply_to and alert.status == Alert.Status.PENDING:
+        Alert.objects.filter(pk=alert.pk).update(in_reply_to=thread)
+        alert.in_reply_to = thread
+    return alert
+
+
+def _not_mailed(addresses: list[str], why: str) -> str:
+    """The paragraph that tells the owner whom kperf left out, and why."""
+    return textwrap.fill(f"kperf did not mail this to {', '.join(addresses)}: {why}.", WRAP, break_on_hyphens=False)
+
+
+def address_confirmation(user: User, row: RecipientAddress, token: str) -> Alert:
+    """Queue the mail asking `row.address` to agree to get the user's results (kperf.core.mail.confirmations)."""
+    name = user.get_username()
+    email = recipients.own_address(user)
+    link = f"{settings.KPERF_BASE_URL}/addresses/confirm/{token}"
+    subject = f"[kperf] may {name} send kernel test results to this address?"
+    body = "\n".join(
+        [
+            f"{name}{f' <{email}>' if email else ''}, a user of kperf at",
+            f"{settings.KPERF_BASE_URL}, asked to have the results of their kernel",
+            "performance tests mailed to",
+            "",
+            f"  {row.address}",
+            "",
+            f"If that is welcome, open this link and press Confirm (within {settings.KPERF_MAIL_CONFIRM_DAYS} days):",
+            "",
+            f"  {link}",
+            "",
+            "If not, ignore this mail: kperf mails nothing more here unless the link",
+            "is followed. It reads no replies to this mail.",
+            "",
+        ]
+    )
+    key = f"confirm:{row.pk}:{row.token_hash[:16]}"
+    return _queue(Alert.Kind.CONFIRM, key, [row.address], subject, body, owner=user)
+
+
+def change_point_mail(cp: ChangePoint) -> tuple[str, str]:
+    branch = cp.branch
+    commit = cp.commit
+    subject = f"[kperf] {branch.branch}: {cp.metric} {cp.change_pct:+.2f}% at {commit.sha[:12]}"
+    if cp.previous is None:
+        where = f"{commit.sha[:12]} (the first measured commit)"
+    elif cp.untested_between:
+        where = (
+            f"between {cp.previous.sha[:12]} and {commit.sha[:12]}: {cp.untested_between} commits\n"
+            f"                 there could not be measured; bisect {cp.previous.sha[:12]}..{commit.sha[:12]}"
+        )
+    else:
+        where = f"{commit.sha[:12]}, right after {cp.previous.sha[:12]}"
+    body = "\n".join(
+        [
+            f"kperf found a {cp.direction} on the tracked branch {branch.branch}",
+            f"of {branch.tree.url}:",
+            "",
+            f"  metric         {cp.metric} ({cp.benchmark}) on {cp.machine_class.name}",
+            f"  clock          {CLOCK_WORDS.get(cp.clock, cp.clock)}",
+            f"  change         {cp.change_pct:+.2f}% (negative is worse), p={cp.p_value:.2g}",
+            f"  first commit   {commit.sha[:12]} {commit.subject}"[:WRAP],
+            f"  where          {where}",
+            f"  seen when      {cp.detected_at.sha[:12]} arrived",
+            "",
+            "As more commits arrive the location can still move; the branch page",
+            f"has the current answer: {settings.KPERF_BASE_URL}/branches/{branch.pk}",
+            "",
+        ]
+    )
+    return subject, body
+
+
+def change_point_found(cp: ChangePoint) -> Alert | None:
+    """Queue the mail for a newly found change point; regressions only."""
+    if cp.direction != "regression":
+        return None
+    branch = cp.branch
+    recipients = list(dict.fromkeys(([branch.owner.email] if branch.owner.email else []) + list(branch.notify)))
+    subject, body = change_point_mail(cp)
+    key = f"change-point:{branch.pk}:{cp.machine_class_id}:{cp.metric}:{cp.commit.sha}"
+    return _queue(Alert.Kind.CHANGE_POINT, key, recipients, subject, body)
+
+
+def send_pending(limit: int = 50) -> int:
+    """Send waiting alerts; returns how many went out."""
+    if not settings.EMAIL_HOST:
+        Alert.objects.filter(status=Alert.Status.PENDING).exclude(last_error__startswith="no SMTP").update(
+            last_error="no SMTP host configured (KPERF_SMTP_HOST): the alert waits"
+        )
+        return 0
+    sent = 0
+    with transaction.atomic():
+        batch = list(
+            Alert.objects.select_for_update(skip_locked=True)
+            .filter(status=Alert.Status.PENDING)
+            .order_by("created")[:limit]
+        )
+        if not batch:
+            return 0
+        # The owners' recipient limits are counted under their locks, held to the commit (recipients).
+        recipients.lock(a.owner_id for a in batch if a.owner_id is not None)
+        try:
+            connection = get_connection(fail_silently=False)
+            connection.open()
+        except OSError as e:
+            for alert in batch:
+                _failed_attempt(alert, f"cannot reach {settings.EMAIL_HOST}:{settings.EMAIL_PORT}: {e}")
+            return 0
+        try:
+            for alert in batch:
+                if not _within_limit(alert):
+                    continue
+                msg = EmailMessage(
+                    alert.subject,
+                    alert.body,
+                    settings.DEFAULT_FROM_EMAIL,
+                    alert.recipients,
+                    connection=connection,
+                    # RFC 3834: no auto-replies to a machine's mail.
+                    headers={
+                        "Auto-Submitted": "auto-generated",
+                        "X-Kperf-Alert": alert.kind,
+                        **_thread_headers(alert),
+                        # Reply-To with the alert's reply token; an answer's own headers (docs/triage.md).
+                        **replies.headers(alert),
+                    },
+                )
+                try:
+                    msg.send()
+                except Exception as e:  # smtplib raises many kinds; each is one failed attempt
+                    _failed_attempt(alert, f"{type(e).__name__}: {e}")
+                    continue
+                alert.status = Alert.Status.SENT
+                alert.sent = timezone.now()
+                alert.attempts += 1
+                alert.last_error = ""
+                alert.save(update_fields=["status", "sent", "attempts", "last_error"])
+                sent += 1
+        finally:
+            connection.close()
+    if sent:
+        log.info("sent %d alerts", sent)
+    return sent
+
+
+def _within_limit(alert: Alert) -> bool:
+    """Leave out recipients over the owner's daily limit, saying so in the mail; False if none is left."""
+    dropped = recipients.within_limit(alert)
+    if not dropped:
+        return True
+    limit = settings.KPERF_MAIL_EXTRA_RECIPIENTS_PER_DAY
+    why = f"kperf mails at most {limit} addresses a day besides yours (KPERF_MAIL_EXTRA_RECIPIENTS_PER_DAY)"
+    alert.body += "\n" + _not_mailed(dropped, why) + "\n"
+    log.warning("alert %s: not mailed to %s: over the owner's daily limit of %d", alert.pk, ", ".join(dropped), limit)
+    fields = ["recipients", "body"]
+    if not alert.recipients:
+        alert.status, alert.last_error = Alert.Status.NO_RECIPIENT, f"nobody left to tell: {why}"
+        fields += ["status", "last_error"]
+    alert.save(update_fields=fields)
+    return bool(alert.recipients)
+
+
+def _thread_headers(alert: Alert) -> dict[str, str]:
+    if not alert.in_reply_to:
+        return {}
+    mid = f"<{alert.in_reply_to}>"
+    return {"In-Reply-To": mid, "References": mid}
+
+
+def _failed_attempt(alert: Alert, error: str) -> None:
+    alert.attempts += 1
+    alert.last_error = error[:2000]
+    if alert.attempts >= settings.KPERF_ALERT_MAX_ATTEMPTS:
+        alert.status = Alert.Status.FAILED
+    alert.save(update_fields=["attempts", "last_error", "status"])
+    log.warning("alert %s: attempt %d failed: %s", alert.pk, alert.attempts, error)

@@ -1,0 +1,392 @@
+"""A submission's life: validate, resolve refs, build, queue jobs, analyse.
+
+Functions here take ids or model instances, change state inside
+transactions, and leave the queueing of follow-up Celery tasks to
+`transaction.on_commit`, so a worker never sees a row that is not there yet.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.db.models import Exists, F, OuterRef
+from django.utils import timezone
+
+from kperf.core import benchmarks
+from kperf.core.builds import apply_series, artifacts, gitops, patch_series, queue, tree_urls
+from kperf.core.lab import sharing
+from kperf.core.lab.boot_params import BootParamsError, clean_boot_params, clean_thp
+from kperf.core.lifecycle import dispatch, owners, states
+from kperf.core.lifecycle.task_names import Task
+from kperf.core.mail import alerts, recipients
+from kperf.core.models import (
+    Job,
+    KernelBuild,
+    MachineClass,
+    PatchSeries,
+    SharedJob,
+    Submission,
+    SubmissionBuild,
+    Tree,
+)
+from kperf.core.submissions import analysis
+from kperf_kbuild.driver import SUPPORTED_ARCHES, config_digest
+
+log = logging.getLogger("kperf.workflow")
+
+
+class SubmissionError(ValueError):
+    """Bad submission input; the message says what was wrong and what to do."""
+
+    def __init__(self, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass
+class SubmissionRequest:
+    tree_url: str
+    head_ref: str
+    base_ref: str
+    benchmarks: list[str] = field(default_factory=lambda: ["spawn"])
+    grid: str = "quick"
+    arches: list[str] = field(default_factory=lambda: ["x86_64"])
+    # The practical threshold in percent; None: each metric's default for its clock.
+    min_effect_pct: float | None = None
+    # Kernel command line words appended last, and the THP mode (kperf.core.lab.boot_params).
+    boot_params: str = ""
+    thp: str = ""
+    # A patch series instead of a branch (head_ref is then ignored): the mbox
+    # as submitted, and what kperf.core.builds.patch_series read from it once validated.
+    mbox: bytes | None = None
+    series: patch_series.Series | None = None
+    # More addresses for the result mail, besides the owner's.
+    mail_to: list[str] = field(default_factory=list)
+
+
+# A practical threshold outside these bounds is a typo: 0 would call any
+# difference a regression, and above 50% nothing a kernel change does would be.
+MIN_EFFECT_BOUNDS = (0.05, 50.0)
+
+
+def validate_min_effect(value: float | None) -> float | None:
+    if value is None:
+        return None
+    low, high = MIN_EFFECT_BOUNDS
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not low <= value <= high:
+        raise SubmissionError(
+            f"min_effect_pct must be a percentage from {low} to {high} (or left out for the clock's default), "
+            f"not {value!r}",
+            "min_effect_pct",
+        )
+    return float(value)
+
+
+def validate(req: SubmissionRequest) -> SubmissionRequest:
+    """Check everything that can be checked without git; raise SubmissionError."""
+    parsed = None
+    if req.mbox is not None:
+        if req.head_ref:
+            raise SubmissionError("give a branch or an mbox (a patch series), not both", "mbox")
+        try:
+            parsed = patch_series.parse(req.mbox, settings.KPERF_MAX_MBOX_BYTES)
+        except patch_series.SeriesError as e:
+            raise SubmissionError(str(e), "mbox") from None
+    elif not req.head_ref:
+        raise SubmissionError("give a branch to test, or a patch series (an mbox) to apply on the base", "branch")
+    try:
+        # A series is usually posted against mainline: the service's default tree.
+        tree_url = req.tree_url or (settings.KPERF_DEFAULT_TREE if parsed else "")
+        url = gitops.validate_tree_url(tree_url, tree_urls.policy_from_settings())
+    except gitops.GitInputError as e:
+        raise SubmissionError(str(e), "tree") from None
+    try:
+        head = parsed.label if parsed else gitops.validate_ref(req.head_ref, "branch")
+        base = gitops.validate_ref(req.base_ref, "base")
+    except gitops.GitInputError as e:
+        raise SubmissionError(str(e), "branch" if "branch" in str(e) else "base") from None
+    try:
+        mail_to = patch_series.clean_mail_to(list(req.mail_to))
+    except patch_series.SeriesError as e:
+        raise SubmissionError(str(e), "mail_to") from None
+    try:
+        names = benchmarks.expand(list(req.benchmarks))
+        for name in names:
+            benchmarks.grid_for(name, req.grid)
+    except benchmarks.BenchmarkChoiceError as e:
+        raise SubmissionError(str(e), "benchmarks") from None
+    arches = list(dict.fromkeys(req.arches))
+    if not arches:
+        raise SubmissionError(f"no architecture given: choose from {', '.join(SUPPORTED_ARCHES)}", "arches")
+    for arch in arches:
+        if arch not in SUPPORTED_ARCHES:
+            raise SubmissionError(f"unknown architecture {arch!r}: choose from {', '.join(SUPPORTED_ARCHES)}", "arches")
+        if not MachineClass.objects.filter(arch=arch).exists():
+            raise SubmissionError(
+                f"no machine class runs {arch} on this service: register a runner for it "
+                "(docs/runners.md) or choose another architecture",
+                "arches",
+            )
+    try:
+        boot_params = clean_boot_params(req.boot_params)
+        thp = clean_thp(req.thp)
+    except BootParamsError as e:
+        raise SubmissionError(str(e), e.field) from None
+    return SubmissionRequest(
+        url,
+        head,
+        base,
+        names,
+        req.grid,
+        arches,
+        validate_min_effect(req.min_effect_pct),
+        boot_params,
+        thp,
+        mbox=req.mbox,
+        series=parsed,
+        mail_to=mail_to,
+    )
+
+
+def create_submission(owner: User, req: SubmissionRequest) -> Submission:
+    clean = validate(req)
+    stored: dict[str, Any] = {}
+    try:
+        with transaction.atomic():
+            sub = _create(owner, clean, stored)
+    except BaseException:
+        # The mbox is stored last in the transaction: only a failed commit
+        # (or a row update) gets here with it stored, and no row will name it.
+        if stored:
+            artifacts.discard(stored)
+        raise
+    log.info("submission %s: %s %s vs %s queued", sub.pk, clean.tree_url, clean.head_ref, clean.base_ref)
+    return sub
+
+
+def _create(owner: User, clean: SubmissionRequest, stored: dict[str, Any]) -> Submission:
+    """The rows of a validated request (caller's transaction); `stored` gets the stored mbox's meta."""
+    # Whom the result may be mailed to, counted under the owner's lock held to the commit
+    # (recipients.RecipientError: nothing is stored).
+    recipients.check_submission(owner, clean.mail_to)
+    tree, _ = Tree.objects.get_or_create(url=clean.tree_url)
+    sub = Submission.objects.create(
+        owner=owner,
+        tree=tree,
+        kind=Submission.Kind.SERIES if clean.series else Submission.Kind.BRANCH,
+        mail_to=clean.mail_to,
+        head_ref=clean.head_ref,
+        base_ref=clean.base_ref,
+        benchmarks=clean.benchmarks,
+        grid=clean.grid,
+        arches=clean.arches,
+        min_effect_pct=clean.min_effect_pct,
+        boot_params=clean.boot_params,
+        thp=clean.thp,
+    )
+    dispatch.after_commit(Task.PREPARE_SUBMISSION, sub.pk)
+    if clean.series is not None and clean.mbox is not None:
+        _store_series(sub, clean.series, clean.mbox, stored)
+    return sub
+
+
+def _store_series(sub: Submission, parsed: patch_series.Series, mbox: bytes, stored: dict[str, Any]) -> None:
+    """Keep what was read from the mbox, then the mbox as it came (sha256 checked, its meta in `stored`).
+
+    The row first: one PostgreSQL refuses leaves no mbox stored that no row
+    names. ArtifactUnavailable when the storage cannot take it: the
+    transaction rolls back and nothing of the submission is left.
+    """
+    ps = PatchSeries.objects.create(
+        submission=sub,
+        subject=parsed.subject[:300],
+        author=parsed.author,
+        message_id=parsed.message_id,
+        has_cover=parsed.has_cover,
+        patch_count=len(parsed.patches),
+        patches=[p.as_dict() for p in parsed.patches],
+    )
+    stored.update(artifacts.put_bytes(f"series/{sub.pk}/patch_series.mbox", mbox))
+    PatchSeries.objects.filter(pk=ps.pk).update(mbox=stored)
+
+
+def fail_submission(sub: Submission, message: str) -> None:
+    """Mark a submission failed and cancel the work it no longer needs (caller holds the row lock)."""
+    states.move(sub, Submission.Status.FAILED, error=message, finished=timezone.now())
+    # A queued job another live submission shares still runs for it.
+    shared = SharedJob.objects.filter(job=OuterRef("pk")).exclude(submission__status__in=Submission.FINAL)
+    queued = Job.objects.filter(submission=sub, status=Job.Status.QUEUED)
+    states.move_where(queued.exclude(Exists(shared)), Job.Status.CANCELLED)
+    # A sharer that linked one of them as they were cancelled replaces it.
+    cancelled = list(Job.objects.filter(submission=sub, status=Job.Status.CANCELLED).values_list("pk", flat=True))
+    for sharer in sharing.sharer_ids(cancelled):
+        dispatch.after_commit(Task.ADVANCE_SUBMISSION, sharer)
+    alerts.submission_finished(sub)
+    log.warning("submission %s failed: %s", sub.pk, message)
+
+
+def prepare_submission(sub_id: int) -> None:
+    """Fetch the tree, resolve both refs and attach (possibly shared) builds."""
+    sub = Submission.objects.select_related("tree").filter(pk=sub_id).first()
+    if sub is None or sub.status != Submission.Status.QUEUED:
+        return
+    tree = sub.tree
+    try:
+        gitops.update_mirror(tree.url, tree.mirror_path, timeout=settings.KPERF_GIT_TIMEOUT)
+        base_sha = _resolve(tree, sub.base_ref, "base")
+        head_sha = "" if sub.kind == Submission.Kind.SERIES else _resolve(tree, sub.head_ref, "branch")
+    except gitops.GitError as e:
+        with transaction.atomic():
+            locked = Submission.objects.select_for_update().get(pk=sub_id)
+            # A fetch's own message says what the submitter may know (gitops.TreeUnreachable).
+            fail_submission(locked, str(e) if isinstance(e, gitops.FetchError) else f"could not fetch {tree.url}: {e}")
+        return
+    Tree.objects.filter(pk=tree.pk).update(last_fetched=timezone.now())
+    if sub.kind == Submission.Kind.SERIES:
+        sub.base_sha = base_sha
+        head_sha = _apply_series(sub)
+        if not head_sha:
+            return
+
+    with transaction.atomic():
+        locked = Submission.objects.select_for_update().get(pk=sub_id)
+        if locked.status != Submission.Status.QUEUED:
+            return
+        locked.base_sha, locked.head_sha = base_sha, head_sha
+        for arch in locked.arches:
+            digest = config_digest(arch)
+            for side, sha in ((SubmissionBuild.Side.BASE, base_sha), (SubmissionBuild.Side.HEAD, head_sha)):
+                build = queue.need_build(tree, sha, arch, digest, queue.scope_for(locked.owner))
+                SubmissionBuild.objects.get_or_create(submission=locked, build=build, side=side)
+        states.move(locked, Submission.Status.BUILDING, base_sha=base_sha, head_sha=head_sha)
+        dispatch.after_commit(Task.ADVANCE_SUBMISSION, sub_id)
+
+
+def _apply_series(sub: Submission) -> str:
+    """The head sha of a series applied on base_sha; "" once it failed, or when it is tried again later.
+
+    A patch that does not apply fails the submission at once: applying it
+    again would give the same. Anything else (a full disk, git or the
+    storage failing, the time limit) is the infrastructure's: it is tried
+    again with backoff, and after KPERF_SERIES_APPLY_ATTEMPTS workers began
+    it (a killed one counts) the submission fails saying whose fault it was.
+    """
+    attempt = _count_apply_attempt(sub.pk)
+    if attempt is None:
+        return ""
+    limit = settings.KPERF_SERIES_APPLY_ATTEMPTS
+    base = f"{sub.base_ref} ({sub.base_sha[:12]})"
+    advice = "this is kperf's infrastructure, not the series: submit it again later, and tell the operator"
+    if attempt > limit:
+        _fail_series(
+            sub.pk,
+            f"the series could not be applied on {base}: {limit} workers began and none finished "
+            f"(killed, or out of time); {advice}",
+            None,
+        )
+        return ""
+    try:
+        return apply_series.apply(sub)
+    except apply_series.SeriesApplyError as e:
+        _fail_series(sub.pk, str(e), e.number)
+    except patch_series.SeriesError as e:
+        _fail_series(sub.pk, f"could not apply the series on {sub.base_ref}: {e}", None)
+    except Exception as e:  # git, the storage, the disk, the soft time limit
+        what = f"{type(e).__name__}: {e}"
+        if attempt >= limit:
+            _fail_series(sub.pk, f"could not apply the series on {base} in {attempt} attempts ({what}); {advice}", None)
+            return ""
+        # Before the sweeper's deadline, so it does not send another meanwhile.
+        delay = min(settings.KPERF_REDRIVE_AFTER_SECONDS, 60 * 2 ** (attempt - 1))
+        log.warning("submission %s: applying the series failed (%s); try %d in %d s", sub.pk, what, attempt + 1, delay)
+        Submission.objects.filter(pk=sub.pk, status=Submission.Status.QUEUED).update(updated=timezone.now())
+        dispatch.send(Task.PREPARE_SUBMISSION, sub.pk, countdown=delay)
+    return ""
+
+
+def _count_apply_attempt(sub_id: int) -> int | None:
+    """This worker's attempt at applying the series (1 for the first); None when it is no longer queued.
+
+    Committed before the work starts, so a worker that is killed counts too.
+    """
+    with transaction.atomic():
+        locked = Submission.objects.select_for_update().filter(pk=sub_id).first()
+        if locked is None or locked.status != Submission.Status.QUEUED:
+            return None
+        PatchSeries.objects.filter(submission=locked).update(apply_attempts=F("apply_attempts") + 1)
+        # `updated` too: the sweeper gives a series being applied the task's whole time limit.
+        Submission.objects.filter(pk=sub_id).update(updated=timezone.now())
+        return PatchSeries.objects.get(submission=locked).apply_attempts
+
+
+def _fail_series(sub_id: int, message: str, failed_patch: int | None) -> None:
+    with transaction.atomic():
+        locked = Submission.objects.select_for_update().get(pk=sub_id)
+        if locked.status == Submission.Status.QUEUED:
+            PatchSeries.objects.filter(submission=locked).update(failed_patch=failed_patch)
+            fail_submission(locked, message)
+
+
+def _resolve(tree: Tree, ref: str, what: str) -> str:
+    try:
+        return gitops.resolve_ref(tree.mirror_path, ref)
+    except gitops.GitError:
+        raise gitops.GitError(f"the {what} {ref!r} is not a branch, tag or commit in {tree.url}") from None
+
+
+def advance_submission(sub_id: int) -> None:
+    """Move a submission forward when its builds or jobs have finished (kperf.core.lifecycle.owners)."""
+    owners.advance(SUBMISSION, sub_id)
+
+
+def schedule_jobs(sub: Submission, links: list[SubmissionBuild]) -> None:
+    """Queue one-boot jobs, base and head alternating, per machine class and benchmark."""
+    for arch in sub.arches:
+        base = next(sb.build for sb in links if sb.side == SubmissionBuild.Side.BASE and sb.build.arch == arch)
+        head = next(sb.build for sb in links if sb.side == SubmissionBuild.Side.HEAD and sb.build.arch == arch)
+        for mclass in MachineClass.objects.filter(arch=arch).order_by("name"):
+            for bench in sub.benchmarks:
+                grid_boots, params = benchmarks.grid_for(bench, sub.grid)
+                boots = benchmarks.boots_per_side(grid_boots, mclass.clock)
+                sharing.queue_boots(sub, base, head, mclass, bench, params, boots)
+
+
+# --- A submission as an owner of builds and jobs (kperf.core.lifecycle.owners) ---------
+
+
+def _owner_builds(sub: Submission) -> list[tuple[str, KernelBuild]]:
+    links = sub.submission_builds.select_related("build").order_by("side", "build__arch")
+    return [(f"{sb.side} kernel", sb.build) for sb in links]
+
+
+def _owner_queue(sub: Submission, builds: list[tuple[str, KernelBuild]]) -> None:
+    schedule_jobs(sub, list(SubmissionBuild.objects.filter(submission=sub).select_related("build")))
+
+
+_JOB_WHAT = {"boot": "did not boot", "benchmark": "ran but the benchmark failed", "infra": "could not be run"}
+
+
+def _owner_job_failed(sub: Submission, job: Job) -> str:
+    return (
+        f"the {job.side} kernel ({job.build.sha[:12]}) {_JOB_WHAT.get(job.failure_kind, 'failed')} "
+        f"on {job.machine_class.name} (job {job.pk}, {job.failure_kind} failure): {job.failure_message}"
+    )
+
+
+SUBMISSION = owners.OwnerKind(
+    name="submission",
+    model=Submission,
+    analyse_task=Task.ANALYSE_SUBMISSION,
+    builds=_owner_builds,
+    queue_jobs=_owner_queue,
+    fail=fail_submission,
+    job_failed=_owner_job_failed,
+    analyse=analysis.analyse_submission,
+    # Its own jobs and the base boots it shares (kperf.core.lab.sharing).
+    jobs=sharing.measured_jobs,
+)
