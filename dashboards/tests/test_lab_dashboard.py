@@ -18,6 +18,7 @@ from tests.test_tracking import finish_builds, track
 
 from kperf.core.builds import queue
 from kperf.core.lab import runner_health
+from kperf.core.lifecycle import owners
 from kperf.core.mail import alerts
 from kperf.core.models import (
     Alert,
@@ -29,7 +30,7 @@ from kperf.core.models import (
     Submission,
     TrackedBranch,
 )
-from kperf.core.submissions.pipeline import advance_submission, prepare_submission
+from kperf.core.submissions.pipeline import SUBMISSION, prepare_submission
 from kperf.core.tracking import branches
 from kperf_kbuild.driver import BuildRequest, BuildResult
 
@@ -120,7 +121,7 @@ def busy_lab(
     for build in KernelBuild.objects.filter(status=KernelBuild.Status.QUEUED):
         queue.run_build(build.pk)
     for sub in (measured, broken):
-        advance_submission(sub.pk)
+        owners.advance(SUBMISSION, sub.pk)
 
     # A runner says hello and takes a job; the other has never been seen.
     hello = {"version": "1.2", "hostname": "lab-1", "capabilities": {"clocks": ["instructions", "wall"]}}

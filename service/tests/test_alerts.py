@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 from aiosmtpd.controller import Controller
 
+from kperf.core.lifecycle import owners
 from kperf.core.mail import alerts
 from kperf.core.models import Alert, Job, Submission, TrackedBranch
 from kperf.core.submissions.analysis import analyse_submission
-from kperf.core.submissions.pipeline import advance_submission, fail_submission
+from kperf.core.submissions.pipeline import SUBMISSION
 from kperf.core.tracking import branches
 
 from .conftest import Api
@@ -68,7 +69,7 @@ def finished_submission(alice: Any, mclass: Any, runner: Api, tmp: Path, head_le
     while (job := runner.post("/runner/claim").json()["job"]) is not None:
         level = 1000.0 if Job.objects.get(pk=job["id"]).side == "base" else head_level
         runner.post(f"/runner/jobs/{job['id']}/results", results_body(job, level))
-    advance_submission(sub.pk)
+    owners.advance(SUBMISSION, sub.pk)
     analyse_submission(sub.pk)
     sub.refresh_from_db()
     assert sub.status == Submission.Status.DONE
@@ -105,7 +106,7 @@ def test_a_finished_submission_mails_its_owner_the_verdicts_and_the_table(
 
 def test_a_failed_submission_says_why(smtp: Inbox, alice: Any, qemu_class: Any, tmp_path: Path) -> None:
     sub = submission_ready_for_testing(alice, qemu_class, tmp_path)
-    fail_submission(sub, "the head kernel (bbbbbbbbbbbb, x86_64) failed to build: mm/memory.c:42: error")
+    owners.fail(SUBMISSION, sub, "the head kernel (bbbbbbbbbbbb, x86_64) failed to build: mm/memory.c:42: error")
     assert alerts.send_pending() == 1
     [(_, msg)] = smtp.messages
     assert msg["Subject"].endswith(": failed")
@@ -117,7 +118,7 @@ def test_nothing_is_lost_while_the_mail_server_is_down_or_unset(
 ) -> None:
     sub = submission_ready_for_testing(alice, qemu_class, tmp_path)
     settings.EMAIL_HOST = ""
-    fail_submission(sub, "the base kernel did not boot")
+    owners.fail(SUBMISSION, sub, "the base kernel did not boot")
     assert alerts.send_pending() == 0
     alert = Alert.objects.get()
     assert alert.status == Alert.Status.PENDING and "no SMTP host configured" in alert.last_error
@@ -144,7 +145,7 @@ def test_a_user_without_an_address_gets_no_mail_and_it_says_so(
     alice.email = ""
     alice.save()
     sub = submission_ready_for_testing(alice, qemu_class, tmp_path)
-    fail_submission(sub, "boom")
+    owners.fail(SUBMISSION, sub, "boom")
     assert alerts.send_pending() == 0 and not smtp.messages
     assert Alert.objects.get().status == Alert.Status.NO_RECIPIENT
 

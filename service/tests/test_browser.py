@@ -27,9 +27,10 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 from playwright.sync_api import Error as PlaywrightError
 
+from kperf.core.lifecycle import owners
 from kperf.core.models import ChangePoint, Job, TrackedBranch
 from kperf.core.submissions.analysis import analyse_submission
-from kperf.core.submissions.pipeline import advance_submission
+from kperf.core.submissions.pipeline import SUBMISSION
 from kperf.core.tracking import branches
 
 from .conftest import Api
@@ -197,7 +198,7 @@ def test_a_finished_submission_shows_its_verdicts(
         value = 1000.0 if Job.objects.get(pk=job["id"]).side == "base" else 500.0
         resp = runner.post(f"/runner/jobs/{job['id']}/results", results_body(job, value))
         assert resp.status_code == 200, resp.content
-    advance_submission(sub.pk)
+    owners.advance(SUBMISSION, sub.pk)
     analyse_submission(sub.pk)
 
     log_in(page)

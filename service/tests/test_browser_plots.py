@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
+from kperf.core.lifecycle import owners
 from kperf.core.models import ChangePoint, Job, MetricComparison, Sample
 from kperf.core.submissions.analysis import analyse_submission
-from kperf.core.submissions.pipeline import advance_submission
+from kperf.core.submissions.pipeline import SUBMISSION
 
 from .conftest import Api
 from .lab_fixtures import results_body, submission_ready_for_testing
@@ -74,7 +75,7 @@ def test_a_finished_submission_draws_its_plots(
     while (job := runner.post("/runner/claim").json()["job"]) is not None:
         value = 1000.0 if Job.objects.get(pk=job["id"]).side == "base" else 500.0
         assert runner.post(f"/runner/jobs/{job['id']}/results", results_body(job, value)).status_code == 200
-    advance_submission(sub.pk)
+    owners.advance(SUBMISSION, sub.pk)
     analyse_submission(sub.pk)
 
     log_in(page)
@@ -170,7 +171,7 @@ def test_the_plots_are_drawn_without_javascript(
     _, runner = runner_api
     while (job := runner.post("/runner/claim").json()["job"]) is not None:
         assert runner.post(f"/runner/jobs/{job['id']}/results", results_body(job, 1000.0)).status_code == 200
-    advance_submission(sub.pk)
+    owners.advance(SUBMISSION, sub.pk)
     analyse_submission(sub.pk)
 
     log_in(page)

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from kperf.core.lifecycle import owners
 from kperf.core.models import BootRecord, Job, Sample, Submission
 from kperf.core.submissions.analysis import analyse_submission
-from kperf.core.submissions.pipeline import advance_submission
+from kperf.core.submissions.pipeline import SUBMISSION
 from kperf.core.web import presenters
 
 from .conftest import Api
@@ -56,7 +57,7 @@ def run_all(sub: Submission, api: Api) -> None:
         seen[side] += 1
         resp = api.post(f"/runner/jobs/{job['id']}/results", body)
         assert resp.status_code == 200, resp.content
-    advance_submission(sub.pk)
+    owners.advance(SUBMISSION, sub.pk)
     analyse_submission(sub.pk)
     sub.refresh_from_db()
     assert sub.status == Submission.Status.DONE
@@ -121,7 +122,7 @@ def test_boots_without_counters_on_one_side_show_no_table(sub: Submission, runne
         if Job.objects.get(pk=job["id"]).side == "head":
             body["boots"][0]["counters"] = {"vmstat": {"pgfault": 10}}
         assert api.post(f"/runner/jobs/{job['id']}/results", body).status_code == 200
-    advance_submission(sub.pk)
+    owners.advance(SUBMISSION, sub.pk)
     analyse_submission(sub.pk)
     [comp] = alice_api.get(f"/submissions/{sub.pk}").json()["comparisons"]
     assert comp["counters"] == [] and comp["counter_boots"] == {"base": 0, "head": 4}

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from kperf.core.lifecycle import owners
 from kperf.core.models import (
     BootRecord,
     BranchCommit,
@@ -28,7 +29,7 @@ from kperf.core.models import (
     Tree,
 )
 from kperf.core.submissions.analysis import analyse_submission
-from kperf.core.submissions.pipeline import advance_submission
+from kperf.core.submissions.pipeline import SUBMISSION
 from kperf_testing import reference_history
 
 from .conftest import Api
@@ -79,7 +80,7 @@ def finish(sub_id: int, api: Api, head_value: float) -> dict[str, MetricComparis
     while (job := api.post("/runner/claim").json()["job"]) is not None:
         value = 1000.0 if Job.objects.get(pk=job["id"]).side == "base" else head_value
         assert api.post(f"/runner/jobs/{job['id']}/results", results_body(job, value)).status_code == 200
-    advance_submission(sub_id)
+    owners.advance(SUBMISSION, sub_id)
     analyse_submission(sub_id)
     return {m.metric: m for m in MetricComparison.objects.filter(comparison__submission_id=sub_id)}
 

@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from kperf.core.lifecycle import owners
 from kperf.core.models import BootRecord, Comparison, Job, MetricComparison, Sample, Submission, Tree
 from kperf.core.submissions.analysis import analyse_submission, learned_priors, load_boots
-from kperf.core.submissions.pipeline import advance_submission
+from kperf.core.submissions.pipeline import SUBMISSION
 
 from .lab_fixtures import built, results_body, submission_ready_for_testing
 
@@ -53,7 +54,7 @@ def measured_submission(alice: Any, mclass: Any, runner: Any, tmp: Path) -> Subm
     while (job := runner.post("/runner/claim").json()["job"]) is not None:
         level = 1000.0 if Job.objects.get(pk=job["id"]).side == "base" else 900.0
         runner.post(f"/runner/jobs/{job['id']}/results", results_body(job, level * math.exp(rng.normal(0, 0.01))))
-    advance_submission(sub.pk)
+    owners.advance(SUBMISSION, sub.pk)
     return sub
 
 

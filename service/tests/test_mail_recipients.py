@@ -23,9 +23,10 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
+from kperf.core.lifecycle import owners
 from kperf.core.mail import alerts
 from kperf.core.models import Alert, ApiToken, RecipientAddress, Submission, Tree
-from kperf.core.submissions.pipeline import fail_submission
+from kperf.core.submissions.pipeline import SUBMISSION
 
 from .conftest import Api, kperf_cli
 from .test_alerts import Inbox, real_smtp_backend, smtp  # noqa: F401 (fixtures)
@@ -52,7 +53,7 @@ def addresses(n: int, domain: str, prefix: str = "dev") -> list[str]:
 
 def finish(sub_id: int) -> None:
     """The submission ends (as a failed one does), and its result mail is queued."""
-    fail_submission(Submission.objects.get(pk=sub_id), "the base kernel did not boot")
+    owners.fail(SUBMISSION, Submission.objects.get(pk=sub_id), "the base kernel did not boot")
 
 
 def mails(inbox: Inbox, kind: str) -> list[tuple[list[str], Any]]:

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from kperf.core.lifecycle import owners
 from kperf.core.models import BootRecord, Job, Submission
 from kperf.core.submissions.analysis import analyse_submission
-from kperf.core.submissions.pipeline import advance_submission
+from kperf.core.submissions.pipeline import SUBMISSION
 from kperf_runner.backends import BootResult
 from kperf_runner.benchmarks import get_benchmark
 from kperf_runner.console import parse_console
@@ -62,7 +63,7 @@ def run_all(sub: Submission, api: Api, perf: PerfLines, extra_operations: dict[s
         body["boots"][0]["counters"]["operations"].update(extra_operations or {})
         resp = api.post(f"/runner/jobs/{job['id']}/results", body)
         assert resp.status_code == 200, resp.content
-    advance_submission(sub.pk)
+    owners.advance(SUBMISSION, sub.pk)
     analyse_submission(sub.pk)
     sub.refresh_from_db()
     assert sub.status == Submission.Status.DONE
@@ -145,7 +146,7 @@ def test_an_upload_without_operations_still_works_and_shows_no_per_op_values(
         # What a runner older than operations sends.
         body["boots"][0]["counters"] = {"perf": {"instructions": 2_000_000, "cycles": 1_000_000}}
         assert api.post(f"/runner/jobs/{job['id']}/results", body).status_code == 200
-    advance_submission(sub.pk)
+    owners.advance(SUBMISSION, sub.pk)
     analyse_submission(sub.pk)
     [comp] = alice_api.get(f"/submissions/{sub.pk}").json()["comparisons"]
     assert comp["perf_boots"] == {"base": 4, "head": 4}

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from kperf.core.lifecycle import owners
 from kperf.core.models import BranchCommit, ChangePoint, Job, MetricComparison, Sample, Submission
 from kperf.core.submissions.analysis import analyse_submission
-from kperf.core.submissions.pipeline import advance_submission
+from kperf.core.submissions.pipeline import SUBMISSION
 from kperf.core.web import plot_data
 
 from .conftest import Api
@@ -39,7 +40,7 @@ def finished_submission(alice: Any, qemu_class: Any, runner: Api, tmp_path: Path
     while (job := runner.post("/runner/claim").json()["job"]) is not None:
         value = 1000.0 if Job.objects.get(pk=job["id"]).side == "base" else 500.0
         assert runner.post(f"/runner/jobs/{job['id']}/results", results_body(job, value)).status_code == 200
-    advance_submission(sub.pk)
+    owners.advance(SUBMISSION, sub.pk)
     analyse_submission(sub.pk)
     sub.refresh_from_db()
     assert sub.status == Submission.Status.DONE

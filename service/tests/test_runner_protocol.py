@@ -13,8 +13,9 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from kperf.core.lab import leases
+from kperf.core.lifecycle import owners
 from kperf.core.models import BootRecord, Job, Sample, Submission, SubmissionBuild
-from kperf.core.submissions.pipeline import advance_submission, schedule_jobs
+from kperf.core.submissions.pipeline import SUBMISSION, schedule_jobs
 
 from .conftest import Api
 from .lab_fixtures import results_body, submission_ready_for_testing
@@ -238,7 +239,7 @@ def test_an_infra_failure_is_retried_but_a_boot_failure_is_final(sub: Submission
     assert resp.status_code == 200 and resp.json()["status"] == "failed"
     j = Job.objects.get(pk=job["id"])
     assert j.failure_kind == "boot" and "Kernel panic" in j.console_log
-    advance_submission(sub.pk)
+    owners.advance(SUBMISSION, sub.pk)
     sub.refresh_from_db()
     assert sub.status == Submission.Status.FAILED
     assert "did not boot" in sub.error and "No working init found" in sub.error
@@ -261,7 +262,7 @@ def test_all_results_in_leads_to_a_verdict(sub: Submission, runner_api: Any) -> 
         side = Job.objects.get(pk=job["id"]).side
         value = 1000.0 if side == "base" else 600.0
         assert api.post(f"/runner/jobs/{job['id']}/results", results_body(job, value)).status_code == 200
-    advance_submission(sub.pk)
+    owners.advance(SUBMISSION, sub.pk)
     sub.refresh_from_db()
     assert sub.status == Submission.Status.ANALYSING
     analyse_submission(sub.pk)
@@ -312,7 +313,7 @@ def test_an_inconclusive_look_queues_more_boots_then_decides(sub: Submission, ru
     def run_all() -> None:
         while (job := claim(api)) is not None:
             assert api.post(f"/runner/jobs/{job['id']}/results", results_body(job, next(noisy))).status_code == 200
-        advance_submission(sub.pk)
+        owners.advance(SUBMISSION, sub.pk)
         analyse_submission(sub.pk)
         sub.refresh_from_db()
 

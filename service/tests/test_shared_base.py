@@ -12,7 +12,7 @@ from django.test import Client
 from django.utils import timezone
 
 from kperf.cli.status import render_status
-from kperf.core.lifecycle import dispatch
+from kperf.core.lifecycle import dispatch, owners
 from kperf.core.models import (
     ApiToken,
     BootRecord,
@@ -26,7 +26,7 @@ from kperf.core.models import (
     Tree,
 )
 from kperf.core.submissions.analysis import analyse_submission
-from kperf.core.submissions.pipeline import advance_submission, schedule_jobs
+from kperf.core.submissions.pipeline import SUBMISSION, schedule_jobs
 
 from .conftest import Api, qemu_runner
 from .lab_fixtures import built, results_body
@@ -110,7 +110,7 @@ def run_all(*apis: Api, fail: set[int] | None = None) -> None:
 
 def finish(*subs: Submission) -> None:
     for sub in subs:
-        advance_submission(sub.pk)
+        owners.advance(SUBMISSION, sub.pk)
         analyse_submission(sub.pk)
         sub.refresh_from_db()
 
@@ -231,11 +231,11 @@ def test_a_failed_shared_boot_is_replaced_and_the_sharer_finishes(
     run_all(api, fail={broken.pk})
     # The runner's report moves the sharer on as well as the owner.
     assert ("kperf.advance_submission", sharer.pk) in sent
-    advance_submission(owner.pk)
+    owners.advance(SUBMISSION, owner.pk)
     owner.refresh_from_db()
     assert owner.status == Submission.Status.FAILED and "did not boot" in owner.error
     # The sharer drops the failed boot and queues its own replacement.
-    advance_submission(sharer.pk)
+    owners.advance(SUBMISSION, sharer.pk)
     sharer.refresh_from_db()
     assert sharer.status == Submission.Status.TESTING
     assert own_base(sharer) == 1 and not SharedJob.objects.filter(job=broken).exists()
@@ -249,11 +249,10 @@ def test_a_failed_shared_boot_is_replaced_and_the_sharer_finishes(
 def test_an_owner_that_fails_keeps_the_queued_boots_others_share(
     lab: Lab, alice: User, bob: User, runner_api: Any, sent: list[tuple[Any, ...]]
 ) -> None:
-    from kperf.core.submissions.pipeline import fail_submission
 
     owner = lab.submit(alice, "b" * 40)
     sharer = lab.submit(bob, "c" * 40)
-    fail_submission(owner, "given up")
+    owners.fail(SUBMISSION, owner, "given up")
     assert {j.status for j in owner.jobs.filter(side="head")} == {Job.Status.CANCELLED}
     assert {j.status for j in owner.jobs.filter(side="base")} == {Job.Status.QUEUED}
     run_all(runner_api[1])

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 
 from kperf.cli.status import render_status
+from kperf.core.lifecycle import owners
 from kperf.core.mail import alerts
 from kperf.core.models import Job, MachineClass, Submission
 from kperf.core.submissions.analysis import analyse_submission
-from kperf.core.submissions.pipeline import advance_submission
+from kperf.core.submissions.pipeline import SUBMISSION
 
 from .conftest import Api, qemu_runner
 from .lab_fixtures import results_body, submission_ready_for_testing
@@ -32,7 +33,7 @@ def run_all(sub: Submission, runners: list[Api], values: dict[int, Iterator[floa
         while (job := api.post("/runner/claim").json()["job"]) is not None:
             value = next(values[id(api)])
             assert api.post(f"/runner/jobs/{job['id']}/results", results_body(job, value)).status_code == 200
-    advance_submission(sub.pk)
+    owners.advance(SUBMISSION, sub.pk)
     analyse_submission(sub.pk)
     sub.refresh_from_db()
 
@@ -105,7 +106,7 @@ def test_the_page_opens_with_the_mails_verdict_and_the_jobs_have_times(
     while (job := api.post("/runner/claim").json()["job"]) is not None:
         level = 1000.0 if Job.objects.get(pk=job["id"]).side == "base" else 500.0
         api.post(f"/runner/jobs/{job['id']}/results", results_body(job, level))
-    advance_submission(sub.pk)
+    owners.advance(SUBMISSION, sub.pk)
     analyse_submission(sub.pk)
     sub.refresh_from_db()
     assert sub.status == Submission.Status.DONE

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from django.test import Client
 
+from kperf.core.lifecycle import owners
 from kperf.core.models import BranchCommit, ChangePoint, Job, KernelBuild, TrackedBranch
 from kperf.core.tracking import branches
 
@@ -64,7 +65,7 @@ def finish_builds(branch: TrackedBranch, tmp: Path, fail: set[str] = frozenset()
             }
         build.save()
     for commit in branch.commits.filter(status=BranchCommit.Status.BUILDING):
-        branches.advance_branch_commit(commit.pk)
+        owners.advance(branches.COMMIT, commit.pk)
 
 
 def run_jobs(runner: Api, level_of: dict[str, float], rng: np.random.Generator) -> int:
@@ -81,7 +82,7 @@ def run_jobs(runner: Api, level_of: dict[str, float], rng: np.random.Generator) 
         assert runner.post(f"/runner/jobs/{job['id']}/results", results_body(job, value=level)).status_code == 200
         commit = Job.objects.get(pk=job["id"]).branch_commit
         assert commit is not None
-        branches.advance_branch_commit(commit.pk)
+        owners.advance(branches.COMMIT, commit.pk)
         commit.refresh_from_db()
         if commit.status == BranchCommit.Status.ANALYSING:
             branches.analyse_branch_commit(commit.pk)
@@ -242,7 +243,7 @@ def test_a_job_that_fails_fails_its_commit_only(
     )
     assert resp.status_code == 200, resp.content
     commit = branch.commits.get()
-    branches.advance_branch_commit(commit.pk)
+    owners.advance(branches.COMMIT, commit.pk)
     commit.refresh_from_db()
     assert commit.status == BranchCommit.Status.FAILED
     assert "boot failure" in commit.error and "kernel panic" in commit.error

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from kperf.core.lab import tuning
+from kperf.core.lifecycle import owners
 from kperf.core.models import BootRecord, Job, Submission
 from kperf.core.submissions.analysis import analyse_submission
-from kperf.core.submissions.pipeline import advance_submission
+from kperf.core.submissions.pipeline import SUBMISSION
 
 from .conftest import Api
 from .lab_fixtures import results_body, submission_ready_for_testing
@@ -54,7 +55,7 @@ def run_all(sub: Submission, api: Api, boot: Boot) -> None:
         seen[side] += 1
         resp = api.post(f"/runner/jobs/{job['id']}/results", body)
         assert resp.status_code == 200, resp.content
-    advance_submission(sub.pk)
+    owners.advance(SUBMISSION, sub.pk)
     analyse_submission(sub.pk)
     sub.refresh_from_db()
     assert sub.status == Submission.Status.DONE

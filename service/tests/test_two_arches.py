@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from kperf.core.lifecycle import owners
 from kperf.core.models import Job, MachineClass, Submission
 from kperf.core.submissions.analysis import analyse_submission
-from kperf.core.submissions.pipeline import advance_submission
+from kperf.core.submissions.pipeline import SUBMISSION
 
 from .conftest import Api, qemu_runner
 from .lab_fixtures import results_body, submission_ready_for_testing
@@ -43,7 +44,7 @@ def test_both_arches_give_a_verdict_per_machine_class_on_one_page(
             value = 1000.0 if row.side == "base" else head_value
             resp = api.post(f"/runner/jobs/{job['id']}/results", results_body(job, value))
             assert resp.status_code == 200, resp.content
-    advance_submission(sub.pk)
+    owners.advance(SUBMISSION, sub.pk)
     analyse_submission(sub.pk)
     sub.refresh_from_db()
     assert sub.status == Submission.Status.DONE

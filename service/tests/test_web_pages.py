@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from kperf.core.lifecycle import owners
 from kperf.core.models import Job, Submission
 from kperf.core.submissions.analysis import analyse_submission
-from kperf.core.submissions.pipeline import advance_submission
+from kperf.core.submissions.pipeline import SUBMISSION
 from kperf.core.web.presenters import verdict_estimate
 
 from .conftest import Api
@@ -89,7 +90,7 @@ def test_the_submission_page_shows_progress_then_the_verdict(
     while (job := api.post("/runner/claim").json()["job"]) is not None:
         value = 1000.0 if Job.objects.get(pk=job["id"]).side == "base" else 500.0
         api.post(f"/runner/jobs/{job['id']}/results", results_body(job, value))
-    advance_submission(sub.pk)
+    owners.advance(SUBMISSION, sub.pk)
     analyse_submission(sub.pk)
     page = browser.get(f"/submissions/{sub.pk}").content.decode()
     assert 'data-metric="spawn-vmas-0"' in page and "verdict-regression" in page

@@ -4,9 +4,15 @@ A submission (base and head of a developer's branch) and a tracked branch's
 commit (one kernel of a series) own builds and jobs the same way; only what
 they build, how they queue jobs and how they are analysed differ. Those
 differences are an `OwnerKind`, which each kind's own module declares
-(`workflow.SUBMISSION`, `tracking.COMMIT`) and hands to the steps here:
-this module imports neither. The steps, and every status change, are here
-and in `kperf.core.lifecycle.states`.
+(`kperf.core.submissions.pipeline.SUBMISSION`,
+`kperf.core.tracking.branches.COMMIT`) and hands to the steps here: this
+module imports neither. The life's steps are all here: `start` (into
+building), `advance` (building -> testing -> analysing), `analyse`, `finish`
+(done) and `fail` (failed, with the cancellation of the queued jobs nobody
+needs any more); every status change itself goes through
+`kperf.core.lifecycle.states`. A tracked commit starts life already building
+(kperf.core.tracking.bisection.add_commits creates it so and queues its
+advance).
 
 Every step is idempotent: it locks the owner's row, looks at its status and
 at its builds and jobs, and does nothing when there is nothing to do. So a
@@ -23,15 +29,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
-from django.db.models import Model
+from django.db.models import Exists, Model, OuterRef
+from django.utils import timezone
 
 from kperf.core.lifecycle import dispatch, states
 from kperf.core.lifecycle.task_names import Task
-from kperf.core.models import Job, KernelBuild
+from kperf.core.models import Job, KernelBuild, SharedJob, Submission
 
 log = logging.getLogger("kperf.owners")
 
-BUILDING, TESTING, ANALYSING = "building", "testing", "analysing"
+BUILDING, TESTING, ANALYSING, DONE, FAILED = "building", "testing", "analysing", "done", "failed"
 
 # Errors of the database connection: temporary, so the task is retried (and
 # the sweeper re-drives the row later) instead of the owner being failed.
@@ -42,11 +49,17 @@ TEMPORARY = (OperationalError, InterfaceError)
 class OwnerKind:
     name: str
     model: type[Model]
+    # The Job field that points at an owner of this kind.
+    job_field: str
+    advance_task: Task
     analyse_task: Task
     # (what to call it in a message, build) for every build the owner needs.
     builds: Callable[[Any], list[tuple[str, KernelBuild]]]
     queue_jobs: Callable[[Any, list[tuple[str, KernelBuild]]], None]
-    fail: Callable[[Any, str], None]
+    # What a failed owner sets off besides the cancelled jobs: a
+    # submission's result mail, a branch's new look for a bisection that
+    # waited on the commit.
+    failed: Callable[[Any], None]
     job_failed: Callable[[Any, Job], str]
     analyse: Callable[[int], None]
     # Every job whose boots the owner waits for: its own, and for a
@@ -65,6 +78,36 @@ def build_failed_message(what: str, build: KernelBuild) -> str:
     return f"{head} failed to build: {build.error or 'see the build log'}"
 
 
+def start(kind: OwnerKind, obj: Any, **fields: Any) -> None:
+    """Into building, with `fields` saved alongside; its advance is queued once the
+    transaction commits (caller holds the row lock)."""
+    states.move(obj, BUILDING, **fields)
+    dispatch.after_commit(kind.advance_task, obj.pk)
+
+
+def finish(obj: Any, **fields: Any) -> None:
+    """Done: the analysis stored its answer (caller holds the row lock)."""
+    states.move(obj, DONE, finished=timezone.now(), **fields)
+
+
+def fail(kind: OwnerKind, obj: Any, message: str) -> None:
+    """Failed, saying why; the queued jobs it no longer needs are cancelled (caller holds the row lock).
+
+    A queued job that another live submission shares (kperf.core.lab.sharing)
+    still runs for it; a sharer that had linked one of the cancelled jobs is
+    advanced, so it queues a boot of its own in place of it.
+    """
+    states.move(obj, FAILED, error=message, finished=timezone.now())
+    shared = SharedJob.objects.filter(job=OuterRef("pk")).exclude(submission__status__in=Submission.FINAL)
+    own = Job.objects.filter(**{kind.job_field: obj})
+    states.move_where(own.filter(status=Job.Status.QUEUED).exclude(Exists(shared)), Job.Status.CANCELLED)
+    cancelled = own.filter(status=Job.Status.CANCELLED).values("pk")
+    for sharer in SharedJob.objects.filter(job__in=cancelled).values_list("submission_id", flat=True).distinct():
+        dispatch.after_commit(Task.ADVANCE_SUBMISSION, sharer)
+    kind.failed(obj)
+    log.warning("%s %s failed: %s", kind.name, obj.pk, message)
+
+
 def advance(kind: OwnerKind, pk: int) -> None:
     """Move an owner on when its builds or jobs have finished."""
     with transaction.atomic():
@@ -75,7 +118,7 @@ def advance(kind: OwnerKind, pk: int) -> None:
             builds = kind.builds(obj)
             failed = [(what, b) for what, b in builds if b.status == KernelBuild.Status.FAILED]
             if failed:
-                kind.fail(obj, build_failed_message(*failed[0]))
+                fail(kind, obj, build_failed_message(*failed[0]))
             elif builds and all(b.status == KernelBuild.Status.DONE for _, b in builds):
                 kind.queue_jobs(obj, builds)
                 states.move(obj, TESTING)
@@ -83,7 +126,7 @@ def advance(kind: OwnerKind, pk: int) -> None:
             jobs = kind.jobs(obj)
             hard = [j for j in jobs if j.status == Job.Status.FAILED]
             if hard:
-                kind.fail(obj, kind.job_failed(obj, hard[0]))
+                fail(kind, obj, kind.job_failed(obj, hard[0]))
             elif jobs and all(j.status == Job.Status.DONE for j in jobs):
                 states.move(obj, ANALYSING)
                 dispatch.after_commit(kind.analyse_task, pk)
@@ -154,7 +197,8 @@ def _analyse(kind: OwnerKind, pk: int) -> None:
         with transaction.atomic():
             obj: Any = kind.model.objects.select_for_update().filter(pk=pk).first()  # type: ignore[attr-defined]
             if obj is not None and obj.status == ANALYSING:
-                kind.fail(
+                fail(
+                    kind,
                     obj,
                     f"the analysis failed ({type(exc).__name__}: {str(exc)[:500]}). The samples are stored; "
                     "this is a kperf fault, with its traceback in the analysis worker's log: tell an admin",

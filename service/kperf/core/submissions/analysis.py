@@ -10,12 +10,11 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q, QuerySet
-from django.utils import timezone
 
 from kperf import stats
 from kperf.core import benchmarks, triage
 from kperf.core.lab import sharing
-from kperf.core.lifecycle import states
+from kperf.core.lifecycle import owners, states
 from kperf.core.mail import alerts, replies
 from kperf.core.models import (
     Clock,
@@ -148,7 +147,7 @@ def analyse_submission(sub_id: int) -> None:
             states.move(sub, Submission.Status.TESTING)
             log.info("submission %s: inconclusive at this look, more boots queued", sub_id)
             return
-        states.move(sub, Submission.Status.DONE, finished=timezone.now())
+        owners.finish(sub)
         alert = alerts.submission_finished(sub)
         # The alert's Reply-To carries a token for this triage (triage by mail, docs/triage.md).
         replies.issue(alert, triage.open_for_submission(sub))

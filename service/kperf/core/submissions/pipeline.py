@@ -14,14 +14,14 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import F
 from django.utils import timezone
 
 from kperf.core import benchmarks
 from kperf.core.builds import apply_series, artifacts, gitops, patch_series, queue, tree_urls
 from kperf.core.lab import sharing
 from kperf.core.lab.boot_params import BootParamsError, clean_boot_params, clean_thp
-from kperf.core.lifecycle import dispatch, owners, states
+from kperf.core.lifecycle import dispatch, owners
 from kperf.core.lifecycle.task_names import Task
 from kperf.core.mail import alerts, recipients
 from kperf.core.models import (
@@ -29,7 +29,6 @@ from kperf.core.models import (
     KernelBuild,
     MachineClass,
     PatchSeries,
-    SharedJob,
     Submission,
     SubmissionBuild,
     Tree,
@@ -215,21 +214,6 @@ def _store_series(sub: Submission, parsed: patch_series.Series, mbox: bytes, sto
     PatchSeries.objects.filter(pk=ps.pk).update(mbox=stored)
 
 
-def fail_submission(sub: Submission, message: str) -> None:
-    """Mark a submission failed and cancel the work it no longer needs (caller holds the row lock)."""
-    states.move(sub, Submission.Status.FAILED, error=message, finished=timezone.now())
-    # A queued job another live submission shares still runs for it.
-    shared = SharedJob.objects.filter(job=OuterRef("pk")).exclude(submission__status__in=Submission.FINAL)
-    queued = Job.objects.filter(submission=sub, status=Job.Status.QUEUED)
-    states.move_where(queued.exclude(Exists(shared)), Job.Status.CANCELLED)
-    # A sharer that linked one of them as they were cancelled replaces it.
-    cancelled = list(Job.objects.filter(submission=sub, status=Job.Status.CANCELLED).values_list("pk", flat=True))
-    for sharer in sharing.sharer_ids(cancelled):
-        dispatch.after_commit(Task.ADVANCE_SUBMISSION, sharer)
-    alerts.submission_finished(sub)
-    log.warning("submission %s failed: %s", sub.pk, message)
-
-
 def prepare_submission(sub_id: int) -> None:
     """Fetch the tree, resolve both refs and attach (possibly shared) builds."""
     sub = Submission.objects.select_related("tree").filter(pk=sub_id).first()
@@ -244,7 +228,8 @@ def prepare_submission(sub_id: int) -> None:
         with transaction.atomic():
             locked = Submission.objects.select_for_update().get(pk=sub_id)
             # A fetch's own message says what the submitter may know (gitops.TreeUnreachable).
-            fail_submission(locked, str(e) if isinstance(e, gitops.FetchError) else f"could not fetch {tree.url}: {e}")
+            message = str(e) if isinstance(e, gitops.FetchError) else f"could not fetch {tree.url}: {e}"
+            owners.fail(SUBMISSION, locked, message)
         return
     Tree.objects.filter(pk=tree.pk).update(last_fetched=timezone.now())
     if sub.kind == Submission.Kind.SERIES:
@@ -263,8 +248,7 @@ def prepare_submission(sub_id: int) -> None:
             for side, sha in ((SubmissionBuild.Side.BASE, base_sha), (SubmissionBuild.Side.HEAD, head_sha)):
                 build = queue.need_build(tree, sha, arch, digest, queue.scope_for(locked.owner))
                 SubmissionBuild.objects.get_or_create(submission=locked, build=build, side=side)
-        states.move(locked, Submission.Status.BUILDING, base_sha=base_sha, head_sha=head_sha)
-        dispatch.after_commit(Task.ADVANCE_SUBMISSION, sub_id)
+        owners.start(SUBMISSION, locked, base_sha=base_sha, head_sha=head_sha)
 
 
 def _apply_series(sub: Submission) -> str:
@@ -329,7 +313,7 @@ def _fail_series(sub_id: int, message: str, failed_patch: int | None) -> None:
         locked = Submission.objects.select_for_update().get(pk=sub_id)
         if locked.status == Submission.Status.QUEUED:
             PatchSeries.objects.filter(submission=locked).update(failed_patch=failed_patch)
-            fail_submission(locked, message)
+            owners.fail(SUBMISSION, locked, message)
 
 
 def _resolve(tree: Tree, ref: str, what: str) -> str:
@@ -337,11 +321,6 @@ def _resolve(tree: Tree, ref: str, what: str) -> str:
         return gitops.resolve_ref(tree.mirror_path, ref)
     except gitops.GitError:
         raise gitops.GitError(f"the {what} {ref!r} is not a branch, tag or commit in {tree.url}") from None
-
-
-def advance_submission(sub_id: int) -> None:
-    """Move a submission forward when its builds or jobs have finished (kperf.core.lifecycle.owners)."""
-    owners.advance(SUBMISSION, sub_id)
 
 
 def schedule_jobs(sub: Submission, links: list[SubmissionBuild]) -> None:
@@ -368,6 +347,11 @@ def _owner_queue(sub: Submission, builds: list[tuple[str, KernelBuild]]) -> None
     schedule_jobs(sub, list(SubmissionBuild.objects.filter(submission=sub).select_related("build")))
 
 
+def _owner_failed(sub: Submission) -> None:
+    # The submitter hears of a failure as of a verdict (kperf.core.mail.alerts).
+    alerts.submission_finished(sub)
+
+
 _JOB_WHAT = {"boot": "did not boot", "benchmark": "ran but the benchmark failed", "infra": "could not be run"}
 
 
@@ -381,10 +365,12 @@ def _owner_job_failed(sub: Submission, job: Job) -> str:
 SUBMISSION = owners.OwnerKind(
     name="submission",
     model=Submission,
+    job_field="submission",
+    advance_task=Task.ADVANCE_SUBMISSION,
     analyse_task=Task.ANALYSE_SUBMISSION,
     builds=_owner_builds,
     queue_jobs=_owner_queue,
-    fail=fail_submission,
+    failed=_owner_failed,
     job_failed=_owner_job_failed,
     analyse=analysis.analyse_submission,
     # Its own jobs and the base boots it shares (kperf.core.lab.sharing).

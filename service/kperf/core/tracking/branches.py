@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from kperf.core import access, benchmarks
 from kperf.core.builds import gitops
-from kperf.core.lifecycle import dispatch, owners, states
+from kperf.core.lifecycle import dispatch, owners
 from kperf.core.lifecycle.task_names import Task
 from kperf.core.models import (
     BranchCommit,
@@ -233,17 +233,6 @@ def boots_for(branch: TrackedBranch, bench: str, clock: str) -> int:
     return branch.boots or benchmarks.boots_per_side(grid_boots, clock)
 
 
-def fail_commit(commit: BranchCommit, message: str) -> None:
-    """Mark a commit failed and cancel its queued jobs (caller holds the row lock)."""
-    states.move(commit, BranchCommit.Status.FAILED, error=message, finished=timezone.now())
-    states.move_where(Job.objects.filter(branch_commit=commit, status=Job.Status.QUEUED), Job.Status.CANCELLED)
-    log.warning("branch commit %s failed: %s", commit, message)
-    # A bisection may have been waiting for this commit: look again, so it
-    # picks another commit of the range or mails what it has.
-    if commit.branch.change_points.exists():
-        dispatch.after_commit(Task.REANALYSE_BRANCH, commit.branch_id)
-
-
 def reanalyse_branch(branch_id: int) -> None:
     """Search again every series of a branch that has change points."""
     branch = TrackedBranch.objects.select_related("tree", "owner").get(pk=branch_id)
@@ -251,11 +240,6 @@ def reanalyse_branch(branch_id: int) -> None:
     # Each series takes the branch's lock only to store its answer (kperf.core.tracking.change_points).
     for mclass_id, bench, clock in sorted(groups):
         analyse_series(branch, mclass_id, bench, clock)
-
-
-def advance_branch_commit(commit_id: int) -> None:
-    """Move a commit on when its builds or jobs have finished (kperf.core.lifecycle.owners)."""
-    owners.advance(COMMIT, commit_id)
 
 
 def queue_commit_jobs(commit: BranchCommit, builds: list[KernelBuild]) -> None:
@@ -285,7 +269,7 @@ def analyse_branch_commit(commit_id: int) -> None:
     with transaction.atomic():
         commit = BranchCommit.objects.select_for_update().get(pk=commit_id)
         if commit.status == BranchCommit.Status.ANALYSING:
-            states.move(commit, BranchCommit.Status.DONE, finished=timezone.now())
+            owners.finish(commit)
 
 
 Series = dict[str, list[list[list[float]]]]  # metric -> per commit -> per boot -> iterations
@@ -342,6 +326,13 @@ def _owner_queue(commit: BranchCommit, builds: list[tuple[str, KernelBuild]]) ->
     queue_commit_jobs(commit, [b for _, b in builds])
 
 
+def _owner_failed(commit: BranchCommit) -> None:
+    # A bisection may have been waiting for this commit: look again, so it
+    # picks another commit of the range or mails what it has.
+    if commit.branch.change_points.exists():
+        dispatch.after_commit(Task.REANALYSE_BRANCH, commit.branch_id)
+
+
 def _owner_job_failed(commit: BranchCommit, job: Job) -> str:
     return (
         f"the kernel did not run {job.benchmark} on {job.machine_class.name} "
@@ -356,10 +347,12 @@ def _owner_jobs(commit: BranchCommit) -> list[Job]:
 COMMIT = owners.OwnerKind(
     name="branch commit",
     model=BranchCommit,
+    job_field="branch_commit",
+    advance_task=Task.ADVANCE_BRANCH_COMMIT,
     analyse_task=Task.ANALYSE_BRANCH_COMMIT,
     builds=_owner_builds,
     queue_jobs=_owner_queue,
-    fail=fail_commit,
+    failed=_owner_failed,
     job_failed=_owner_job_failed,
     analyse=analyse_branch_commit,
     jobs=_owner_jobs,
