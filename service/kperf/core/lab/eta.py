@@ -1,7 +1,8 @@
 """When a submission's verdict will come: the situation read from the database.
 
 kperf.core.lab.eta_model does the arithmetic on plain data; this module says
-what is true now: the recent build and job durations, the runners in
+what is true now: the recent build and job durations (read from the status
+history, kperf.core.models.StatusChange), the runners in
 service per machine class, the builds still to run and the jobs ahead in
 claim order (kperf.core.lab.claim_order, as kperf.core.lab.waiting counts them).
 The page, the API (`eta`, `eta_reason`, `jobs_ahead`) and `kperf status`
@@ -13,23 +14,45 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 
 from kperf.core import benchmarks
 from kperf.core.lab.claim_order import claim_key
 from kperf.core.lab.eta_model import RECENT, Estimate, History, Situation, Unknown, Work, estimate, sentence
 from kperf.core.lab.waiting import SILENT_AFTER
-from kperf.core.models import Job, KernelBuild, MachineClass, Runner, Submission
+from kperf.core.models import Job, KernelBuild, MachineClass, Runner, StatusChange, Submission
 
 # Recent finished jobs read at most: RECENT per kind of job for the few
 # kinds a lab runs, in one query.
 _JOB_ROWS = 50 * RECENT
 
 
+def _timeline(kind: str, running: str) -> tuple[Subquery, Subquery]:
+    """When the row last started to run and when it was done, from its status history.
+
+    The history (StatusChange, written with every move) is the record of how
+    long each status lasted; a job leased again after a lost runner, or a
+    build taken again after a dead worker, ran from its last start. Rows that
+    predate the history fall back to their own started/finished.
+    """
+    changes = StatusChange.objects.filter(kind=kind, object_id=OuterRef("pk"))
+    return (
+        Subquery(changes.filter(target=running).order_by("-at").values("at")[:1]),
+        Subquery(changes.filter(target="done").order_by("-at").values("at")[:1]),
+    )
+
+
+def _seconds(ran_from: datetime | None, done_at: datetime | None, started: datetime, finished: datetime) -> float:
+    if ran_from is not None and done_at is not None and done_at >= ran_from:
+        return (done_at - ran_from).total_seconds()
+    return (finished - started).total_seconds()
+
+
 def history(classes: list[int]) -> History:
     """Recent durations of finished builds and of finished jobs on `classes`, oldest first."""
     hist = History()
+    job_ran, build_ran = _timeline("Job", Job.Status.LEASED), _timeline("KernelBuild", KernelBuild.Status.BUILDING)
     jobs = (
         Job.objects.filter(
             machine_class_id__in=classes,
@@ -39,20 +62,22 @@ def history(classes: list[int]) -> History:
             # Calibration boots (pinned) are not what a submission waits for.
             pinned_runner__isnull=True,
         )
+        .annotate(ran_from=job_ran[0], done_at=job_ran[1])
         .order_by("-finished")
-        .values_list("machine_class__name", "benchmark", "grid", "started", "finished")[:_JOB_ROWS]
+        .values_list("machine_class__name", "benchmark", "grid", "ran_from", "done_at", "started", "finished")[
+            :_JOB_ROWS
+        ]
     )
-    for mclass, bench, grid, started, finished in reversed(list(jobs)):
-        if started and finished:
-            hist.add_job(mclass, bench, grid, (finished - started).total_seconds())
+    for mclass, bench, grid, ran_from, done_at, started, finished in reversed(list(jobs)):
+        hist.add_job(mclass, bench, grid, _seconds(ran_from, done_at, started, finished))
     builds = (
         KernelBuild.objects.filter(status=KernelBuild.Status.DONE, started__isnull=False, finished__isnull=False)
+        .annotate(ran_from=build_ran[0], done_at=build_ran[1])
         .order_by("-finished")
-        .values_list("started", "finished")[:RECENT]
+        .values_list("ran_from", "done_at", "started", "finished")[:RECENT]
     )
-    for started, finished in reversed(list(builds)):
-        if started and finished:
-            hist.add_build((finished - started).total_seconds())
+    for ran_from, done_at, started, finished in reversed(list(builds)):
+        hist.add_build(_seconds(ran_from, done_at, started, finished))
     return hist
 
 

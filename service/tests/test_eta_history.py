@@ -1,0 +1,77 @@
+"""The ETA learns how long jobs and builds take from the status history (kperf.core.lab.eta.history).
+
+A job's duration is from its last lease to its done, as the StatusChange rows
+record them, so a job leased again after a runner was lost counts its last run
+only; work that predates the history falls back to its row's started/finished.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from django.utils import timezone
+
+from kperf.core.lab import eta
+from kperf.core.lifecycle import states
+from kperf.core.models import Job, KernelBuild, MachineClass, StatusChange, Tree
+from kperf_testing.lab import built
+
+CLASS = "qemu-x86_64"
+
+
+def _at(obj: Any, target: str, when: datetime) -> None:
+    """Date the newest change of `obj` into `target`: the history's clock, set as if it had happened then."""
+    row = StatusChange.objects.filter(kind=type(obj).__name__, object_id=obj.pk, target=target).latest("pk")
+    StatusChange.objects.filter(pk=row.pk).update(at=when)
+
+
+def _job(build: KernelBuild, mclass: MachineClass) -> Job:
+    return Job.objects.create(build=build, benchmark="spawn", grid="quick", machine_class=mclass)
+
+
+def test_job_durations_are_read_from_the_last_lease_to_done(db: Any, tmp_path: Path) -> None:
+    mclass = MachineClass.objects.create(name=CLASS, arch="x86_64")
+    build = built(Tree.objects.create(url=str(tmp_path / "tree")), "a" * 40, tmp_path)
+    t0 = timezone.now() - timedelta(hours=2)
+
+    # Leased, its runner lost (back to the queue), leased again 10 min later: 30 s of its last run count.
+    requeued = _job(build, mclass)
+    states.move(requeued, Job.Status.LEASED, started=t0)
+    _at(requeued, Job.Status.LEASED, t0)
+    states.move(requeued, Job.Status.QUEUED)
+    states.move(requeued, Job.Status.LEASED, started=t0)  # a row whose started was not moved on
+    _at(requeued, Job.Status.LEASED, t0 + timedelta(minutes=10))
+    states.move(requeued, Job.Status.DONE, finished=t0 + timedelta(minutes=10, seconds=30))
+    _at(requeued, Job.Status.DONE, t0 + timedelta(minutes=10, seconds=30))
+
+    # A job finished before the history was kept: no rows, its own started/finished (40 s).
+    old = Job.objects.create(
+        build=build,
+        benchmark="spawn",
+        grid="quick",
+        machine_class=mclass,
+        status=Job.Status.DONE,
+        started=t0,
+        finished=t0 + timedelta(seconds=40),
+    )
+    StatusChange.objects.filter(kind="Job", object_id=old.pk).delete()
+
+    typical = eta.history([mclass.pk]).job(CLASS, "spawn", "quick")
+    # Two durations, 30 s and 40 s (median 35 s): the row's own started/finished
+    # would have made the first 630 s (median 335 s).
+    assert typical.mid == 35.0, typical
+
+
+def test_build_durations_are_read_from_the_last_start_to_done(db: Any, tmp_path: Path) -> None:
+    tree = Tree.objects.create(url=str(tmp_path / "tree"))
+    t0 = timezone.now() - timedelta(hours=1)
+    build = KernelBuild.objects.create(tree=tree, sha="c" * 40, arch="x86_64", config_digest="d" * 64)
+    states.move(build, KernelBuild.Status.BUILDING, started=t0)
+    _at(build, KernelBuild.Status.BUILDING, t0 + timedelta(minutes=5))
+    states.move(build, KernelBuild.Status.DONE, finished=t0 + timedelta(minutes=9))
+    _at(build, KernelBuild.Status.DONE, t0 + timedelta(minutes=9))
+
+    typical = eta.history([]).build()
+    assert typical.low == typical.high == 240.0, typical
