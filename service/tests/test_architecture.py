@@ -52,26 +52,28 @@ def test_the_domain_never_imports_the_task_module() -> None:
     assert offenders == []
 
 
+def _is_alert_status(value: ast.expr | None) -> bool:
+    """`Alert.Status.X` (or `models.Alert.Status.X`): the mail outbox's own status, sent again from the admin."""
+    return value is not None and "Alert.Status." in ast.unparse(value)
+
+
 def test_every_status_change_goes_through_the_state_table() -> None:
-    """No module assigns a status of a submission, commit, build or job by hand."""
-    # Alerts have their own small outbox status (sent again from the admin).
-    allowed = {"states.py", "alerts.py", "admin.py"}
+    """No module assigns a status of a submission, commit, build or job by hand: only
+    lifecycle/states.py does, writing the StatusChange row. The one other status, the
+    mail outbox's (Alert), is told apart by its value, not by exempting files."""
     offenders = []
     for path in CORE.rglob("*.py"):
-        if path.name in allowed or "migrations" in path.parts:
+        if path.relative_to(CORE).as_posix() == "lifecycle/states.py" or "migrations" in path.parts:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Assign):
+            if isinstance(node, ast.Assign) and not _is_alert_status(node.value):
                 for target in node.targets:
                     # An exception's own HTTP status (self.status) is not a row's.
                     owner = getattr(target, "value", None)
                     is_self = isinstance(owner, ast.Name) and owner.id == "self"
                     if isinstance(target, ast.Attribute) and target.attr == "status" and not is_self:
                         offenders.append(f"{path.relative_to(CORE)}:{node.lineno}")
-            if (
-                isinstance(node, ast.Call)
-                and getattr(node.func, "attr", "") == "update"
-                and any(k.arg == "status" for k in node.keywords)
-            ):
-                offenders.append(f"{path.relative_to(CORE)}:{node.lineno}")
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "update":
+                if any(k.arg == "status" and not _is_alert_status(k.value) for k in node.keywords):
+                    offenders.append(f"{path.relative_to(CORE)}:{node.lineno}")
     assert offenders == []
