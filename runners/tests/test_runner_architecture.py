@@ -39,7 +39,7 @@ def test_the_package_has_the_modules_the_service_and_docs_name() -> None:
         "console.py",
         "client.py",
         "agent.py",
-        "cli/main.py",
+        "cli.py",
         "backends/__init__.py",
         "backends/qemu.py",
     ):
