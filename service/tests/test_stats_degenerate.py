@@ -159,6 +159,15 @@ def test_property_any_input_gives_a_verdict_and_no_nan(
     summary_rows(inp)
 
 
+def test_a_value_near_zero_on_the_harmonic_side_gives_a_table_not_an_exception() -> None:
+    """Found by the property above: 1/v of a tiny positive value, squared, overflows
+    Python's float power (OverflowError) where Perl's pow gives inf; the table is made."""
+    inp = MetricInput([[1e-160, 2.0]], [[1.0, 2.0]], True, 0.0)
+    rows = {r.label: r for r in summary_rows(inp)}
+    assert len(rows) == 8 and rows["HStddev"].head == pytest.approx(0.4444444444444444)
+    assert "HStddev" in format_table({"m": inp}, compare_metrics({"m": inp}))
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.sampled_from([100.0, 100.0, 100.0, 99.0, 0.0]), min_size=0, max_size=60))
 def test_property_change_points_never_fail_on_repeated_values(values: list[float]) -> None:

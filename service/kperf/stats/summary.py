@@ -91,9 +91,18 @@ def _stddev(x: Sequence[float], harmonic: bool) -> float:
         return math.nan
     if harmonic:
         mean = _hmean(x)
-        return math.sqrt(_sum((1.0 / v - 1.0 / mean) ** 2 for v in x) * mean**4 / n)
+        return math.sqrt(_sum(_power(1.0 / v - 1.0 / mean, 2) for v in x) * _power(mean, 4) / n)
     mean = _amean(x)
-    return math.sqrt(_sum((v - mean) ** 2 for v in x) / (n - 1))
+    return math.sqrt(_sum(_power(v - mean, 2) for v in x) / (n - 1))
+
+
+def _power(v: float, k: int) -> float:
+    """v**k as Perl's pow gives it: inf where Python's float power raises OverflowError
+    (a value near 0 makes 1/v huge on the harmonic side)."""
+    try:
+        return v**k
+    except OverflowError:
+        return math.inf
 
 
 def _coeffvar(sd: float, mean: float) -> float:
