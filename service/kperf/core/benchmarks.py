@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from typing_extensions import TypedDict
 
 from kperf.core.models import Submission
 from kperf.stats import sequential
@@ -88,9 +89,20 @@ def min_effect_pct(metric: str, clock: str = "wall", chosen: float | None = None
     return float(settings.KPERF_MIN_EFFECT_PCT)
 
 
-def describe() -> list[dict[str, Any]]:
+class GridInfo(TypedDict):
+    boots: int
+    params: dict[str, Any]
+
+
+class BenchmarkInfo(TypedDict):
+    name: str
+    description: str
+    grids: dict[str, GridInfo]
+
+
+def describe() -> list[BenchmarkInfo]:
     """Benchmarks and grids as the API and the web form show them."""
-    out = []
+    out: list[BenchmarkInfo] = []
     for name in known():
         bench = registry.get_benchmark(name)
         out.append(

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import logging
 import re
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
 from django.db.models import QuerySet
+from typing_extensions import TypedDict
 
 from kperf.core import access
 from kperf.core.models import ChangePoint, MetricComparison, Submission, Triage, TriageEvent
@@ -264,7 +266,36 @@ def page_path(row: Triage) -> str:
     return f"/branches/{row.branch_id}{anchor}"
 
 
-def event_dict(e: TriageEvent) -> dict[str, Any]:
+class TriageEventOut(TypedDict):
+    by: str | None
+    at: datetime
+    from_state: str
+    to_state: str
+    note: str
+    fixed_by: str
+    via: str
+
+
+class TriageOut(TypedDict):
+    id: int
+    kind: str
+    title: str
+    state: str
+    note: str
+    fixed_by: str
+    submission: int | None
+    branch: int | None
+    # None once a re-analysis no longer finds the change (the triage and its history stay).
+    change_point: int | None
+    created: datetime
+    updated: datetime
+    path: str
+    may_triage: bool
+    states: list[str]
+    history: list[TriageEventOut]
+
+
+def event_dict(e: TriageEvent) -> TriageEventOut:
     return {
         "by": e.by.get_username() if e.by is not None else None,
         "at": e.created,
@@ -276,7 +307,7 @@ def event_dict(e: TriageEvent) -> dict[str, Any]:
     }
 
 
-def triage_dict(row: Triage, user: Any) -> dict[str, Any]:
+def triage_dict(row: Triage, user: Any) -> TriageOut:
     """A triage with its history, oldest first, as the API, the CLI and the pages read it."""
     events = row.events.all()  # oldest first (TriageEvent.Meta); lists prefetch them with their users
     return {
@@ -288,7 +319,6 @@ def triage_dict(row: Triage, user: Any) -> dict[str, Any]:
         "fixed_by": row.fixed_by,
         "submission": row.submission_id,
         "branch": row.branch_id,
-        # None once a re-analysis no longer finds the change (the triage and its history stay).
         "change_point": row.change_point_id,
         "created": row.created,
         "updated": row.updated,

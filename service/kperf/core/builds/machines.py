@@ -25,6 +25,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
+from typing_extensions import TypedDict
 
 from kperf.core.builds import artifacts, queue
 from kperf.core.lab.leases import ProtocolError
@@ -85,7 +86,23 @@ def claim(machine: BuildMachine, arches: list[str], hostname: str = "", version:
     return build
 
 
-def claim_payload(build: KernelBuild) -> dict[str, Any]:
+class BuildClaim(TypedDict):
+    """A claimed build (docs/builders.md); git_path: fetch the commit from here with git, sending the same token."""
+
+    id: int
+    attempt: int
+    sha: str
+    arch: str
+    config_digest: str
+    scope: str
+    tree: int
+    git_path: str
+    lease_seconds: int
+    wall_seconds: int
+    chunk_bytes: int
+
+
+def claim_payload(build: KernelBuild) -> BuildClaim:
     """What a build machine needs to run the build (docs/builders.md, "claim")."""
     return {
         "id": build.pk,

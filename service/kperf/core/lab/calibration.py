@@ -15,12 +15,13 @@ import logging
 import math
 import statistics
 from collections import defaultdict
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from typing_extensions import TypedDict
 
 from kperf.core import benchmarks
 from kperf.core.lab import runner_health
@@ -311,13 +312,27 @@ def job_failed(job: Job) -> None:
     runner_health.quarantine(locked, reason, check=event)
 
 
-def series_table(runner: Runner, limit: int = 10) -> dict[str, Any]:
+class CalibrationRow(TypedDict):
+    created: datetime
+    result: str
+    job: int | None
+    # The calibration's median of each metric, in the table's column order (None: not measured).
+    values: list[float | None]
+    reason: str
+
+
+class CalibrationTable(TypedDict):
+    metrics: list[str]
+    rows: list[CalibrationRow]
+
+
+def series_table(runner: Runner, limit: int = 10) -> CalibrationTable:
     """The runner's recent calibrations as a table: one row per calibration, one column per metric."""
     events = list(
         RunnerEvent.objects.filter(runner=runner, kind=RunnerEvent.Kind.CALIBRATION).order_by("-created", "-id")[:limit]
     )[::-1]
     metrics = sorted({m for e in events for m in e.summary})
-    rows = [
+    rows: list[CalibrationRow] = [
         {
             "created": e.created,
             "result": e.result,

@@ -11,11 +11,13 @@ show the same answer (docs/submitting.md, "When the verdict comes").
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
+from typing_extensions import TypedDict
 
 from kperf.core import benchmarks
 from kperf.core.lab.claim_order import claim_key
@@ -193,7 +195,7 @@ def _queues(sub: Submission, own_ids: set[int], classes: dict[int, MachineClass]
     return out
 
 
-def _more(sub: Submission, own: list[dict[str, Any]], classes: dict[int, MachineClass]) -> list[Work]:
+def _more(sub: Submission, own: Sequence[Mapping[str, Any]], classes: dict[int, MachineClass]) -> list[Work]:
     """Jobs further looks may still add: up to the boot budget per side, per class and benchmark."""
     out = []
     for mclass in sorted(classes.values(), key=lambda m: m.name):
@@ -225,7 +227,27 @@ def _more(sub: Submission, own: list[dict[str, Any]], classes: dict[int, Machine
     return out
 
 
-def for_submission(sub: Submission, jobs: list[dict[str, Any]]) -> dict[str, Any]:
+class EtaEstimate(TypedDict):
+    seconds: int
+    at: str
+    low: int
+    high: int
+    more_jobs: int
+    basis: str
+    # One sentence for the page and `kperf status`.
+    line: str
+
+
+class Eta(TypedDict):
+    """When the verdict will come: an estimate, or None and the reason there is none."""
+
+    eta: EtaEstimate | None
+    eta_reason: str | None
+    # Queued jobs of others before the submission's first, per machine class.
+    jobs_ahead: dict[str, int]
+
+
+def for_submission(sub: Submission, jobs: Sequence[Mapping[str, Any]]) -> Eta:
     """`eta` (or None and `eta_reason`) and `jobs_ahead` per class for the API, the page and the CLI.
 
     `jobs` are the presenter's job rows of the submission, shared base boots included.
@@ -252,7 +274,7 @@ def for_submission(sub: Submission, jobs: list[dict[str, Any]]) -> dict[str, Any
     return {"eta": as_dict(est, now), "eta_reason": None, "jobs_ahead": est.jobs_ahead}
 
 
-def as_dict(est: Estimate, now: datetime) -> dict[str, Any]:
+def as_dict(est: Estimate, now: datetime) -> EtaEstimate:
     return {
         "seconds": round(est.seconds),
         "at": (now + timedelta(seconds=est.seconds)).isoformat(),
@@ -260,6 +282,5 @@ def as_dict(est: Estimate, now: datetime) -> dict[str, Any]:
         "high": round(est.high),
         "more_jobs": est.more_jobs,
         "basis": est.basis,
-        # One sentence for the page and `kperf status`.
         "line": sentence(est, now),
     }

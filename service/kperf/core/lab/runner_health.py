@@ -20,6 +20,7 @@ from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
+from typing_extensions import TypedDict
 
 from kperf.core.lifecycle import states
 from kperf.core.models import Job, Runner, RunnerEvent
@@ -145,12 +146,47 @@ def _iso(dt: Any) -> str | None:
     return dt.isoformat() if dt else None
 
 
-def runner_dict(r: Runner) -> dict[str, Any]:
+class RunnerState(TypedDict):
+    """A runner as the API, the CLI and the lab page show it."""
+
+    name: str
+    machine_class: str
+    arch: str
+    # The clock the class's new jobs are timed with; capabilities.clocks is what the runner gives.
+    clock: str
+    health: str
+    reason: str
+    since: str | None
+    last_heartbeat: str | None
+    last_calibration: str | None
+    last_calibration_result: str | None
+    last_good_calibration: str | None
+    version: str
+    capabilities: dict[str, Any]
+
+
+class RunnerEventRow(TypedDict):
+    """One entry of a runner's history: a calibration, a quarantine or a release."""
+
+    id: int
+    kind: str
+    result: str | None
+    created: str | None
+    by: str | None
+    reason: str
+    note: str
+    job: int | None
+    # A calibration's per-metric medians and how each was judged (kperf.core.lab.calibration).
+    summary: dict[str, Any]
+    judgement: dict[str, Any]
+    marked_jobs: int
+
+
+def runner_dict(r: Runner) -> RunnerState:
     return {
         "name": r.name,
         "machine_class": r.machine_class.name,
         "arch": r.machine_class.arch,
-        # The clock the class's new jobs are timed with; capabilities.clocks is what the runner gives.
         "clock": r.machine_class.clock,
         "health": r.health,
         "reason": r.health_reason,
@@ -164,7 +200,7 @@ def runner_dict(r: Runner) -> dict[str, Any]:
     }
 
 
-def event_dict(e: RunnerEvent) -> dict[str, Any]:
+def event_dict(e: RunnerEvent) -> RunnerEventRow:
     return {
         "id": e.pk,
         "kind": e.kind,

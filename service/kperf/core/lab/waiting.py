@@ -13,7 +13,7 @@ it. Each answer names the thing waited for, so the page, the API
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -133,7 +133,7 @@ def job_reasons(jobs: Sequence[Job], owner_id: int | None) -> dict[int, str]:
     return out
 
 
-def submission_reason(sub: Submission, jobs: list[dict[str, Any]]) -> str | None:
+def submission_reason(sub: Submission, jobs: Sequence[Mapping[str, Any]]) -> str | None:
     """What a submission that is not moving waits for; None when it is moving (or finished).
 
     `jobs` are the presenter's job rows, with their `waiting_for`.

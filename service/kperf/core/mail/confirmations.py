@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -28,6 +27,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.db import transaction
 from django.utils import timezone
+from typing_extensions import TypedDict
 
 from kperf.core.mail import alerts, recipients
 from kperf.core.mail.recipients import RecipientError
@@ -38,6 +38,20 @@ from kperf.core.models import Alert, RecipientAddress
 STATES = ("own", "allowed", "confirmed", "pending", "expired")
 
 
+class AddressInfo(TypedDict):
+    """An address the user asked about, as the API and `kperf addresses` show it; times in ISO 8601."""
+
+    address: str
+    state: str
+    requested: str | None
+    expires: str | None
+    confirmed: str | None
+
+
+def _iso(when: datetime | None) -> str | None:
+    return when.isoformat() if when is not None else None
+
+
 @dataclass(frozen=True)
 class AddressState:
     address: str
@@ -46,8 +60,14 @@ class AddressState:
     expires: datetime | None = None
     confirmed: datetime | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in asdict(self).items()}
+    def as_dict(self) -> AddressInfo:
+        return {
+            "address": self.address,
+            "state": self.state,
+            "requested": _iso(self.requested),
+            "expires": _iso(self.expires),
+            "confirmed": _iso(self.confirmed),
+        }
 
 
 def token_hash(token: str) -> str:

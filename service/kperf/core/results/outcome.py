@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from typing_extensions import TypedDict
+
 from kperf.core.models import MetricComparison, Submission
 
 
@@ -60,24 +62,29 @@ def rerun_note(r: dict[str, Any], ran: bool) -> str:
     )
 
 
-VERDICT_FIELDS = (
-    "base_mean",
-    "head_mean",
-    "change_pct",
-    "ci_low_pct",
-    "ci_high_pct",
-    "p_value",
-    "q_value",
-    "min_effect_pct",
-    "base_boots",
-    "head_boots",
-    "base_samples",
-    "head_samples",
-    "note",
-)
+class MetricVerdict(TypedDict):
+    """One metric's answer: the verdict and the numbers it rests on."""
+
+    metric: str
+    unit: str
+    higher_is_better: bool
+    verdict: str
+    base_mean: float | None
+    head_mean: float | None
+    change_pct: float | None
+    ci_low_pct: float | None
+    ci_high_pct: float | None
+    p_value: float | None
+    q_value: float | None
+    min_effect_pct: float
+    base_boots: int
+    head_boots: int
+    base_samples: int
+    head_samples: int
+    note: str
 
 
-def metric_verdict(metric: str, unit: str, higher_is_better: bool, r: Any) -> dict[str, Any]:
+def metric_verdict(metric: str, unit: str, higher_is_better: bool, r: Any) -> MetricVerdict:
     """One metric's answer; `r` is a stored MetricComparison or a fresh
     kperf.stats MetricResult (they share these attribute names)."""
     return {
@@ -85,5 +92,17 @@ def metric_verdict(metric: str, unit: str, higher_is_better: bool, r: Any) -> di
         "unit": unit,
         "higher_is_better": higher_is_better,
         "verdict": str(r.verdict),
-        **{f: getattr(r, f) for f in VERDICT_FIELDS},
+        "base_mean": r.base_mean,
+        "head_mean": r.head_mean,
+        "change_pct": r.change_pct,
+        "ci_low_pct": r.ci_low_pct,
+        "ci_high_pct": r.ci_high_pct,
+        "p_value": r.p_value,
+        "q_value": r.q_value,
+        "min_effect_pct": r.min_effect_pct,
+        "base_boots": r.base_boots,
+        "head_boots": r.head_boots,
+        "base_samples": r.base_samples,
+        "head_samples": r.head_samples,
+        "note": r.note,
     }

@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from typing_extensions import TypedDict
+
 from kperf_runner import benchmarks as registry
 
 # (machine class id, benchmark, clock, side), as in presenters.
@@ -100,11 +102,34 @@ def _values(command: _Command | None) -> dict[str, float]:
     return out
 
 
-def rows(base: Side | None, head: Side | None, benchmark: str) -> list[dict[str, Any]]:
+class PerOpRow(TypedDict):
+    """One counter of one command, per operation on each side (None: that side did not count it)."""
+
+    command: int
+    label: str
+    operation: str
+    counter: str
+    unit: str
+    base: float | None
+    head: float | None
+    change_pct: float | None
+    base_operations: int
+    head_operations: int
+
+
+class MixedCommand(TypedDict):
+    """A command that performs several kinds of operation, so it has no per-operation value."""
+
+    command: int
+    label: str
+    operations: list[str]
+
+
+def rows(base: Side | None, head: Side | None, benchmark: str) -> list[PerOpRow]:
     """Per command and counter: base and head per operation and the plain change in percent, no verdict."""
     sides = {"base": base or Side(), "head": head or Side()}
     labels = _labels(benchmark, sides["head"].params or sides["base"].params)
-    out = []
+    out: list[PerOpRow] = []
     for n in sorted(sides["base"].commands.keys() | sides["head"].commands.keys()):
         commands = {s: side.commands.get(n) for s, side in sides.items()}
         operation = next(c.operation for c in commands.values() if c is not None)
@@ -129,7 +154,7 @@ def rows(base: Side | None, head: Side | None, benchmark: str) -> list[dict[str,
     return out
 
 
-def mixed(base: Side | None, head: Side | None, benchmark: str) -> list[dict[str, Any]]:
+def mixed(base: Side | None, head: Side | None, benchmark: str) -> list[MixedCommand]:
     """Commands with several kinds of operation (no per-operation value), named with their operations."""
     found: dict[int, list[str]] = {}
     for side in (base, head):

@@ -10,6 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q, QuerySet
+from typing_extensions import TypedDict
 
 from kperf import stats
 from kperf.core import benchmarks, triage
@@ -237,7 +238,7 @@ def compare_kernels(
     head_sha: str,
     clock: str | None = None,
     jobs: QuerySet[Job] | None = None,
-) -> dict[str, Any]:
+) -> KernelComparison:
     """Compare every finished boot of two kernels on one machine class and
     clock, whatever produced them (kperf submissions, tracked branches,
     mmtests imports), booted as kperf boots every kernel: boots a submission
@@ -374,7 +375,7 @@ def requested_clock(machine_class: str, clock: str | None) -> str:
     return mclass.clock if mclass is not None else str(Clock.WALL)
 
 
-def noise_report(machine_class: str, boots: int, iterations: int, clock: str) -> list[dict[str, Any]]:
+def noise_report(machine_class: str, boots: int, iterations: int, clock: str) -> list[NoiseRow]:
     """Between- and within-boot noise per metric, learned from every finished
     boot on a machine class and clock (one run per kernel sha), and what K x N detects."""
     mclass = MachineClass.objects.filter(name=machine_class).first()
@@ -396,7 +397,7 @@ def noise_report(machine_class: str, boots: int, iterations: int, clock: str) ->
             continue
         drift[metric] = drift_from_stats(sums.drift)
         builds[metric] = drift_pools.build_noise_of(sums)
-    out = []
+    out: list[NoiseRow] = []
     for metric, (total, model) in pooled.items():
         if total.boots < 3:
             continue
@@ -432,3 +433,42 @@ def noise_report(machine_class: str, boots: int, iterations: int, clock: str) ->
             }
         )
     return out
+
+
+class KernelMetric(outcome.MetricVerdict):
+    summary: list[dict[str, Any]]  # compare-mmtests.pl's rows (kperf.stats.summary.SummaryRow)
+
+
+class KernelComparison(TypedDict):
+    """Two kernels compared on one machine class and clock (compare_kernels)."""
+
+    machine_class: str
+    benchmark: str
+    clock: str
+    base_sha: str
+    head_sha: str
+    method: str
+    alpha: float
+    only_in_base: list[str]
+    only_in_head: list[str]
+    metrics: list[KernelMetric]
+
+
+class NoiseRow(TypedDict):
+    """One metric's noise on a machine class and clock, and what K boots x N iterations detect (noise_report)."""
+
+    metric: str
+    clock: str
+    kernels: int
+    boots: int
+    between_build_sd: float | None  # None: no tracked branch has two builds that should behave alike
+    between_build_builds: int
+    between_boot_sd: float
+    within_boot_sd: float
+    log_scale: bool
+    boots_per_side: int
+    iterations: int
+    min_detectable_pct: float
+    drift_rate: float | None  # None: no tracked branch measured the metric
+    drift_commits: int
+    change_point_window: int | None

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from django.db.models import Exists, F, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
+from typing_extensions import TypedDict
 
 from kperf.core.lab import eta, sharing, tuning, waiting
 from kperf.core.models import (
@@ -22,6 +24,23 @@ from kperf.core.models import (
     TrackedBranch,
 )
 from kperf.core.results import outcome, per_op
+from kperf.core.web.shapes import (
+    BranchCommitRow,
+    BranchDetail,
+    BranchSummary,
+    BuildRow,
+    ChangePointOut,
+    Comparison,
+    ComparisonDetail,
+    CounterRow,
+    JobRow,
+    PatchSeriesSummary,
+    SideProgress,
+    SubmissionDetail,
+    SubmissionJob,
+    SubmissionProgress,
+    SubmissionSummary,
+)
 from kperf.stats import abtest
 
 
@@ -29,7 +48,7 @@ def _iso(dt: Any) -> str | None:
     return dt.isoformat() if dt else None
 
 
-def build_dict(sb: Any) -> dict[str, Any]:
+def build_dict(sb: Any) -> BuildRow:
     b = sb.build
     return {
         "id": b.pk,
@@ -43,8 +62,6 @@ def build_dict(sb: Any) -> dict[str, Any]:
         "error": b.error,
         "log_tail": b.log_tail if b.status == "failed" else "",
         "duration_s": b.duration_s,
-        # How it was made: from which commit's object tree ("" = clean), how
-        # much it recompiled, and the incremental error a clean build overruled.
         "reused_sha": b.reused_sha,
         "compiled_files": b.compiled_files,
         "incremental_error": b.incremental_error,
@@ -52,7 +69,7 @@ def build_dict(sb: Any) -> dict[str, Any]:
     }
 
 
-def job_dict(j: Job) -> dict[str, Any]:
+def job_dict(j: Job) -> JobRow:
     return {
         "id": j.pk,
         "side": j.side,
@@ -73,8 +90,6 @@ def job_dict(j: Job) -> dict[str, Any]:
         "started": _iso(j.started),
         "finished": _iso(j.finished),
         "duration_s": (j.finished - j.started).total_seconds() if j.started and j.finished else None,
-        # Measured on a runner after its last good calibration, before it was
-        # quarantined (docs/calibration.md); None for a job nothing is known against.
         "suspect": j.suspect_note or None,
     }
 
@@ -95,10 +110,15 @@ def verdict_estimate(boots: list[list[float]], log_scale: bool) -> float | None:
     return float(np.exp(level)) if log_scale else level
 
 
-def _estimates(values: dict[str, list[list[float]]]) -> dict[str, float | None]:
-    sides = {side: values.get(side) or [] for side in ("base", "head")}
-    log_scale = all(v > 0 for boots in sides.values() for boot in boots for v in boot)
-    return {f"{side}_estimate": verdict_estimate(boots, log_scale) for side, boots in sides.items()}
+class _Estimates(TypedDict):
+    base_estimate: float | None
+    head_estimate: float | None
+
+
+def _estimates(values: dict[str, list[list[float]]]) -> _Estimates:
+    base, head = values.get("base") or [], values.get("head") or []
+    log_scale = all(v > 0 for boots in (base, head) for boot in boots for v in boot)
+    return {"base_estimate": verdict_estimate(base, log_scale), "head_estimate": verdict_estimate(head, log_scale)}
 
 
 # (machine class id, benchmark, clock, side): the boots one side of a comparison has.
@@ -149,7 +169,7 @@ def _counters_per_boot(sub: Submission, per_op_sides: dict[_SideKey, per_op.Side
     }
 
 
-def perf_rows(base: dict[str, float], head: dict[str, float]) -> list[dict[str, Any]]:
+def perf_rows(base: dict[str, float], head: dict[str, float]) -> list[CounterRow]:
     """Hardware counters per boot as counter_rows, with instructions per cycle where both were counted."""
     with_ipc = []
     for side in (base, head):
@@ -158,7 +178,7 @@ def perf_rows(base: dict[str, float], head: dict[str, float]) -> list[dict[str, 
     return counter_rows(*with_ipc)
 
 
-def counter_rows(base: dict[str, float], head: dict[str, float]) -> list[dict[str, Any]]:
+def counter_rows(base: dict[str, float], head: dict[str, float]) -> list[CounterRow]:
     """Counters that moved on either side, the largest relative change first.
 
     Not judged: no verdict, no test, no part of the false-discovery control;
@@ -171,8 +191,8 @@ def counter_rows(base: dict[str, float], head: dict[str, float]) -> list[dict[st
     return [{"counter": n, "base_per_boot": b, "head_per_boot": h, "change_pct": c} for n, b, h, c in rows]
 
 
-def comparisons(sub: Submission) -> list[dict[str, Any]]:
-    out = []
+def comparisons(sub: Submission) -> list[Comparison]:
+    out: list[Comparison] = []
     per_op_sides: dict[_SideKey, per_op.Side] = {}
     counted = _counters_per_boot(sub, per_op_sides)
     per_boot, counter_boots = counted["vmstat"]
@@ -186,7 +206,6 @@ def comparisons(sub: Submission) -> list[dict[str, Any]]:
             {
                 "machine_class": comp.machine_class.name,
                 "benchmark": comp.benchmark,
-                # Every number below was timed with this clock (models.Clock).
                 "clock": comp.clock,
                 "clock_label": Clock(comp.clock).label,
                 "method": comp.method,
@@ -194,7 +213,6 @@ def comparisons(sub: Submission) -> list[dict[str, Any]]:
                 "look": comp.look,
                 "looks": comp.looks,
                 "final": comp.final,
-                # Base boots measured once for several submissions of this base kernel.
                 "shared_base_boots": comp.shared_base_boots,
                 "table": comp.table,
                 "metrics": [
@@ -206,15 +224,12 @@ def comparisons(sub: Submission) -> list[dict[str, Any]]:
                     }
                     for m in comp.metrics.all()
                 ],
-                # /proc/vmstat deltas per boot beside the verdicts, never judged (docs/benchmarks.md).
                 "counters": counter_rows(per_boot[side["base"]], per_boot[side["head"]]) if both else [],
                 "counter_boots": {s: counter_boots.get(key, 0) for s, key in side.items()},
-                # Instructions and cycles per boot where the machines could count them; not judged either.
                 "perf_counters": (
                     perf_rows(perf_per_boot[side["base"]], perf_per_boot[side["head"]]) if both_perf else []
                 ),
                 "perf_boots": {s: perf_boots.get(key, 0) for s, key in side.items()},
-                # The same per operation of each command, where its output counted them (kperf.core.results.per_op).
                 "perf_per_op": per_op.rows(
                     per_op_sides.get(side["base"]), per_op_sides.get(side["head"]), comp.benchmark
                 ),
@@ -227,20 +242,21 @@ def comparisons(sub: Submission) -> list[dict[str, Any]]:
     return out
 
 
-def progress_summary(sub: Submission, jobs: list[dict[str, Any]]) -> dict[str, Any]:
+def progress_summary(sub: Submission, jobs: Sequence[SubmissionJob]) -> SubmissionProgress:
     """Boots done per side (shared ones included): what 'boot n of K' means for a submission."""
-    out: dict[str, Any] = {}
-    for side in ("base", "head"):
-        side_jobs = [j for j in jobs if j["side"] == side]
-        out[side] = {
-            "boots_done": sum(j["boots"] for j in side_jobs if j["status"] == Job.Status.DONE),
-            "boots_total": sum(j["boots"] for j in side_jobs),
-            "boots_shared": sum(j["boots"] for j in side_jobs if j["shared"]),
-        }
-    return out
+    return {"base": _side_progress(jobs, "base"), "head": _side_progress(jobs, "head")}
 
 
-def submission_jobs(sub: Submission) -> list[dict[str, Any]]:
+def _side_progress(jobs: Sequence[SubmissionJob], side: str) -> SideProgress:
+    side_jobs = [j for j in jobs if j["side"] == side]
+    return {
+        "boots_done": sum(j["boots"] for j in side_jobs if j["status"] == Job.Status.DONE),
+        "boots_total": sum(j["boots"] for j in side_jobs),
+        "boots_shared": sum(j["boots"] for j in side_jobs if j["shared"]),
+    }
+
+
+def submission_jobs(sub: Submission) -> list[SubmissionJob]:
     """The submission's jobs and, marked `shared`, the base boots it shares.
 
     A shared job shows its boot (status, runner, console) but nothing of the
@@ -250,14 +266,14 @@ def submission_jobs(sub: Submission) -> list[dict[str, Any]]:
     links = sharing.links(sub)
     # Why each queued one waits (a build, a runner, the jobs ahead): kperf.core.lab.waiting.
     why = waiting.job_reasons([*own_jobs, *(link.job for link in links)], sub.owner_id)
-    own = [{**job_dict(j), "shared": False, "waiting_for": why.get(j.pk)} for j in own_jobs]
-    shared = [
+    own: list[SubmissionJob] = [{**job_dict(j), "shared": False, "waiting_for": why.get(j.pk)} for j in own_jobs]
+    shared: list[SubmissionJob] = [
         {**job_dict(link.job), "side": link.side, "shared": True, "waiting_for": why.get(link.job_id)} for link in links
     ]
     return own + shared
 
 
-def submission_summary(sub: Submission) -> dict[str, Any]:
+def submission_summary(sub: Submission) -> SubmissionSummary:
     return {
         "id": sub.pk,
         "tree": sub.tree.url,
@@ -269,11 +285,9 @@ def submission_summary(sub: Submission) -> dict[str, Any]:
         "grid": sub.grid,
         "arches": sub.arches,
         "min_effect_pct": sub.min_effect_pct,
-        # What every boot was measured with: command line words added last, THP mode ('': kernel default).
         "boot_params": sub.boot_params,
         "thp": sub.thp,
         "status": sub.status,
-        # Whether the status can still change (Submission.FINAL): what clients wait for.
         "final": sub.is_final,
         "error": sub.error,
         "reruns": sub.reruns,
@@ -281,13 +295,12 @@ def submission_summary(sub: Submission) -> dict[str, Any]:
         "created": _iso(sub.created),
         "finished": _iso(sub.finished),
         "kind": sub.kind,
-        # For a patch series ("branch" is then its label): what was read from the mbox.
         "series": series_summary(sub),
         "mail_to": sub.mail_to,
     }
 
 
-def series_summary(sub: Submission) -> dict[str, Any] | None:
+def series_summary(sub: Submission) -> PatchSeriesSummary | None:
     if sub.kind != Submission.Kind.SERIES:
         return None
     ps = PatchSeries.objects.filter(submission=sub).first()
@@ -296,7 +309,6 @@ def series_summary(sub: Submission) -> dict[str, Any] | None:
     return {
         "subject": ps.subject,
         "author": ps.author,
-        # The result mail's In-Reply-To: the cover letter's, else the first patch's thread.
         "message_id": ps.message_id,
         "has_cover": ps.has_cover,
         "patch_count": ps.patch_count,
@@ -306,45 +318,37 @@ def series_summary(sub: Submission) -> dict[str, Any] | None:
     }
 
 
-def submission_detail(sub: Submission) -> dict[str, Any]:
+def submission_detail(sub: Submission) -> SubmissionDetail:
     jobs = submission_jobs(sub)
-    data = submission_summary(sub)
-    data.update(
-        {
-            "queue_position": waiting.queue_position(sub),
-            # When the verdict will come, and the jobs ahead per machine class (kperf.core.lab.eta).
-            **eta.for_submission(sub, jobs),
-            # What the submission waits for when nothing of it is running (kperf.core.lab.waiting).
-            "waiting_for": waiting.submission_reason(sub, jobs),
-            # The mail's subject line and its notes on added boots, word for word (kperf.core.results.outcome).
-            "verdict": outcome.verdict_line(sub),
-            "rerun_notes": outcome.rerun_notes(sub),
-            "builds": [build_dict(sb) for sb in sub.submission_builds.select_related("build").order_by("side", "id")],
-            "jobs": jobs,
-            "progress": progress_summary(sub, jobs),
-            "comparisons": comparisons(sub),
-        }
-    )
-    # Boots of one comparison that ran with different machine tuning (kperf.core.lab.tuning).
+    return {
+        **submission_summary(sub),
+        "queue_position": waiting.queue_position(sub),
+        **eta.for_submission(sub, jobs),
+        "waiting_for": waiting.submission_reason(sub, jobs),
+        "verdict": outcome.verdict_line(sub),
+        "rerun_notes": outcome.rerun_notes(sub),
+        "builds": [build_dict(sb) for sb in sub.submission_builds.select_related("build").order_by("side", "id")],
+        "jobs": jobs,
+        "progress": progress_summary(sub, jobs),
+        "comparisons": _comparison_details(sub, jobs),
+    }
+
+
+def _comparison_details(sub: Submission, jobs: list[SubmissionJob]) -> list[ComparisonDetail]:
+    """The comparisons, each with its boots' differences in machine tuning (kperf.core.lab.tuning)
+    and, when it used suspect boots, the runners' notes on them."""
     differences = tuning.differences(sub)
-    for comp in data["comparisons"]:
-        comp["tuning_differences"] = differences.get((comp["machine_class"], comp["benchmark"], comp["clock"]), [])
-    # Each comparison that used a suspect boot says so, with the runners' notes.
-    for comp in data["comparisons"]:
-        comp["suspect"] = sorted(
-            {
-                j["suspect"]
-                for j in jobs
-                if j["suspect"]
-                and j["machine_class"] == comp["machine_class"]
-                and j["benchmark"] == comp["benchmark"]
-                and j["clock"] == comp["clock"]
-            }
-        )
-    return data
+    out: list[ComparisonDetail] = []
+    for comp in comparisons(sub):
+        key = (comp["machine_class"], comp["benchmark"], comp["clock"])
+        suspect = {
+            j["suspect"] for j in jobs if j["suspect"] and (j["machine_class"], j["benchmark"], j["clock"]) == key
+        }
+        out.append({**comp, "tuning_differences": differences.get(key, []), "suspect": sorted(suspect)})
+    return out
 
 
-def branch_summary(b: TrackedBranch) -> dict[str, Any]:
+def branch_summary(b: TrackedBranch) -> BranchSummary:
     return {
         "id": b.pk,
         "tree": b.tree.url,
@@ -366,8 +370,7 @@ def branch_summary(b: TrackedBranch) -> dict[str, Any]:
     }
 
 
-def change_point_dict(cp: ChangePoint) -> dict[str, Any]:
-    # A regression's triage (kperf.core.triage); improvements have none.
+def change_point_dict(cp: ChangePoint) -> ChangePointOut:
     triage = getattr(cp, "triage", None)
     return {
         "id": cp.pk,
@@ -379,8 +382,6 @@ def change_point_dict(cp: ChangePoint) -> dict[str, Any]:
         "sha": cp.commit.sha,
         "subject": cp.commit.subject,
         "previous_sha": cp.previous.sha if cp.previous else None,
-        # Unmeasured commits between `previous_sha` and `sha`: 0 means the
-        # change is pinned to one commit, more means bisect that range.
         "untested_between": cp.untested_between,
         "detected_at_sha": cp.detected_at.sha,
         "direction": cp.direction,
@@ -391,8 +392,7 @@ def change_point_dict(cp: ChangePoint) -> dict[str, Any]:
     }
 
 
-def branch_detail(b: TrackedBranch, commits_limit: int = 200) -> dict[str, Any]:
-    data = branch_summary(b)
+def branch_detail(b: TrackedBranch, commits_limit: int = 200) -> BranchDetail:
     commits = list(b.commits.order_by("-position")[:commits_limit])
     # Boots per commit added up in the database: a commit of a long branch has a job per boot and benchmark.
     boots_done: dict[int, int] = defaultdict(int)
@@ -409,7 +409,7 @@ def branch_detail(b: TrackedBranch, commits_limit: int = 200) -> dict[str, Any]:
     # Unmeasured first-parent commits between each commit and the measured one before it.
     on_branch = [c for c in commits if c.on_branch]
     gaps = {c.pk: c.position - older.position - 1 for c, older in zip(on_branch, on_branch[1:], strict=False)}
-    data["commits"] = [
+    rows: list[BranchCommitRow] = [
         {
             "sha": c.sha,
             "position": c.position,
@@ -425,8 +425,11 @@ def branch_detail(b: TrackedBranch, commits_limit: int = 200) -> dict[str, Any]:
         }
         for c in commits
     ]
-    data["change_points"] = [
-        change_point_dict(cp)
-        for cp in b.change_points.select_related("machine_class", "commit", "previous", "detected_at")
-    ]
-    return data
+    return {
+        **branch_summary(b),
+        "commits": rows,
+        "change_points": [
+            change_point_dict(cp)
+            for cp in b.change_points.select_related("machine_class", "commit", "previous", "detected_at")
+        ],
+    }

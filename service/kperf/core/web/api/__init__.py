@@ -13,14 +13,17 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from kperf.core.lab.leases import ProtocolError
+from kperf.core.web.api.accounts import router as accounts_router
 from kperf.core.web.api.addresses import router as addresses_router
+from kperf.core.web.api.branches import router as branches_router
 from kperf.core.web.api.builder import router as builder_router
 from kperf.core.web.api.errors import ApiError, too_large_detail
 from kperf.core.web.api.lab import router as lab_router
 from kperf.core.web.api.parsing import BodyError, KperfParser
+from kperf.core.web.api.results import router as results_router
 from kperf.core.web.api.runner import router as runner_router
+from kperf.core.web.api.submissions import router as submissions_router
 from kperf.core.web.api.triage import router as triage_router
-from kperf.core.web.api.users import router as users_router
 
 api = NinjaAPI(
     title="kperf",
@@ -30,7 +33,10 @@ api = NinjaAPI(
     parser=KperfParser(),
 )
 log = logging.getLogger("kperf.api")
-api.add_router("/", users_router)
+api.add_router("/", accounts_router)
+api.add_router("/", submissions_router)
+api.add_router("/", results_router)
+api.add_router("/", branches_router)
 api.add_router("/", lab_router)
 api.add_router("/", triage_router)
 api.add_router("/", addresses_router)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.http import HttpRequest
 from ninja import Router, Schema, Status
 
@@ -11,6 +9,7 @@ from kperf.core.mail import confirmations
 from kperf.core.mail.recipients import RecipientError
 from kperf.core.web.api.auth import USER_AUTH
 from kperf.core.web.api.errors import ApiError, responses
+from kperf.core.web.shapes import AddressRemoved, AddressRequested
 
 router = Router()
 
@@ -24,8 +23,10 @@ def _refused(e: RecipientError) -> ApiError:
     return ApiError(e.status, e.code, e.message, field="address", **extra)
 
 
-@router.get("/addresses", auth=USER_AUTH, tags=["accounts"], response=responses(200, list[dict[str, Any]], 401))
-def list_addresses(request: HttpRequest) -> list[dict[str, Any]]:
+@router.get(
+    "/addresses", auth=USER_AUTH, tags=["accounts"], response=responses(200, list[confirmations.AddressInfo], 401)
+)
+def list_addresses(request: HttpRequest) -> list[confirmations.AddressInfo]:
     """The addresses you asked kperf to confirm: pending (a link was mailed), confirmed or expired."""
     return [s.as_dict() for s in confirmations.listing(request.auth)]  # type: ignore[attr-defined]
 
@@ -34,9 +35,9 @@ def list_addresses(request: HttpRequest) -> list[dict[str, Any]]:
     "/addresses",
     auth=USER_AUTH,
     tags=["accounts"],
-    response={200: dict[str, Any], **responses(201, dict[str, Any], 400, 401, 413, 415, 422, 429)},
+    response={200: AddressRequested, **responses(201, AddressRequested, 400, 401, 413, 415, 422, 429)},
 )
-def request_address(request: HttpRequest, payload: AddressIn) -> Status[dict[str, Any]]:
+def request_address(request: HttpRequest, payload: AddressIn) -> Status[AddressRequested]:
     """Ask kperf to confirm an address for your result mails: 201 when a link was mailed to it,
     200 when nothing needed mailing (your own, allowed by the operator, confirmed, or a link still works)."""
     try:
@@ -47,9 +48,9 @@ def request_address(request: HttpRequest, payload: AddressIn) -> Status[dict[str
 
 
 @router.delete(
-    "/addresses/{address}", auth=USER_AUTH, tags=["accounts"], response=responses(200, dict[str, Any], 401, 404, 422)
+    "/addresses/{address}", auth=USER_AUTH, tags=["accounts"], response=responses(200, AddressRemoved, 401, 404, 422)
 )
-def remove_address(request: HttpRequest, address: str) -> dict[str, Any]:
+def remove_address(request: HttpRequest, address: str) -> AddressRemoved:
     """Forget an address: your submissions may no longer name it (ask again to confirm it anew)."""
     if not confirmations.remove(request.auth, address):  # type: ignore[attr-defined]
         raise ApiError(

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from django.conf import settings
 from django.http import HttpRequest
 from ninja import Field, Router, Schema
+from typing_extensions import TypedDict
 
 from kperf.core.builds import machines
 from kperf.core.models import BuildMachine
@@ -27,22 +28,8 @@ class BuilderClaimIn(Schema):
     version: str = ""
 
 
-class BuildClaim(Schema):
-    id: int
-    attempt: int
-    sha: str
-    arch: str
-    config_digest: str
-    scope: str
-    tree: int
-    git_path: str = Field(description="fetch the commit from here with git, sending the same token")
-    lease_seconds: int
-    wall_seconds: int
-    chunk_bytes: int
-
-
-class BuilderClaimOut(Schema):
-    build: BuildClaim | None
+class BuilderClaimOut(TypedDict):
+    build: machines.BuildClaim | None
     poll_seconds: int
 
 
@@ -52,12 +39,12 @@ class BuildProgressIn(Schema):
     message: str = Field(default="", max_length=2000)
 
 
-class BuildProgressOut(Schema):
+class BuildProgressOut(TypedDict):
     lease_expires: str | None
 
 
-class BuildUploadOut(Schema):
-    size: int = Field(description="bytes of this file staged so far: the next chunk's offset")
+class BuildUploadOut(TypedDict):
+    size: Annotated[int, Field(description="bytes of this file staged so far: the next chunk's offset")]
 
 
 class BuildArtifactIn(Schema):
@@ -81,7 +68,7 @@ class BuildFailIn(Schema):
     reason: str = Field(max_length=20000)
 
 
-class BuildStatusOut(Schema):
+class BuildStatusOut(TypedDict):
     status: str
     attempt: int
 
@@ -93,7 +80,7 @@ def _machine(request: HttpRequest) -> BuildMachine:
 
 
 @router.post("/claim", url_name="builder-claim", response={200: BuilderClaimOut, 401: ErrorOut, 422: ErrorOut})
-def claim(request: HttpRequest, payload: BuilderClaimIn) -> dict[str, Any]:
+def claim(request: HttpRequest, payload: BuilderClaimIn) -> BuilderClaimOut:
     build = machines.claim(_machine(request), payload.arches, payload.hostname, payload.version)
     return {
         "build": machines.claim_payload(build) if build else None,
@@ -102,13 +89,13 @@ def claim(request: HttpRequest, payload: BuilderClaimIn) -> dict[str, Any]:
 
 
 @router.post("/builds/{build_id}/progress", url_name="builder-progress", response={200: BuildProgressOut, **_ERRORS})
-def progress(request: HttpRequest, build_id: int, payload: BuildProgressIn) -> dict[str, Any]:
+def progress(request: HttpRequest, build_id: int, payload: BuildProgressIn) -> BuildProgressOut:
     build = machines.progress(_machine(request), build_id, payload.attempt, payload.phase, payload.message)
     return {"lease_expires": build.lease_expires.isoformat() if build.lease_expires else None}
 
 
 @router.put("/builds/{build_id}/artifacts/{name}", url_name="builder-upload", response={200: BuildUploadOut, **_ERRORS})
-def upload(request: HttpRequest, build_id: int, name: str, attempt: int, offset: int) -> dict[str, Any]:
+def upload(request: HttpRequest, build_id: int, name: str, attempt: int, offset: int) -> BuildUploadOut:
     # The body is the chunk itself (application/octet-stream), not JSON.
     size = machines.stage_chunk(_machine(request), build_id, attempt, name, offset, request.body)
     return {"size": size}
@@ -117,13 +104,13 @@ def upload(request: HttpRequest, build_id: int, name: str, attempt: int, offset:
 @router.post(
     "/builds/{build_id}/finish", url_name="builder-finish", response={200: BuildStatusOut, 503: ErrorOut, **_ERRORS}
 )
-def finish(request: HttpRequest, build_id: int, payload: BuildFinishIn) -> dict[str, Any]:
+def finish(request: HttpRequest, build_id: int, payload: BuildFinishIn) -> BuildStatusOut:
     result = payload.model_dump()
     build = machines.finish(_machine(request), build_id, payload.attempt, result)
     return {"status": build.status, "attempt": build.attempt}
 
 
 @router.post("/builds/{build_id}/fail", url_name="builder-fail", response={200: BuildStatusOut, **_ERRORS})
-def fail(request: HttpRequest, build_id: int, payload: BuildFailIn) -> dict[str, Any]:
+def fail(request: HttpRequest, build_id: int, payload: BuildFailIn) -> BuildStatusOut:
     build = machines.fail(_machine(request), build_id, payload.attempt, payload.reason)
     return {"status": build.status, "attempt": build.attempt}

@@ -12,6 +12,7 @@ from kperf.core.results import summaries
 from kperf.core.submissions import analysis
 from kperf.core.web import presenters
 from kperf.core.web.api.errors import ApiError
+from kperf.core.web.shapes import MetricPoint, MetricSeries
 
 DEFAULT_LIMIT = 1000
 MAX_LIMIT = 5000
@@ -26,7 +27,7 @@ def metric_series(
     since: int | None,
     until: int | None,
     limit: int,
-) -> dict[str, Any]:
+) -> MetricSeries:
     """The newest `limit` points of one metric at commit positions since..until, oldest first."""
     mclass = MachineClass.objects.filter(name=machine_class).first()
     if mclass is None:
@@ -75,7 +76,6 @@ def metric_series(
         "higher_is_better": definition.higher_is_better if definition else None,
         "log_scale": log_scale,
         "points": points,
-        # Older points: ask again with until=next_until.
         "next_until": page[0][1] - 1 if more and page else None,
         "change_points": [presenters.change_point_dict(cp) for cp in change_points] if page else [],
     }
@@ -102,7 +102,7 @@ def _summaries(
     return rows
 
 
-def _point(row: tuple[Any, ...], log_scale: bool) -> dict[str, Any]:
+def _point(row: tuple[Any, ...], log_scale: bool) -> MetricPoint:
     sha, position, subject, boots, _, mean_log, ss_log, mean_lin, ss_lin = row
     mean, ss = (mean_log, ss_log) if log_scale else (mean_lin, ss_lin)
     # On the log scale every row is positive, so both are set.
@@ -112,9 +112,6 @@ def _point(row: tuple[Any, ...], log_scale: bool) -> dict[str, Any]:
         "position": position,
         "subject": subject,
         "boots": boots,
-        # The commit's level as the change-point search sees it: the mean of its
-        # boots' trimmed means (of logs: a geometric mean where every value is positive).
         "value": math.exp(mean) if log_scale else mean,
-        # The spread of its boots: relative (on the log scale) or in the metric's unit.
         "boot_sd": math.sqrt(ss / (boots - 1)) if boots > 1 else None,
     }

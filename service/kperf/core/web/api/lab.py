@@ -1,12 +1,6 @@
-"""The API for the lab's runners: health history, quarantine and release (docs/calibration.md).
-
-GET /runners (every runner's state) is in kperf.core.web.api.users, beside the
-other lab-level reads; these routes are one runner's.
-"""
+"""The API for the lab's runners: their state, health history, quarantine and release (docs/calibration.md)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from django.http import HttpRequest
 from ninja import Router, Schema
@@ -16,6 +10,7 @@ from kperf.core.lab import calibration, runner_health
 from kperf.core.models import Runner, RunnerEvent
 from kperf.core.web.api.auth import USER_AUTH
 from kperf.core.web.api.errors import ApiError, responses
+from kperf.core.web.shapes import RunnerChanged, RunnerChecks
 
 router = Router()
 
@@ -49,13 +44,19 @@ def _staff_only(request: HttpRequest, what: str) -> None:
         )
 
 
+@router.get("/runners", auth=USER_AUTH, tags=["lab"], response=responses(200, list[runner_health.RunnerState], 401))
+def list_runners(request: HttpRequest) -> list[runner_health.RunnerState]:
+    """Every runner: health, why and since when it is quarantined, its last calibrations (docs/calibration.md)."""
+    return [runner_health.runner_dict(r) for r in Runner.objects.select_related("machine_class").order_by("name")]
+
+
 @router.get(
     "/runners/{name}/checks",
     auth=USER_AUTH,
     tags=["lab"],
-    response=responses(200, dict[str, Any], 401, 404, 422),
+    response=responses(200, RunnerChecks, 401, 404, 422),
 )
-def runner_checks(request: HttpRequest, name: str, limit: int = 50) -> dict[str, Any]:
+def runner_checks(request: HttpRequest, name: str, limit: int = 50) -> RunnerChecks:
     """One runner's state and history, newest first: calibrations (its health checks) with their
     per-metric medians and how they were judged, quarantines and releases; and its calibration
     series per metric, oldest first."""
@@ -67,16 +68,25 @@ def runner_checks(request: HttpRequest, name: str, limit: int = 50) -> dict[str,
         "events": [runner_health.event_dict(e) for e in events],
         "series": {
             "metrics": table["metrics"],
-            "rows": [{**row, "created": row["created"].isoformat()} for row in table["rows"]],
+            "rows": [
+                {
+                    "created": row["created"].isoformat(),
+                    "result": row["result"],
+                    "job": row["job"],
+                    "values": row["values"],
+                    "reason": row["reason"],
+                }
+                for row in table["rows"]
+            ],
         },
     }
 
 
-def _change(request: HttpRequest, name: str, what: str, payload: Any) -> dict[str, Any]:
+def _change(request: HttpRequest, name: str, what: str, payload: NoteIn) -> RunnerChanged:
     _staff_only(request, what)
     _runner(name)  # 404 before any change
     user = request.auth  # type: ignore[attr-defined]
-    if what == "release":
+    if isinstance(payload, ReleaseIn):
         runner, changed = calibration.release_by_name(
             name, user, payload.note, relearn=payload.relearn, calibrate=payload.calibrate
         )
@@ -89,9 +99,9 @@ def _change(request: HttpRequest, name: str, what: str, payload: Any) -> dict[st
     "/runners/{name}/release",
     auth=USER_AUTH,
     tags=["lab"],
-    response=responses(200, dict[str, Any], 401, 403, 404, 413, 415, 422),
+    response=responses(200, RunnerChanged, 401, 403, 404, 413, 415, 422),
 )
-def release_runner(request: HttpRequest, name: str, payload: ReleaseIn) -> dict[str, Any]:
+def release_runner(request: HttpRequest, name: str, payload: ReleaseIn) -> RunnerChanged:
     """Staff only: put a quarantined runner back to work (changed: false if it was not quarantined)."""
     return _change(request, name, "release", payload)
 
@@ -100,8 +110,8 @@ def release_runner(request: HttpRequest, name: str, payload: ReleaseIn) -> dict[
     "/runners/{name}/quarantine",
     auth=USER_AUTH,
     tags=["lab"],
-    response=responses(200, dict[str, Any], 401, 403, 404, 413, 415, 422),
+    response=responses(200, RunnerChanged, 401, 403, 404, 413, 415, 422),
 )
-def quarantine_runner(request: HttpRequest, name: str, payload: NoteIn) -> dict[str, Any]:
+def quarantine_runner(request: HttpRequest, name: str, payload: NoteIn) -> RunnerChanged:
     """Staff only: take a runner out of work; it claims nothing until released (changed: false if it already was)."""
     return _change(request, name, "quarantine", payload)

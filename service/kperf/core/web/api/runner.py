@@ -13,6 +13,7 @@ from django.http import FileResponse, HttpRequest
 from ninja import Field, Router, Schema
 from pydantic import AfterValidator, BaseModel, BeforeValidator
 from pydantic_core import PydanticCustomError
+from typing_extensions import TypedDict
 
 from kperf.core.builds import artifacts
 from kperf.core.lab import leases
@@ -112,13 +113,13 @@ class HeartbeatIn(Schema):
     capabilities: dict[str, Any] = {}
 
 
-class HeartbeatOut(Schema):
+class HeartbeatOut(TypedDict):
     runner: str
     poll_seconds: int
 
 
-class ClaimOut(Schema):
-    job: dict[str, Any] | None = Field(description="the leased job (docs/runner-protocol.md), or null")
+class ClaimOut(TypedDict):
+    job: Annotated[dict[str, Any] | None, Field(description="the leased job (docs/runner-protocol.md), or null")]
 
 
 class ProgressIn(Schema):
@@ -135,7 +136,7 @@ class ProgressIn(Schema):
     quiet_seconds: int = Field(default=0, strict=True, ge=0, le=21600)
 
 
-class ProgressOut(Schema):
+class ProgressOut(TypedDict):
     lease_expires: str | None
 
 
@@ -171,7 +172,7 @@ class ResultsIn(Schema):
     console_log: str = ""
 
 
-class StatusOut(Schema):
+class StatusOut(TypedDict):
     status: str
 
 
@@ -182,7 +183,7 @@ class FailIn(Schema):
     log: str = ""
 
 
-class FailOut(Schema):
+class FailOut(TypedDict):
     status: str
     attempt: int
 
@@ -207,32 +208,32 @@ def _runner(request: HttpRequest) -> Runner:
 
 
 @router.post("/heartbeat", response={200: HeartbeatOut, **_BODY_CALL_ERRORS})
-def heartbeat(request: HttpRequest, payload: HeartbeatIn) -> dict[str, Any]:
+def heartbeat(request: HttpRequest, payload: HeartbeatIn) -> HeartbeatOut:
     runner = _runner(request)
     leases.heartbeat(runner, payload.model_dump())
     return {"runner": runner.name, "poll_seconds": settings.KPERF_RUNNER_POLL_SECONDS}
 
 
 @router.post("/claim", response={200: ClaimOut, 401: ErrorOut})
-def claim(request: HttpRequest) -> dict[str, Any]:
+def claim(request: HttpRequest) -> ClaimOut:
     job = leases.claim(_runner(request))
     return {"job": leases.job_payload(job) if job else None}
 
 
 @router.post("/jobs/{job_id}/progress", response={200: ProgressOut, **_BODY_CALL_ERRORS})
-def progress(request: HttpRequest, job_id: int, payload: ProgressIn) -> dict[str, Any]:
+def progress(request: HttpRequest, job_id: int, payload: ProgressIn) -> ProgressOut:
     job = leases.progress(_runner(request), job_id, payload.model_dump())
     return {"lease_expires": job.lease_expires.isoformat() if job.lease_expires else None}
 
 
 @router.post("/jobs/{job_id}/results", response={200: StatusOut, **_BODY_CALL_ERRORS})
-def results(request: HttpRequest, job_id: int, payload: ResultsIn) -> dict[str, Any]:
+def results(request: HttpRequest, job_id: int, payload: ResultsIn) -> StatusOut:
     job = leases.record_results(_runner(request), job_id, payload.model_dump())
     return {"status": job.status}
 
 
 @router.post("/jobs/{job_id}/fail", response={200: FailOut, **_BODY_CALL_ERRORS})
-def fail(request: HttpRequest, job_id: int, payload: FailIn) -> dict[str, Any]:
+def fail(request: HttpRequest, job_id: int, payload: FailIn) -> FailOut:
     job = leases.record_failure(_runner(request), job_id, payload.model_dump())
     return {"status": job.status, "attempt": job.attempt}
 

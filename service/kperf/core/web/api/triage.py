@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
-
 from django.http import HttpRequest
 from ninja import Router, Schema
 
 from kperf.core import access, triage
 from kperf.core.models import ChangePoint, Triage
+from kperf.core.triage import TriageOut
 from kperf.core.web.api.auth import USER_AUTH
 from kperf.core.web.api.errors import ApiError, responses
 
@@ -22,34 +20,6 @@ class TriageIn(Schema):
     note: str = ""
     # The sha of the commit that fixed it: required with `fixed`, refused with any other state.
     fixed_by: str = ""
-
-
-class TriageEventOut(Schema):
-    by: str | None
-    at: datetime
-    from_state: str
-    to_state: str
-    note: str
-    fixed_by: str
-    via: str
-
-
-class TriageOut(Schema):
-    id: int
-    kind: str
-    title: str
-    state: str
-    note: str
-    fixed_by: str
-    submission: int | None
-    branch: int | None
-    change_point: int | None
-    created: datetime
-    updated: datetime
-    path: str
-    may_triage: bool
-    states: list[str]
-    history: list[TriageEventOut]
 
 
 def _via(request: HttpRequest) -> str:
@@ -90,7 +60,7 @@ def _change_point_triage(request: HttpRequest, cp_id: int) -> Triage:
     return row
 
 
-def _change(request: HttpRequest, row: Triage, payload: TriageIn) -> dict[str, Any]:
+def _change(request: HttpRequest, row: Triage, payload: TriageIn) -> TriageOut:
     user = request.auth  # type: ignore[attr-defined]
     try:
         triage.triage(row, user, payload.state, payload.note, payload.fixed_by, via=_via(request))
@@ -107,25 +77,25 @@ CHANGE = responses(200, TriageOut, 400, 401, 403, 404, 413, 415, 422)
 
 
 @router.get("/submissions/{sub_id}/triage", auth=USER_AUTH, tags=["triage"], response=READ)
-def get_submission_triage(request: HttpRequest, sub_id: int) -> dict[str, Any]:
+def get_submission_triage(request: HttpRequest, sub_id: int) -> TriageOut:
     """A finished submission's regressions as triaged: state, note, fixing commit and history, oldest first."""
     return triage.triage_dict(_submission_triage(request, sub_id), request.auth)  # type: ignore[attr-defined]
 
 
 @router.post("/submissions/{sub_id}/triage", auth=USER_AUTH, tags=["triage"], response=CHANGE)
-def triage_submission(request: HttpRequest, sub_id: int, payload: TriageIn) -> dict[str, Any]:
+def triage_submission(request: HttpRequest, sub_id: int, payload: TriageIn) -> TriageOut:
     """Set the triage state (the submission's owner or staff); `fixed` needs `fixed_by`."""
     return _change(request, _submission_triage(request, sub_id), payload)
 
 
 @router.get("/change-points/{cp_id}/triage", auth=USER_AUTH, tags=["triage"], response=READ)
-def get_change_point_triage(request: HttpRequest, cp_id: int) -> dict[str, Any]:
+def get_change_point_triage(request: HttpRequest, cp_id: int) -> TriageOut:
     """A tracked branch's regression change point as triaged, with its history."""
     return triage.triage_dict(_change_point_triage(request, cp_id), request.auth)  # type: ignore[attr-defined]
 
 
 @router.post("/change-points/{cp_id}/triage", auth=USER_AUTH, tags=["triage"], response=CHANGE)
-def triage_change_point(request: HttpRequest, cp_id: int, payload: TriageIn) -> dict[str, Any]:
+def triage_change_point(request: HttpRequest, cp_id: int, payload: TriageIn) -> TriageOut:
     """Set the triage state (the branch's owner, its watchers, or staff); `fixed` needs `fixed_by`."""
     return _change(request, _change_point_triage(request, cp_id), payload)
 
@@ -133,7 +103,7 @@ def triage_change_point(request: HttpRequest, cp_id: int, payload: TriageIn) -> 
 @router.get("/regressions", auth=USER_AUTH, tags=["triage"], response=responses(200, list[TriageOut], 400, 401, 422))
 def list_regressions(
     request: HttpRequest, state: str | None = None, kind: str | None = None, limit: int = 50
-) -> list[dict[str, Any]]:
+) -> list[TriageOut]:
     """Regressions the caller may read, newest first: `state` (comma-separated) and `kind`
     (submission or change-point) narrow the list."""
     user = request.auth  # type: ignore[attr-defined]

@@ -1,0 +1,183 @@
+"""The API for tracked branches: track, list, pause and poll them, and read their series."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest
+from ninja import Router, Schema, Status
+
+from kperf.core import access
+from kperf.core.lifecycle import dispatch
+from kperf.core.lifecycle.task_names import Task
+from kperf.core.models import MachineClass, TrackedBranch
+from kperf.core.submissions import analysis, pipeline
+from kperf.core.tracking import branches
+from kperf.core.web import presenters
+from kperf.core.web.api import history as history_api
+from kperf.core.web.api.auth import USER_AUTH
+from kperf.core.web.api.errors import ApiError, responses
+from kperf.core.web.shapes import BranchDetail, BranchSeries, BranchSummary, MetricSeries, PollQueued
+
+router = Router()
+
+
+class TrackIn(Schema):
+    tree: str
+    branch: str
+    benchmarks: list[str] = ["spawn"]
+    grid: str = "quick"
+    arches: list[str] = ["x86_64"]
+    boots: int = 0
+    max_commits: int = 16
+    backfill: int = 0
+    notify: list[str] = []
+    bisect: bool = True
+    min_effect_pct: float | None = None
+
+
+class TrackUpdateIn(Schema):
+    enabled: bool
+
+
+@router.post(
+    "/branches",
+    auth=USER_AUTH,
+    tags=["branches"],
+    response=responses(201, BranchSummary, 400, 401, 409, 413, 415, 422),
+)
+def track_branch(request: HttpRequest, payload: TrackIn) -> Status[BranchSummary]:
+    """Track a branch: every commit it moves to is built, measured and searched for change points.
+
+    Posting a branch that is already tracked updates its settings, if the
+    caller owns it or is staff (the owner stays); otherwise 409 already-tracked."""
+    req = branches.TrackRequest(
+        tree_url=payload.tree,
+        branch=payload.branch,
+        benchmarks=payload.benchmarks,
+        grid=payload.grid,
+        arches=payload.arches,
+        boots=payload.boots,
+        max_commits=payload.max_commits,
+        backfill=payload.backfill,
+        notify=payload.notify,
+        bisect=payload.bisect,
+        min_effect_pct=payload.min_effect_pct,
+    )
+    try:
+        branch = branches.track(request.auth, req)  # type: ignore[attr-defined]
+    except pipeline.SubmissionError as e:
+        raise ApiError(400, "invalid-branch", str(e), field=e.field) from None
+    except branches.AlreadyTracked as e:
+        raise ApiError(409, "already-tracked", str(e)) from None
+    return Status(201, presenters.branch_summary(branch))
+
+
+@router.get("/branches", auth=USER_AUTH, tags=["branches"], response=responses(200, list[BranchSummary], 401))
+def list_branches(request: HttpRequest) -> list[BranchSummary]:
+    """The caller's tracked branches and the lab's reference series (those staff track); staff: all."""
+    branches = access.visible_branches(request.auth).select_related("tree", "owner")  # type: ignore[attr-defined]
+    return [presenters.branch_summary(b) for b in branches]
+
+
+def _branch(request: HttpRequest, branch_id: int, change: bool = False) -> TrackedBranch:
+    user = request.auth  # type: ignore[attr-defined]
+    branch = access.visible_branches(user).select_related("tree", "owner").filter(pk=branch_id).first()
+    if branch is None:
+        raise ApiError(
+            404, "not-found", f"no tracked branch {branch_id} that you may read: GET /api/v1/branches lists them"
+        )
+    if change and not access.may_change_branch(user, branch):
+        raise ApiError(
+            403,
+            "forbidden",
+            f"tracked branch {branch_id} is one of the lab's reference series: only its owner or an admin may "
+            "pause, resume or poll it; ask an admin",
+        )
+    return branch
+
+
+@router.get(
+    "/branches/{branch_id}", auth=USER_AUTH, tags=["branches"], response=responses(200, BranchDetail, 401, 404, 422)
+)
+def get_branch(request: HttpRequest, branch_id: int) -> BranchDetail:
+    return presenters.branch_detail(_branch(request, branch_id))
+
+
+@router.patch(
+    "/branches/{branch_id}",
+    auth=USER_AUTH,
+    tags=["branches"],
+    response=responses(200, BranchSummary, 401, 403, 404, 413, 415, 422),
+)
+def update_branch(request: HttpRequest, branch_id: int, payload: TrackUpdateIn) -> BranchSummary:
+    """Pause (`enabled: false`) or resume polling; measurements are kept either way."""
+    branch = _branch(request, branch_id, change=True)
+    branch.enabled = payload.enabled
+    branch.save(update_fields=["enabled"])
+    return presenters.branch_summary(branch)
+
+
+@router.post(
+    "/branches/{branch_id}/poll",
+    auth=USER_AUTH,
+    tags=["branches"],
+    response=responses(202, PollQueued, 401, 403, 404, 422),
+)
+def poll_branch(request: HttpRequest, branch_id: int) -> Status[PollQueued]:
+    """Fetch the tree now instead of waiting for the next periodic poll."""
+    branch = _branch(request, branch_id, change=True)
+    # A poll lost with the broker is no loss: the periodic poll comes anyway.
+    queued = dispatch.send(Task.POLL_BRANCH, branch.pk)
+    return Status(202, {"queued": queued, "branch": branch.pk})
+
+
+@router.get(
+    "/branches/{branch_id}/series",
+    auth=USER_AUTH,
+    tags=["branches"],
+    response=responses(200, BranchSeries | MetricSeries, 400, 401, 404, 422),
+)
+def branch_series(
+    request: HttpRequest,
+    branch_id: int,
+    machine_class: str,
+    benchmark: str,
+    clock: str | None = None,
+    metric: str | None = None,
+    since: int | None = None,
+    until: int | None = None,
+    limit: int = history_api.DEFAULT_LIMIT,
+) -> BranchSeries | MetricSeries:
+    """Per measured commit, in branch order: every boot's iterations of every
+    metric of one benchmark on one machine class and clock (default: the
+    class's), and the change points.
+
+    With `metric`: that metric's per-commit points from the summaries (boots,
+    level, spread), commits at positions `since`..`until` (the newest `limit`,
+    at most 5000; `next_until` pages back), and its change points."""
+    if metric is not None:
+        return history_api.metric_series(
+            _branch(request, branch_id), machine_class, benchmark, clock, metric, since, until, limit
+        )
+    branch = _branch(request, branch_id)
+    mclass = MachineClass.objects.filter(name=machine_class).first()
+    if mclass is None:
+        raise ApiError(404, "no-machine-class", f"no machine class {machine_class!r}: GET /api/v1/runners lists them")
+    try:
+        clock = analysis.requested_clock(machine_class, clock)
+    except analysis.UnknownClock as e:
+        raise ApiError(400, "invalid-series", str(e)) from None
+    commits, metrics = branches.series(branch, mclass.pk, benchmark, clock)
+    return {
+        "branch": branch.pk,
+        "machine_class": machine_class,
+        "benchmark": benchmark,
+        "clock": clock,
+        "commits": [{"sha": c.sha, "position": c.position, "subject": c.subject} for c in commits],
+        "metrics": {name: points for name, points in sorted(metrics.items())},
+        "change_points": [
+            presenters.change_point_dict(cp)
+            for cp in branch.change_points.filter(
+                machine_class=mclass, benchmark=benchmark, clock=clock
+            ).select_related("machine_class", "commit", "previous", "detected_at")
+        ],
+    }
