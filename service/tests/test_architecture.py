@@ -73,7 +73,10 @@ def test_every_status_change_goes_through_the_state_table() -> None:
                     is_self = isinstance(owner, ast.Name) and owner.id == "self"
                     if isinstance(target, ast.Attribute) and target.attr == "status" and not is_self:
                         offenders.append(f"{path.relative_to(CORE)}:{node.lineno}")
-            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "update":
-                if any(k.arg == "status" and not _is_alert_status(k.value) for k in node.keywords):
-                    offenders.append(f"{path.relative_to(CORE)}:{node.lineno}")
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", "") == "update"
+                and any(k.arg == "status" and not _is_alert_status(k.value) for k in node.keywords)
+            ):
+                offenders.append(f"{path.relative_to(CORE)}:{node.lineno}")
     assert offenders == []

@@ -375,7 +375,10 @@ def default_resend_bound(tmp: Path) -> float:
     """sweeper.lost_analysis_resent_within() with every KPERF_ setting at its default."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KPERF_")}
     env.update(KPERF_DEBUG="1", KPERF_HOME=str(tmp / "defaults"), DJANGO_SETTINGS_MODULE="kperf.settings")
-    code = "import django; django.setup(); from kperf.core.tasks import sweeper; print(sweeper.lost_analysis_resent_within())"
+    code = (
+        "import django; django.setup(); "
+        "from kperf.core.tasks import sweeper; print(sweeper.lost_analysis_resent_within())"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     return float(out.stdout.split()[-1])
 
