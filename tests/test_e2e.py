@@ -264,6 +264,8 @@ def test_a_slower_anonymous_fault_is_a_pft_regression_and_leaves_the_allocator_a
     """kernel-builds/fixtures/pagefault-slow.patch: udelay in do_anonymous_page."""
     d = submit(stack, kernel_tree, "pagefault-slow", ["pft", "pagealloc"])
     assert d["status"] == "done", d["error"]
+    # Both kernels' real .config files were read and agree (same tree, same fragments).
+    assert d["config_differences"] == {"x86_64": []}, d["config_differences"]
     by_bench = {c["benchmark"]: {m["metric"]: m["verdict"] for m in c["metrics"]} for c in d["comparisons"]}
     pft = by_bench["pft"]
     assert pft["faults/sec-threads-1"] == "regression", d["comparisons"]

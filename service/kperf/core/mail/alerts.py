@@ -19,6 +19,7 @@ from django.core.mail import EmailMessage, get_connection
 from django.db import transaction
 from django.utils import timezone
 
+from kperf.core.builds import configs
 from kperf.core.lifecycle import dispatch
 from kperf.core.lifecycle.task_names import Task
 from kperf.core.mail import recipients, replies
@@ -89,7 +90,7 @@ def submission_mail(sub: Submission) -> tuple[str, str]:
         .order_by("comparison__benchmark", "metric")
     )
     counts = Counter(m.verdict for m in metrics)
-    sections = [intro]
+    sections = [intro, *_config_warnings(sub)]
     for verdict, heading in (
         (MetricComparison.Verdict.REGRESSION, "Regressions (negative is worse):"),
         (MetricComparison.Verdict.IMPROVEMENT, "Improvements:"),
@@ -131,6 +132,38 @@ def submission_mail(sub: Submission) -> tuple[str, str]:
             sections.append(f"{where}: the table ({lines} lines) is on the page.")
     sections.append(f"Details: {link}\n")
     return subject, "\n\n".join(sections)
+
+
+# Options listed in the mail; the page lists every one.
+CONFIG_OPTIONS_MAILED = 20
+
+
+def _short(value: str) -> str:
+    # A string option (a command line, a path) can run long; the page has it whole.
+    return value if len(value) <= 16 else value[:13] + "..."
+
+
+def _config_warnings(sub: Submission) -> list[str]:
+    """A paragraph per arch whose base and head .config differ (kperf.core.builds.configs): it qualifies
+    every verdict below it."""
+    out = []
+    for arch, diffs in configs.submission_differences(sub).items():
+        if not diffs:
+            continue
+        head = (
+            f"Warning: the base and head kernels for {arch} were built with different configurations "
+            f"({len(diffs)} option{'s' if len(diffs) != 1 else ''} of the final .config differ), so the numbers "
+            "below measure the configuration as well as the code change:"
+        )
+        width = max(len(d["option"]) for d in diffs[:CONFIG_OPTIONS_MAILED])
+        rows = [
+            f"  {d['option']:<{width}}  base {_short(d['base'])}, head {_short(d['head'])}"
+            for d in diffs[:CONFIG_OPTIONS_MAILED]
+        ]
+        if len(diffs) > CONFIG_OPTIONS_MAILED:
+            rows.append(f"  ... and {len(diffs) - CONFIG_OPTIONS_MAILED} more, listed on the page.")
+        out.append("\n".join([textwrap.fill(head, WRAP), *rows]))
+    return out
 
 
 def submission_finished(sub: Submission) -> Alert:

@@ -72,6 +72,10 @@ class KernelBuild(models.Model):
     log_tail = models.TextField(blank=True, default="")
     # {"kernel": {"path": "...", "sha256": "...", "size": 123}, ...}
     artifacts = models.JSONField(default=dict, blank=True)
+    # The final .config as {"CONFIG_X": "y" | "m" | "n" | value}, read once from
+    # the "config" artifact when first compared (kperf.core.builds.configs);
+    # None until then, or when the build has no .config.
+    config_options = models.JSONField(null=True, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     # When the status last changed: the sweeper re-sends a queued build whose
     # task was lost (broker down) once this is older than its deadline.

@@ -12,6 +12,7 @@ from django.db.models import Exists, F, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 from typing_extensions import TypedDict
 
+from kperf.core.builds import configs
 from kperf.core.lab import eta, sharing, tuning, waiting
 from kperf.core.models import (
     BootRecord,
@@ -331,6 +332,7 @@ def submission_detail(sub: Submission) -> SubmissionDetail:
         "jobs": jobs,
         "progress": progress_summary(sub, jobs),
         "comparisons": _comparison_details(sub, jobs),
+        "config_differences": configs.submission_differences(sub),
     }
 
 

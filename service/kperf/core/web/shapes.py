@@ -16,6 +16,7 @@ from typing import Any
 
 from typing_extensions import TypedDict
 
+from kperf.core.builds.configs import OptionDifference
 from kperf.core.lab.eta import EtaEstimate
 from kperf.core.lab.runner_health import RunnerEventRow, RunnerState
 from kperf.core.mail.confirmations import AddressInfo
@@ -204,6 +205,9 @@ class SubmissionDetail(SubmissionSummary):
     jobs: list[SubmissionJob]
     progress: SubmissionProgress
     comparisons: list[ComparisonDetail]
+    # Per arch with both kernels built: the .config options whose values differ
+    # between base and head (kperf.core.builds.configs); [] when they agree.
+    config_differences: dict[str, list[OptionDifference]]
 
 
 class MmtestsTree(TypedDict):

@@ -1,0 +1,107 @@
+"""Base and head built with different configurations: the page, the API and the mail list the differing options.
+
+Two releases' Kconfig defaults differ (6.12's tinyconfig turns on
+CONFIG_SLUB_TINY, 6.1's has no such symbol), so a comparison can measure two
+allocators without a word; kperf reads each build's final .config (its
+"config" artifact) and says where they differ (kperf.core.builds.configs).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kperf.core.builds import artifacts, configs
+from kperf.core.lifecycle import owners
+from kperf.core.mail import alerts
+from kperf.core.models import KernelBuild, Submission
+from kperf.core.submissions.analysis import analyse_submission
+from kperf.core.submissions.pipeline import SUBMISSION
+
+from .lab_fixtures import results_body, submission_page, submission_ready_for_testing
+from .test_alerts import Inbox, real_smtp_backend, smtp  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.django_db
+
+COMMON = "# Linux/x86 6.1 Kernel Configuration\nCONFIG_SMP=y\nCONFIG_SLUB=y\n# CONFIG_SLOB is not set\n"
+BASE = COMMON + "CONFIG_HZ=250\n# CONFIG_TRANSPARENT_HUGEPAGE_MADVISE is not set\n"
+HEAD = COMMON + 'CONFIG_HZ=1000\nCONFIG_SLUB_TINY=y\nCONFIG_CMDLINE="console=ttyS0 loglevel=8 quiet"\n'
+
+
+def finished_with_configs(alice: Any, mclass: Any, runner: Any, tmp: Path, texts: dict[str, str]) -> Submission:
+    """A finished submission whose builds kept these .config texts (per side) as their "config" artifact."""
+    sub = submission_ready_for_testing(alice, mclass, tmp)
+    for link in sub.submission_builds.select_related("build"):
+        build = link.build
+        build.artifacts["config"] = artifacts.put_bytes(f"test/{build.pk}/config", texts[link.side].encode())
+        build.save(update_fields=["artifacts"])
+    while (job := runner.post("/runner/claim").json()["job"]) is not None:
+        runner.post(f"/runner/jobs/{job['id']}/results", results_body(job, 1000.0))
+    owners.advance(SUBMISSION, sub.pk)
+    analyse_submission(sub.pk)
+    sub.refresh_from_db()
+    assert sub.status == Submission.Status.DONE
+    return sub
+
+
+def test_differing_configurations_are_listed_on_the_page_in_the_api_and_in_the_mail(
+    smtp: Inbox,  # noqa: F811  (the fixture of test_alerts)
+    alice: Any,
+    alice_api: Any,
+    qemu_class: Any,
+    runner_api: Any,
+    tmp_path: Path,
+) -> None:
+    user_api, runner = alice_api, runner_api[1]
+    sub = finished_with_configs(alice, qemu_class, runner, tmp_path, {"base": BASE, "head": HEAD})
+
+    detail = user_api.get(f"/submissions/{sub.pk}").json()
+    assert detail["config_differences"] == {
+        "x86_64": [
+            {"option": "CONFIG_CMDLINE", "base": "n", "head": '"console=ttyS0 loglevel=8 quiet"'},
+            {"option": "CONFIG_HZ", "base": "250", "head": "1000"},
+            {"option": "CONFIG_SLUB_TINY", "base": "n", "head": "y"},
+        ]
+    }
+    # Read from the storage once, then kept on the build.
+    assert all(b.config_options for b in KernelBuild.objects.filter(submission_builds__submission=sub))
+
+    page = submission_page(alice, sub)
+    assert 'id="config-differences-x86_64" data-options="3"' in page
+    assert '<tr data-option="CONFIG_SLUB_TINY"><td><code>CONFIG_SLUB_TINY</code></td><td>n</td><td>y</td></tr>' in page
+
+    assert alerts.send_pending() == 1
+    [(_, msg)] = smtp.messages
+    body = msg.get_content().replace("\r\n", "\n")
+    assert "Warning: the base and head kernels for x86_64 were built with different\nconfigurations" in body
+    assert "  CONFIG_SLUB_TINY  base n, head y" in body
+    assert '  CONFIG_CMDLINE    base n, head "console=ttyS...' in body
+    assert body.index("Warning:") < body.index("spawn on qemu-x86_64")
+    assert max(len(line) for line in body.splitlines()) <= 80
+
+
+def test_the_same_configuration_says_nothing_and_an_unreadable_one_is_read_again_later(
+    smtp: Inbox,  # noqa: F811  (the fixture of test_alerts)
+    alice: Any,
+    alice_api: Any,
+    qemu_class: Any,
+    runner_api: Any,
+    tmp_path: Path,
+) -> None:
+    user_api, runner = alice_api, runner_api[1]
+    sub = finished_with_configs(alice, qemu_class, runner, tmp_path, {"base": BASE, "head": BASE})
+    assert user_api.get(f"/submissions/{sub.pk}").json()["config_differences"] == {"x86_64": []}
+    assert "config-differences" not in submission_page(alice, sub)
+    assert alerts.send_pending() == 1
+    assert "Warning" not in smtp.messages[0][1].get_content()
+
+    # A .config the storage cannot give back now is not kept as empty: nothing is said, and it is read next time.
+    head = KernelBuild.objects.get(submission_builds__submission=sub, submission_builds__side="head")
+    head.config_options = None
+    head.artifacts["config"] = {**head.artifacts["config"], "key": "test/missing/config"}
+    head.save(update_fields=["config_options", "artifacts"])
+    assert configs.submission_differences(sub) == {}
+    head.refresh_from_db()
+    assert head.config_options is None
