@@ -49,6 +49,23 @@ def test_kperf_up_names_missing_tools_with_the_apt_command(tmp_path: Path) -> No
     assert "apt-get install" in proc.stderr and "qemu-system-x86" in proc.stderr and "flex" in proc.stderr
 
 
+def test_kperf_up_refuses_a_port_another_program_serves_and_says_how_to_choose_another(tmp_path: Path) -> None:
+    kperf_up = str(Path(sys.executable).parent / "kperf-up")
+    with socket.create_server(("127.0.0.1", 0)) as other:
+        port = other.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, kperf_up, "--home", str(tmp_path / "home"), "--port", str(port), "--no-runner"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr and "KPERF_PORT=" in proc.stderr, proc.stderr
+    assert "kperf is ready" not in proc.stdout
+    # Nothing was started: no database, no key.
+    assert not (tmp_path / "home" / "pgdata").exists()
+
+
 def test_kperf_up_runs_everything_on_embedded_defaults_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     # No DATABASE_URL, no broker: the embedded PostgreSQL and a broker inside it; no
     # secret key and no word on local trees, as on a user's machine.

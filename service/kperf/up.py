@@ -19,6 +19,7 @@ import platform
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -244,8 +245,17 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _refusal(home: Path, arch: str) -> str | None:
-    """What stops kperf-up before it starts anything: a weak key, a missing tool."""
+def _port_taken(host: str, port: int) -> str | None:
+    """Why kperf-web could not listen on host:port, or None when it could (bound and let go at once)."""
+    try:
+        with socket.create_server((host, port)):
+            return None
+    except OSError as e:
+        return e.strerror or str(e)
+
+
+def _refusal(home: Path, arch: str, host: str, port: int) -> str | None:
+    """What stops kperf-up before it starts anything: a weak key, a missing tool, a port in use."""
     given_key = os.environ.get("KPERF_SECRET_KEY")
     if given_key and (problem := secret_key_problem(given_key)):
         # Said once, first, rather than by every child failing to load its settings.
@@ -259,6 +269,14 @@ def _refusal(home: Path, arch: str) -> str | None:
         return (
             "kperf-up: missing " + ", ".join(tool for tool, _ in missing) + f"\ninstall them with:\n"
             f"  sudo apt-get install {pkgs}"
+        )
+    taken = _port_taken(host, port)
+    if taken:
+        # Started anyway, its health check would reach the other program and its
+        # web server would restart in a loop; nothing of kperf would answer.
+        return (
+            f"kperf-up: cannot listen on {host}:{port}: {taken}. Another program (or another kperf-up) "
+            f"serves there: stop it, or choose a free port with KPERF_PORT=8001 make up (or kperf-up --port 8001)"
         )
     return None
 
@@ -339,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     home = args.home.resolve()
     home.mkdir(parents=True, exist_ok=True)
-    refusal = _refusal(home, args.arch)
+    refusal = _refusal(home, args.arch, args.host, args.port)
     if refusal:
         print(refusal, file=sys.stderr)
         return 1

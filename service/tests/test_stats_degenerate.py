@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -185,6 +186,23 @@ def compare_json(doc: dict[str, Any]) -> dict[str, Any]:
     assert proc.returncode == 0, proc.stderr
     out: dict[str, Any] = json.loads(proc.stdout)["metrics"]
     return out
+
+
+def test_kperf_piped_into_a_reader_that_went_away_stops_quietly() -> None:
+    """`kperf compare ... | head`: the reader closed its end; no traceback, SIGPIPE's exit status."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run(
+            [str(KPERF), "compare", "-"],
+            input=json.dumps({"metrics": {"same": {"higher_is_better": True, "base": FLAT, "head": FLAT}}}).encode(),
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert proc.stderr.decode() == "" and proc.returncode == 141
 
 
 def test_kperf_compare_json_gives_verdicts_on_zero_variance_and_identical_inputs() -> None:

@@ -13,6 +13,7 @@ import argparse
 import getpass
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -303,6 +304,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`kperf status 7 | head`): stop quietly, as a
+        # Unix tool killed by SIGPIPE does, and keep the interpreter's final
+        # flush from raising again (Python's docs, "Note on SIGPIPE").
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":
