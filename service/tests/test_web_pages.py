@@ -10,6 +10,7 @@ from django.test import Client
 
 from kperf.core.lifecycle import owners
 from kperf.core.models import Job, Submission
+from kperf.core.models.lab import unit_on
 from kperf.core.submissions.analysis import analyse_submission
 from kperf.core.submissions.pipeline import SUBMISSION
 from kperf.core.web.presenters import verdict_estimate
@@ -98,6 +99,8 @@ def test_the_submission_page_shows_progress_then_the_verdict(
     # Which clock timed the numbers, the threshold, and the estimate the change was computed from.
     assert 'data-clock="instructions"' in page and "instruction clock" in page
     assert "±0.50%" in page and "Base est." in page and "Base mean" in page
+    # The unit says what the clock measured: forks per 10^9 guest instructions, not per second.
+    assert "<td>spawn-vmas-0</td><td>forks per 10^9 instr.</td>" in page and "forks/s" not in page
     job = Job.objects.filter(submission=sub).first()
     assert job is not None
     console = browser.get(f"/jobs/{job.pk}/console")
@@ -111,6 +114,13 @@ def test_the_api_also_works_with_the_browser_session(
     resp = browser.get(f"/api/v1/submissions/{sub.pk}")
     assert resp.status_code == 200 and resp.json()["progress"]["base"]["boots_total"] == 4
     assert Api(None).get(f"/submissions/{sub.pk}").status_code == 401
+
+
+def test_units_are_shown_as_the_clock_measured_them() -> None:
+    assert unit_on("forks/s", "instructions") == "forks per 10^9 instr."
+    assert unit_on("faults/cpu-s", "instructions") == "faults per 10^9 CPU instr."
+    assert unit_on("cycles", "instructions") == "cycles"
+    assert unit_on("forks/s", "wall") == "forks/s"
 
 
 def test_the_verdicts_estimate_is_not_the_plain_mean() -> None:

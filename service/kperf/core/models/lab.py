@@ -29,6 +29,18 @@ class Clock(models.TextChoices):
     WALL = "wall", "wall clock"
 
 
+def unit_on(unit: str, clock: str) -> str:
+    """A metric's unit as its clock measured it, for people: runners declare rates per
+    second, and under the instruction clock a second is 10^9 executed guest instructions."""
+    if clock != Clock.INSTRUCTIONS:
+        return unit
+    if unit.endswith("/cpu-s"):
+        return unit.removesuffix("/cpu-s") + " per 10^9 CPU instr."
+    if unit.endswith("/s"):
+        return unit.removesuffix("/s") + " per 10^9 instr."
+    return unit
+
+
 class MachineClass(models.Model):
     """A label for identical hardware; comparisons never mix classes."""
 

@@ -7,6 +7,7 @@ from typing import Any
 from django import template
 
 from kperf.core.models import TrackedBranch
+from kperf.core.models.lab import unit_on
 from kperf.core.web import plot_data
 
 register = template.Library()
@@ -16,6 +17,12 @@ register = template.Library()
 def has_shape(benchmark: str) -> bool:
     """Whether the benchmark's metrics are drawn as one sweep (spawn's extra VMAs)."""
     return benchmark in plot_data.SHAPES
+
+
+@register.filter
+def on_clock(unit: str, clock: str) -> str:
+    """The unit as the clock measured it: per 10^9 guest instructions under the instruction clock."""
+    return unit_on(unit, clock)
 
 
 @register.simple_tag

@@ -25,6 +25,7 @@ from kperf.core.models import (
     Submission,
     TrackedBranch,
 )
+from kperf.core.models.lab import unit_on
 from kperf.core.tracking import branches
 from kperf.core.web import plots, presenters
 
@@ -59,7 +60,7 @@ def metric_plot(comp: Comparison, m: MetricComparison) -> plots.MetricPlot:
     base_est, head_est = _estimates(m.values)
     return plots.MetricPlot(
         metric=m.metric,
-        unit=m.unit,
+        unit=unit_on(m.unit, comp.clock),
         higher_is_better=m.higher_is_better,
         clock=clock_label(comp.clock),
         verdict=m.verdict,
@@ -86,7 +87,7 @@ def shape_plot(comp: Comparison) -> plots.ShapePlot | None:
         if match is None:
             continue
         base_est, head_est = _estimates(m.values)
-        unit, higher_is_better = m.unit, m.higher_is_better
+        unit, higher_is_better = unit_on(m.unit, comp.clock), m.higher_is_better
         steps.append(
             plots.ShapeStep(
                 x=int(match[1]),
@@ -209,6 +210,7 @@ def series_plot(branch: TrackedBranch, mclass_id: int, bench: str, clock: str, m
             )
         )
     unit, higher_is_better = metric_unit(metric)
+    unit = unit_on(unit, clock)
     return plots.SeriesPlot(
         title=f"{metric} on {branch.branch} ({bench}, {clock_label(clock)})",
         metric=metric,
