@@ -276,16 +276,18 @@ def test_all_results_in_leads_to_a_verdict(sub: Submission, runner_api: Any) -> 
     assert m.base_boots == m.head_boots == 4
 
 
-def test_a_runner_that_shares_the_build_host_waits_for_builds(sub: Submission, runner_api: Any) -> None:
-    from kperf.core.models import KernelBuild
-
-    runner, api = runner_api
-    runner.yields_to_builds = True
-    runner.save()
+def test_a_runner_that_shares_the_build_host_waits_for_builds_on_the_wall_clock_only(
+    sub: Submission, runner_api: Any
+) -> None:
     from datetime import timedelta
 
     from django.utils import timezone
 
+    from kperf.core.models import Clock, Job, KernelBuild
+
+    runner, api = runner_api
+    runner.yields_to_builds = True
+    runner.save()
     other = KernelBuild.objects.create(
         tree=sub.tree,
         sha="c" * 40,
@@ -294,12 +296,21 @@ def test_a_runner_that_shares_the_build_host_waits_for_builds(sub: Submission, r
         status="building",
         lease_expires=timezone.now() + timedelta(minutes=2),
     )
+    # Wall-clock boots would time the compiler as well: none is handed out while a kernel builds.
+    Job.objects.filter(submission=sub).update(clock=Clock.WALL)
     assert api.post("/runner/claim").json() == {"job": None}
     # Its worker died: the lease runs out, and the runner no longer waits
     # for a build nobody is running.
     other.lease_expires = timezone.now() - timedelta(seconds=1)
     other.save()
-    assert api.post("/runner/claim").json()["job"] is not None
+    assert api.post("/runner/claim").json()["job"]["clock"] == Clock.WALL
+
+    # The instruction clock counts guest instructions, whatever the host does:
+    # those boots run while a kernel builds.
+    other.lease_expires = timezone.now() + timedelta(minutes=2)
+    other.save()
+    Job.objects.filter(submission=sub, status=Job.Status.QUEUED).update(clock=Clock.INSTRUCTIONS)
+    assert api.post("/runner/claim").json()["job"]["clock"] == Clock.INSTRUCTIONS
 
 
 def test_an_inconclusive_look_queues_more_boots_then_decides(sub: Submission, runner_api: Any) -> None:

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from kperf.cli.status import render_status
-from kperf.core.models import Job, KernelBuild, Runner, Submission, SubmissionBuild, Tree
+from kperf.core.models import Clock, Job, KernelBuild, Runner, Submission, SubmissionBuild, Tree
 from kperf.core.submissions.pipeline import schedule_jobs
 
 from .conftest import Api
@@ -53,6 +53,10 @@ def test_jobs_held_back_by_another_submissions_build_name_that_build(
 ) -> None:
     runner, api = runner_api
     alive(runner, yields_to_builds=True)
+    # A wall-clock class: its runner sharing the build host yields to builds
+    # (instruction-clock boots do not: the next test).
+    qemu_class.clock = Clock.WALL
+    qemu_class.save(update_fields=["clock"])
     sub = submission_ready_for_testing(alice, qemu_class, tmp_path)
     build, other = building_for_another_submission(alice, tmp_path)
     # The runner indeed takes nothing while the build runs.
@@ -74,6 +78,18 @@ def test_jobs_held_back_by_another_submissions_build_name_that_build(
     detail = alice_api.get(f"/submissions/{sub.pk}").json()
     assert detail["waiting_for"] is None
     assert all("build" not in (j["waiting_for"] or "") for j in detail["jobs"])
+
+
+def test_instruction_clock_jobs_do_not_wait_for_another_submissions_build(
+    alice: Any, alice_api: Api, qemu_class: Any, runner_api: Any, tmp_path: Path
+) -> None:
+    runner, api = runner_api
+    alive(runner, yields_to_builds=True)
+    sub = submission_ready_for_testing(alice, qemu_class, tmp_path)  # the class's default: the instruction clock
+    building_for_another_submission(alice, tmp_path)
+    detail = alice_api.get(f"/submissions/{sub.pk}").json()
+    assert all("build" not in (j["waiting_for"] or "") for j in detail["jobs"]), detail["jobs"]
+    assert api.post("/runner/claim").json()["job"]["clock"] == Clock.INSTRUCTIONS
 
 
 def test_a_job_behind_another_submissions_jobs_counts_them_as_claims_would(
@@ -162,6 +178,8 @@ def test_another_users_build_is_not_named_by_its_submission(
 ) -> None:
     runner, _ = runner_api
     alive(runner, yields_to_builds=True)
+    qemu_class.clock = Clock.WALL  # a class whose runner yields to builds
+    qemu_class.save(update_fields=["clock"])
     sub = submission_ready_for_testing(alice, qemu_class, tmp_path)
     bob = django_user_model.objects.create_user("bob", "bob@example.org")
     build, other = building_for_another_submission(bob, tmp_path)

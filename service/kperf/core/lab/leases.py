@@ -65,13 +65,20 @@ def claim(runner: Runner) -> Job | None:
     if runner.health != Runner.Health.GOOD:
         return None
     now = timezone.now()
+    clocks = runner.clocks()
+    # A runner sharing its host with a build worker measures the compiler too,
+    # so while a kernel builds it takes no wall-clock job. The instruction
+    # clock counts guest instructions whatever the host does (its boots repeat
+    # one another under build load: docs/runners.md), so those jobs run on.
     # Only a build whose worker is alive (its lease is being extended) holds
     # the runner back: a build left `building` by a dead worker never does.
     if (
         runner.yields_to_builds
         and KernelBuild.objects.filter(status=KernelBuild.Status.BUILDING, lease_expires__gt=now).exists()
     ):
-        return None
+        clocks = [c for c in clocks if c == Clock.INSTRUCTIONS]
+        if not clocks:
+            return None
     with transaction.atomic():
         # The runner's row first, then the job: the order a quarantine takes
         # (kperf.core.lab.runner_health), so the two never deadlock; and its health
@@ -89,7 +96,7 @@ def claim(runner: Runner) -> Job | None:
             Job.objects.select_for_update(skip_locked=True, of=("self",))
             # The payload the runner gets names the build and class: one query, not three.
             .select_related("build", "machine_class")
-            .filter(status=Job.Status.QUEUED, machine_class=runner.machine_class, clock__in=runner.clocks())
+            .filter(status=Job.Status.QUEUED, machine_class=runner.machine_class, clock__in=clocks)
             # A job pinned to a runner (a calibration) is that runner's alone.
             .filter(Q(pinned_runner__isnull=True) | Q(pinned_runner=runner))
             # The runner's own calibration first (its health check decides

@@ -98,7 +98,9 @@ def job_reasons(jobs: Sequence[Job], owner_id: int | None) -> dict[int, str]:
     for (mclass_id, clock), group in groups.items():
         mclass = group[0].machine_class.name
         reason, able = _runner_reason(mclass, clock, runners[mclass_id], now)
-        if reason is None and building is not None and all(r.yields_to_builds for r in able):
+        # Only wall-clock jobs wait for builds (kperf.core.lab.leases.claim).
+        yielding = clock == Clock.WALL and all(r.yields_to_builds for r in able)
+        if reason is None and building is not None and yielding:
             reason = (
                 f"waiting for {build_label(building, owner_id)} to finish ({_doing(building)}): "
                 f"the runners of class {mclass} do not measure while a kernel builds"
