@@ -106,11 +106,18 @@ def test_a_finished_submission_mails_its_owner_the_verdicts_and_the_table(
 
 def test_a_failed_submission_says_why(smtp: Inbox, alice: Any, qemu_class: Any, tmp_path: Path) -> None:
     sub = submission_ready_for_testing(alice, qemu_class, tmp_path)
-    owners.fail(SUBMISSION, sub, "the head kernel (bbbbbbbbbbbb, x86_64) failed to build: mm/memory.c:42: error")
+    why = (
+        "the head kernel (bbbbbbbbbbbb, x86_64) failed to build: mm/memory.c:42: error: expected ';' before '}' "
+        "token, and the build log says more"
+    )
+    owners.fail(SUBMISSION, sub, why)
     assert alerts.send_pending() == 1
     [(_, msg)] = smtp.messages
     assert msg["Subject"].endswith(": failed")
-    assert "mm/memory.c:42: error" in msg.get_content()
+    body = msg.get_content().replace("\r\n", "\n")
+    assert "mm/memory.c:42: error" in body
+    # The reason is wrapped as the rest of the mail is (a plain-text mail reader's 80 columns).
+    assert max(len(line) for line in body.splitlines()) <= 80, body
 
 
 def test_nothing_is_lost_while_the_mail_server_is_down_or_unset(

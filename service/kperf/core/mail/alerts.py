@@ -83,7 +83,12 @@ def submission_mail(sub: Submission) -> tuple[str, str]:
     # The same words as the top of the page (kperf.core.results.outcome).
     subject = f"{title}: {outcome.verdict_line(sub)}"
     if sub.status == Submission.Status.FAILED:
-        return subject, f"{intro}\n\nIt failed: {sub.error}\n\nDetails: {link}\n"
+        # Wrapped like the rest of the mail; a path or a log line longer than a line stays whole.
+        why = "\n".join(
+            textwrap.fill(line, WRAP, break_on_hyphens=False, break_long_words=False) if line.strip() else line
+            for line in f"It failed: {sub.error}".splitlines()
+        )
+        return subject, f"{intro}\n\n{why}\n\nDetails: {link}\n"
     metrics = list(
         MetricComparison.objects.filter(comparison__submission=sub)
         .select_related("comparison__machine_class")
