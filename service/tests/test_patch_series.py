@@ -346,6 +346,28 @@ def test_patches_without_a_date_get_the_series_date_so_every_apply_gives_the_sam
     assert dates == [f"{expected}|{expected}"] * 2
 
 
+def test_the_series_is_applied_in_a_checkout_of_the_files_it_touches_and_gives_the_full_checkouts_sha(
+    series_tree: Path, mbox: bytes, tmp_path: Path, settings_dirs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parsed = patch_series.parse(mbox, max_bytes=1 << 20)
+    # A kernel checkout is a gigabyte: the scratch tree holds the two files the diffs name.
+    assert apply_series.touched_paths(parsed) == ["NOTES", "README"]
+    base = git(series_tree, "rev-parse", "master")
+    sparse = apply_series.am(mirror_of(series_tree, tmp_path / "m1"), base, "master", parsed, "refs/kperf/x")
+    monkeypatch.setattr(apply_series, "touched_paths", lambda parsed: None)
+    full = apply_series.am(mirror_of(series_tree, tmp_path / "m2"), base, "master", parsed, "refs/kperf/x")
+    assert sparse == full
+    assert git(tmp_path / "m1" / "mirror.git", "ls-tree", "-r", "--name-only", sparse) == git(
+        series_tree, "ls-tree", "-r", "--name-only", "series"
+    )
+
+    # A file missing from the checkout is no patch that does not apply: git am works on the
+    # index, which has every file (and a failure in a sparse tree is tried again in a full one).
+    monkeypatch.setattr(apply_series, "touched_paths", lambda parsed: ["Makefile"])
+    again = apply_series.am(mirror_of(series_tree, tmp_path / "m3"), base, "master", parsed, "refs/kperf/x")
+    assert again == full
+
+
 def test_a_date_git_cannot_read_is_refused_naming_the_patch(mbox: bytes) -> None:
     data = re.sub(rb"(?m)^Date: .*$", b"Date: next tuesday", mbox)
     with pytest.raises(patch_series.SeriesError, match=r"message 2 .* has a Date: header that cannot be read"):

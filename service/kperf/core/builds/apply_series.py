@@ -14,15 +14,24 @@ makes them again from the stored mbox (`restore`) and gets the sha the
 submission names. For the same reason refs/kperf/series/<id> is never
 moved once it exists: a build or a submission may name its sha.
 
-A worker that is killed leaves its scratch repository (a kernel checkout,
-about a gigabyte) behind: `sweep_scratch` removes those older than the
-longest a preparation may run, from the sweeper and before each apply.
+The scratch work tree holds only the files the series touches (a sparse
+checkout of the paths its diffs name): a kernel checkout is a gigabyte and
+minutes, those files are seconds. git am commits from the index, which has
+every file, so the commit is the one a full checkout makes. When the paths
+cannot be read for sure (quoted or glob-like names) the checkout is full,
+and a series that does not apply in the sparse tree is tried again in a full
+one before it is called not applying.
+
+A worker that is killed leaves its scratch repository behind:
+`sweep_scratch` removes those older than the longest a preparation may run,
+from the sweeper and before each apply.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -116,30 +125,16 @@ def am(mirror: Path, base_sha: str, base_name: str, parsed: patch_series.Series,
     # git am takes the dates from the mails (patch_series.Series.patches_mbox gives
     # each patch one); these keep anything else git does here off the clock.
     env = _AM_ENV | {"GIT_AUTHOR_DATE": parsed.date, "GIT_COMMITTER_DATE": parsed.date}
+    paths = touched_paths(parsed)
     with tempfile.TemporaryDirectory(dir=scratch_root(), prefix="am-") as tmp:
-        work = Path(tmp) / "tree"
-        gitops.run_git(["init", "--quiet", str(work)], timeout=60, extra_env=env)
-        (work / ".git" / "objects" / "info" / "alternates").write_text(f"{mirror.resolve() / 'objects'}\n")
-        gitops.run_git(
-            ["-C", str(work), "checkout", "--quiet", "--detach", base_sha],
-            timeout=settings.KPERF_GIT_TIMEOUT,
-            extra_env=env,
-        )
-        mbox = Path(tmp) / "patch_series.mbox"
-        mbox.write_bytes(parsed.patches_mbox())
-        try:
-            proc = subprocess.run(
-                ["git", "-C", str(work), "am", "--quiet", "--committer-date-is-author-date", "--no-3way", str(mbox)],
-                env=gitops.git_env() | env,
-                capture_output=True,
-                text=True,
-                timeout=settings.KPERF_GIT_TIMEOUT,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            raise gitops.GitError(f"git am did not finish within {settings.KPERF_GIT_TIMEOUT} s") from None
-        if proc.returncode != 0:
-            raise _which_patch(work, parsed, base_name, proc.stderr or proc.stdout)
+        work, failure = _am_in(Path(tmp), mirror, base_sha, parsed, env, paths)
+        if failure is not None and paths is not None:
+            # Not applying in the sparse tree may be a path it lacks: only a full checkout may say so.
+            log.info("series on %s: git am failed in a sparse checkout, trying a full one", base_name)
+            shutil.rmtree(work, ignore_errors=True)
+            work, failure = _am_in(Path(tmp), mirror, base_sha, parsed, env, None)
+        if failure is not None:
+            raise _which_patch(work, parsed, base_name, failure)
         sha = gitops.run_git(["-C", str(work), "rev-parse", "HEAD"], timeout=60).strip()
         existing = _ref_sha(mirror, ref)
         if existing and existing != sha:
@@ -155,6 +150,90 @@ def am(mirror: Path, base_sha: str, base_name: str, parsed: patch_series.Series,
                 timeout=settings.KPERF_GIT_TIMEOUT,
             )
     return sha
+
+
+def _am_in(
+    tmp: Path, mirror: Path, base_sha: str, parsed: patch_series.Series, env: dict[str, str], paths: list[str] | None
+) -> tuple[Path, str | None]:
+    """git am in a fresh scratch repository under `tmp` (only `paths` checked out, or every file when None);
+    (its work tree, git's error output or None when every patch applied)."""
+    work = tmp / "tree"
+    gitops.run_git(["init", "--quiet", str(work)], timeout=60, extra_env=env)
+    (work / ".git" / "objects" / "info" / "alternates").write_text(f"{mirror.resolve() / 'objects'}\n")
+    if paths is not None:
+        # Non-cone patterns, each anchored at the top: exactly these files.
+        (work / ".git" / "info").mkdir(exist_ok=True)
+        (work / ".git" / "info" / "sparse-checkout").write_text("".join(f"/{p}\n" for p in paths))
+        gitops.run_git(["-C", str(work), "config", "core.sparseCheckout", "true"], timeout=60, extra_env=env)
+    gitops.run_git(
+        ["-C", str(work), "checkout", "--quiet", "--detach", base_sha],
+        timeout=settings.KPERF_GIT_TIMEOUT,
+        extra_env=env,
+    )
+    mbox = tmp / "patch_series.mbox"
+    mbox.write_bytes(parsed.patches_mbox())
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(work), "am", "--quiet", "--committer-date-is-author-date", "--no-3way", str(mbox)],
+            env=gitops.git_env() | env,
+            capture_output=True,
+            text=True,
+            timeout=settings.KPERF_GIT_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise gitops.GitError(f"git am did not finish within {settings.KPERF_GIT_TIMEOUT} s") from None
+    return work, (proc.stderr or proc.stdout or "git am failed") if proc.returncode != 0 else None
+
+
+# A path git writes plainly in a diff header and a sparse-checkout pattern
+# matches only itself: no quoting, no glob or pattern syntax, no spaces.
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9_./+@,=:%-]+")
+_PATH_LINES = ("--- a/", "+++ b/", "rename from ", "rename to ", "copy from ", "copy to ")
+
+
+def touched_paths(parsed: patch_series.Series) -> list[str] | None:
+    """Every path the series' diffs name (old and new names), as git mailinfo decodes the mails;
+    None when one cannot be read for sure (a full checkout is then needed)."""
+    paths: set[str] = set()
+    for patch in parsed.patches:
+        try:
+            proc = subprocess.run(
+                ["git", "mailinfo", os.devnull, "/dev/stdout"],
+                input=patch.raw,
+                capture_output=True,
+                env=gitops.git_env() | _AM_ENV,
+                timeout=60,
+                check=True,
+            )
+        except (subprocess.SubprocessError, OSError):
+            return None
+        for block in proc.stdout.decode("utf-8", "replace").split("\ndiff --git ")[1:]:
+            found = _paths_of(block)
+            if not found:
+                return None
+            paths |= found
+    if not paths or not all(_PLAIN_PATH.fullmatch(p) and ".." not in p.split("/") for p in paths):
+        return None
+    return sorted(paths)
+
+
+def _paths_of(block: str) -> set[str]:
+    """The paths one file's diff names: its ---/+++ and rename/copy lines, else its `a/X b/X` header."""
+    lines = block.split("\n")
+    found = set()
+    for line in lines[1:]:
+        if line.startswith("@@"):
+            break
+        for prefix in _PATH_LINES:
+            if line.startswith(prefix):
+                found.add(line[len(prefix) :].split("\t")[0])
+    if not found:
+        # A mode change or a binary file: only the header names it.
+        half = lines[0][2:].partition(" b/")
+        if lines[0].startswith("a/") and half[0] == half[2]:
+            found.add(half[0])
+    return found
 
 
 def _which_patch(work: Path, parsed: patch_series.Series, base_name: str, error: str) -> SeriesApplyError:
