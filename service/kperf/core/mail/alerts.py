@@ -51,6 +51,11 @@ def _queue(kind: str, key: str, to: list[str], subject: str, body: str, owner: U
     return alert
 
 
+def _fill(text: str) -> str:
+    """A paragraph wrapped at the mail's width; a path, an address or a sha longer than a line stays whole."""
+    return textwrap.fill(text, WRAP, break_on_hyphens=False, break_long_words=False)
+
+
 def _fmt_pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:+.2f}%"
 
@@ -84,10 +89,7 @@ def submission_mail(sub: Submission) -> tuple[str, str]:
     subject = f"{title}: {outcome.verdict_line(sub)}"
     if sub.status == Submission.Status.FAILED:
         # Wrapped like the rest of the mail; a path or a log line longer than a line stays whole.
-        why = "\n".join(
-            textwrap.fill(line, WRAP, break_on_hyphens=False, break_long_words=False) if line.strip() else line
-            for line in f"It failed: {sub.error}".splitlines()
-        )
+        why = "\n".join(_fill(line) if line.strip() else line for line in f"It failed: {sub.error}".splitlines())
         return subject, f"{intro}\n\n{why}\n\nDetails: {link}\n"
     metrics = list(
         MetricComparison.objects.filter(comparison__submission=sub)
@@ -118,9 +120,7 @@ def submission_mail(sub: Submission) -> tuple[str, str]:
         sections.append("\n".join(rest))
     # Each time boots were added, as the page says it (wrapped: the
     # sentences name metrics and run long).
-    notes = [
-        textwrap.fill(note, WRAP, break_on_hyphens=False, break_long_words=False) for note in outcome.rerun_notes(sub)
-    ]
+    notes = [_fill(note) for note in outcome.rerun_notes(sub)]
     if notes:
         sections.append("\n".join(notes))
     for comp in sub.comparisons.select_related("machine_class").order_by("benchmark", "machine_class__name"):
@@ -167,7 +167,7 @@ def _config_warnings(sub: Submission) -> list[str]:
         ]
         if len(diffs) > CONFIG_OPTIONS_MAILED:
             rows.append(f"  ... and {len(diffs) - CONFIG_OPTIONS_MAILED} more, listed on the page.")
-        out.append("\n".join([textwrap.fill(head, WRAP), *rows]))
+        out.append("\n".join([_fill(head), *rows]))
     return out
 
 
@@ -193,7 +193,7 @@ def submission_finished(sub: Submission) -> Alert:
 
 def _not_mailed(addresses: list[str], why: str) -> str:
     """The paragraph that tells the owner whom kperf left out, and why."""
-    return textwrap.fill(f"kperf did not mail this to {', '.join(addresses)}: {why}.", WRAP, break_on_hyphens=False)
+    return _fill(f"kperf did not mail this to {', '.join(addresses)}: {why}.")
 
 
 def address_confirmation(user: User, row: RecipientAddress, token: str) -> Alert:

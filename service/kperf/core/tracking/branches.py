@@ -109,34 +109,25 @@ def track(user: User, req: TrackRequest) -> TrackedBranch:
             validate_email(address)
         except ValidationError:
             raise SubmissionError(f"{address!r} is not an e-mail address", "notify") from None
+    # What the caller chose: a branch tracked again takes them (and is enabled), a new one also its owner.
+    chosen = {
+        "benchmarks": clean.benchmarks,
+        "grid": clean.grid,
+        "arches": clean.arches,
+        "boots": req.boots,
+        "max_commits": req.max_commits,
+        "notify": notify,
+        "bisect": req.bisect,
+        "min_effect_pct": min_effect,
+    }
 
     with transaction.atomic():
         tree, _ = Tree.objects.get_or_create(url=clean.tree_url)
         branch, created = TrackedBranch.objects.update_or_create(
             tree=tree,
             branch=clean.head_ref,
-            defaults={
-                "benchmarks": clean.benchmarks,
-                "grid": clean.grid,
-                "arches": clean.arches,
-                "boots": req.boots,
-                "max_commits": req.max_commits,
-                "notify": notify,
-                "bisect": req.bisect,
-                "min_effect_pct": min_effect,
-                "enabled": True,
-            },
-            create_defaults={
-                "owner": user,
-                "benchmarks": clean.benchmarks,
-                "grid": clean.grid,
-                "arches": clean.arches,
-                "boots": req.boots,
-                "max_commits": req.max_commits,
-                "notify": notify,
-                "bisect": req.bisect,
-                "min_effect_pct": min_effect,
-            },
+            defaults={**chosen, "enabled": True},
+            create_defaults={**chosen, "owner": user},
         )
         # Checked after update_or_create, which holds the row's lock, so no one
         # can take the branch between the check and the write; raising here

@@ -8,8 +8,8 @@ from ninja import Router, Schema, Status
 from kperf.core import access
 from kperf.core.lifecycle import dispatch
 from kperf.core.lifecycle.task_names import Task
-from kperf.core.models import MachineClass, TrackedBranch
-from kperf.core.submissions import analysis, pipeline
+from kperf.core.models import TrackedBranch
+from kperf.core.submissions import pipeline
 from kperf.core.tracking import branches
 from kperf.core.web import presenters
 from kperf.core.web.api import history as history_api
@@ -159,13 +159,7 @@ def branch_series(
             _branch(request, branch_id), machine_class, benchmark, clock, metric, since, until, limit
         )
     branch = _branch(request, branch_id)
-    mclass = MachineClass.objects.filter(name=machine_class).first()
-    if mclass is None:
-        raise ApiError(404, "no-machine-class", f"no machine class {machine_class!r}: GET /api/v1/runners lists them")
-    try:
-        clock = analysis.requested_clock(machine_class, clock)
-    except analysis.UnknownClock as e:
-        raise ApiError(400, "invalid-series", str(e)) from None
+    mclass, clock = history_api.class_and_clock(machine_class, clock)
     commits, metrics = branches.series(branch, mclass.pk, benchmark, clock)
     return {
         "branch": branch.pk,

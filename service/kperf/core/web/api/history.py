@@ -18,6 +18,17 @@ DEFAULT_LIMIT = 1000
 MAX_LIMIT = 5000
 
 
+def class_and_clock(machine_class: str, clock: str | None) -> tuple[MachineClass, str]:
+    """The machine class a series is read for, and the clock (default: the class's); 404 or 400 saying why."""
+    mclass = MachineClass.objects.filter(name=machine_class).first()
+    if mclass is None:
+        raise ApiError(404, "no-machine-class", f"no machine class {machine_class!r}: GET /api/v1/runners lists them")
+    try:
+        return mclass, analysis.requested_clock(machine_class, clock)
+    except analysis.UnknownClock as e:
+        raise ApiError(400, "invalid-series", str(e)) from None
+
+
 def metric_series(
     branch: TrackedBranch,
     machine_class: str,
@@ -29,13 +40,7 @@ def metric_series(
     limit: int,
 ) -> MetricSeries:
     """The newest `limit` points of one metric at commit positions since..until, oldest first."""
-    mclass = MachineClass.objects.filter(name=machine_class).first()
-    if mclass is None:
-        raise ApiError(404, "no-machine-class", f"no machine class {machine_class!r}: GET /api/v1/runners lists them")
-    try:
-        clock = analysis.requested_clock(machine_class, clock)
-    except analysis.UnknownClock as e:
-        raise ApiError(400, "invalid-series", str(e)) from None
+    mclass, clock = class_and_clock(machine_class, clock)
     if not 1 <= limit <= MAX_LIMIT:
         raise ApiError(400, "invalid-series", f"limit must be 1 to {MAX_LIMIT} commits; page with next_until")
     # Commits that reached the database without the results hook are summarised first.
