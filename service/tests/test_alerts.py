@@ -5,7 +5,7 @@ from __future__ import annotations
 import email
 import email.policy
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
@@ -64,8 +64,18 @@ def smtp(settings: Any) -> Iterator[Inbox]:
         controller.stop()
 
 
-def finished_submission(alice: Any, mclass: Any, runner: Api, tmp: Path, head_level: float) -> Submission:
+def finished_submission(
+    alice: Any,
+    mclass: Any,
+    runner: Api,
+    tmp: Path,
+    head_level: float,
+    prepare: Callable[[Submission], None] | None = None,
+) -> Submission:
+    """A submission measured (base at 1000, head at `head_level`) and analysed; `prepare` sees it before its boots."""
     sub = submission_ready_for_testing(alice, mclass, tmp)
+    if prepare is not None:
+        prepare(sub)
     while (job := runner.post("/runner/claim").json()["job"]) is not None:
         level = 1000.0 if Job.objects.get(pk=job["id"]).side == "base" else head_level
         runner.post(f"/runner/jobs/{job['id']}/results", results_body(job, level))

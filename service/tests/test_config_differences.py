@@ -14,14 +14,11 @@ from typing import Any
 import pytest
 
 from kperf.core.builds import artifacts, configs
-from kperf.core.lifecycle import owners
 from kperf.core.mail import alerts
 from kperf.core.models import KernelBuild, Submission
-from kperf.core.submissions.analysis import analyse_submission
-from kperf.core.submissions.pipeline import SUBMISSION
 
-from .lab_fixtures import results_body, submission_page, submission_ready_for_testing
-from .test_alerts import Inbox, real_smtp_backend, smtp  # noqa: F401  (fixtures)
+from .lab_fixtures import submission_page
+from .test_alerts import Inbox, finished_submission, real_smtp_backend, smtp  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.django_db
 
@@ -32,18 +29,14 @@ HEAD = COMMON + 'CONFIG_HZ=1000\nCONFIG_SLUB_TINY=y\nCONFIG_CMDLINE="console=tty
 
 def finished_with_configs(alice: Any, mclass: Any, runner: Any, tmp: Path, texts: dict[str, str]) -> Submission:
     """A finished submission whose builds kept these .config texts (per side) as their "config" artifact."""
-    sub = submission_ready_for_testing(alice, mclass, tmp)
-    for link in sub.submission_builds.select_related("build"):
-        build = link.build
-        build.artifacts["config"] = artifacts.put_bytes(f"test/{build.pk}/config", texts[link.side].encode())
-        build.save(update_fields=["artifacts"])
-    while (job := runner.post("/runner/claim").json()["job"]) is not None:
-        runner.post(f"/runner/jobs/{job['id']}/results", results_body(job, 1000.0))
-    owners.advance(SUBMISSION, sub.pk)
-    analyse_submission(sub.pk)
-    sub.refresh_from_db()
-    assert sub.status == Submission.Status.DONE
-    return sub
+
+    def store(sub: Submission) -> None:
+        for link in sub.submission_builds.select_related("build"):
+            build = link.build
+            build.artifacts["config"] = artifacts.put_bytes(f"test/{build.pk}/config", texts[link.side].encode())
+            build.save(update_fields=["artifacts"])
+
+    return finished_submission(alice, mclass, runner, tmp, head_level=1000.0, prepare=store)
 
 
 def test_differing_configurations_are_listed_on_the_page_in_the_api_and_in_the_mail(
@@ -105,3 +98,13 @@ def test_the_same_configuration_says_nothing_and_an_unreadable_one_is_read_again
     assert configs.submission_differences(sub) == {}
     head.refresh_from_db()
     assert head.config_options is None
+
+
+def test_control_characters_of_a_submitted_trees_config_are_not_shown(
+    alice: Any, alice_api: Any, qemu_class: Any, runner_api: Any, tmp_path: Path
+) -> None:
+    """The .config comes out of the submitter's tree: a terminal escape in a value reaches no page or mail."""
+    escape = COMMON + 'CONFIG_CMDLINE="\x1b[2Jquiet"\n'
+    sub = finished_with_configs(alice, qemu_class, runner_api[1], tmp_path, {"base": BASE, "head": escape})
+    diffs = alice_api.get(f"/submissions/{sub.pk}").json()["config_differences"]["x86_64"]
+    assert {"option": "CONFIG_CMDLINE", "base": "n", "head": '"?[2Jquiet"'} in diffs

@@ -43,7 +43,10 @@ def options(build: KernelBuild) -> dict[str, str] | None:
         return None
     try:
         text = artifacts.read_checked(meta, f"the .config of build {build.pk}").decode("utf-8", "replace")
-        parsed = parse_fragment(text)
+        # The .config came out of the submitter's tree: a value with control
+        # characters (a terminal escape for whoever reads the mail) is shown
+        # with those replaced.
+        parsed = {name: _printable(value) for name, value in parse_fragment(text).items()}
     except artifacts.ArtifactUnavailable as e:
         log.warning("build %s: %s", build.pk, e)
         return None
@@ -53,6 +56,10 @@ def options(build: KernelBuild) -> dict[str, str] | None:
     KernelBuild.objects.filter(pk=build.pk).update(config_options=parsed)
     build.config_options = parsed
     return parsed
+
+
+def _printable(value: str) -> str:
+    return value if value.isprintable() else "".join(c if c.isprintable() else "?" for c in value)
 
 
 def differences(base: dict[str, str], head: dict[str, str]) -> list[OptionDifference]:
