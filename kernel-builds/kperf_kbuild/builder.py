@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kperf_kbuild.driver import BuildRequest, BuildResult, build_kernel, config_digest
+from kperf_kbuild.driver import DEFAULT_PROFILE, PROFILES, BuildRequest, BuildResult, build_kernel, config_digest
 from kperf_kbuild.host import BuildInfraError
 from kperf_kbuild.sandbox import Sandbox
 from kperf_kbuild.trees import DEFAULT_BUDGET_BYTES
@@ -168,10 +168,18 @@ def run_claim(config: Config, client: Client, claim: dict[str, Any]) -> str:
     lease.start()
     out_dir = config.work_dir / "outputs" / str(build_id)
     try:
-        expected = config_digest(str(claim["arch"]))
+        # A service from before profiles sends none: its builds are the default profile's.
+        profile = str(claim.get("profile") or DEFAULT_PROFILE)
+        if profile not in PROFILES:
+            raise BuildInfraError(
+                f"the service asked for configuration profile {profile!r}, which this build machine's "
+                f"kperf-kbuild does not have ({', '.join(PROFILES)}): install the service's kperf version here"
+            )
+        expected = config_digest(str(claim["arch"]), profile=profile)
         if expected != claim["config_digest"]:
             raise BuildInfraError(
-                f"this build machine's kperf-kbuild makes configuration {expected[:12]} for {claim['arch']}, "
+                f"this build machine's kperf-kbuild makes configuration {expected[:12]} for {claim['arch']} "
+                f"({profile} profile), "
                 f"the service asked for {str(claim['config_digest'])[:12]}: install the service's kperf version here"
             )
         mirror = fetch_commit(config, claim)
@@ -182,6 +190,7 @@ def run_claim(config: Config, client: Client, claim: dict[str, Any]) -> str:
             repo=mirror, sha=str(claim["sha"]), arch=str(claim["arch"]), work_root=config.work_dir,
             output_dir=out_dir, ccache_dir=config.ccache_dir or config.work_dir / "ccache", jobs=config.jobs,
             trees_budget_bytes=config.trees_budget_bytes, scope=str(claim["scope"]), sandbox=sandbox,
+            profile=profile,
         )  # fmt: skip
         log.info("build %s: %s for %s (attempt %s)", build_id, request.sha[:12], request.arch, attempt)
         result = build_kernel(request, lease.report)

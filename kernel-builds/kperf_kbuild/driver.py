@@ -65,6 +65,9 @@ from kperf_kbuild.kconfig import parse_fragment as parse_fragment
 from kperf_kbuild.kconfig import unmet_options as unmet_options
 from kperf_kbuild.logscan import ProgressFn
 from kperf_kbuild.modules import module_names
+from kperf_kbuild.profiles import DEFAULT_PROFILE as DEFAULT_PROFILE
+from kperf_kbuild.profiles import PROFILES as PROFILES
+from kperf_kbuild.profiles import check_profile, profile_fragments
 from kperf_kbuild.request import BuildRequest as BuildRequest
 from kperf_kbuild.request import BuildResult as BuildResult
 from kperf_kbuild.sandbox import Sandbox
@@ -94,11 +97,16 @@ def build_kernel(req: BuildRequest, progress: ProgressFn | None = None) -> Build
         raise ValueError(f"sha must be a full 40-hex commit id, got {req.sha!r}")
     if not SCOPE_RE.fullmatch(req.scope):
         raise ValueError(f"scope must match {SCOPE_RE.pattern}, got {req.scope!r}")
-    fragments = (arch_fragment(req.arch), *(Path(f).resolve() for f in req.fragments))
+    check_profile(req.profile)
+    fragments = (
+        arch_fragment(req.arch),
+        *profile_fragments(req.profile, req.arch),
+        *(Path(f).resolve() for f in req.fragments),
+    )
     for frag in fragments:
         if not frag.is_file():
             raise BuildInfraError(f"config fragment {frag} does not exist")
-    digest = config_digest(req.arch, req.fragments)
+    digest = config_digest(req.arch, req.fragments, req.profile)
     check_tools(req.arch)
     sandbox = req.sandbox or Sandbox.from_environ()
     sandbox.check()

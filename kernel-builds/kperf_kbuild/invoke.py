@@ -19,7 +19,7 @@ from pathlib import Path
 
 from kperf_kbuild import nofollow
 from kperf_kbuild.host import CROSS_COMPILE, MIN_FREE_BYTES, BuildInfraError, free_bytes
-from kperf_kbuild.kconfig import BASE_CONFIG, KERNEL_IMAGES, check_config
+from kperf_kbuild.kconfig import KERNEL_IMAGES, check_config
 from kperf_kbuild.logscan import (
     COMPILER_KILLED,
     NO_SPACE,
@@ -29,6 +29,7 @@ from kperf_kbuild.logscan import (
     read_target_status,
 )
 from kperf_kbuild.modules import build_benchmark_modules, has_modules, module_names
+from kperf_kbuild.profiles import ProfileMismatch, base_config
 from kperf_kbuild.request import BuildRequest, BuildResult
 from kperf_kbuild.sandbox import Sandbox, build_env
 from kperf_kbuild.trees import WarmTree
@@ -49,6 +50,8 @@ class Run:
     # Scratch the build may write besides obj: /tmp and HOME inside the
     # sandbox, the ccache stats log, the benchmark modules' copies.
     scratch: Path
+    # tuxmake's --kconfig: tinyconfig, or the distro profile's base file in scratch.
+    base: str
 
     @property
     def writable(self) -> list[Path]:
@@ -72,11 +75,17 @@ def run_tuxmake(
     shutil.rmtree(scratch, ignore_errors=True)
     (scratch / "tmp").mkdir(parents=True)
     (scratch / "ext").mkdir()
+    try:
+        base = base_config(req.profile, req.arch, tree.src, scratch)
+    except ProfileMismatch as e:
+        # The profile does not fit this tree's release: the kernel's result.
+        return _stopped(digest, output_dir, None, str(e), report)
     run = Run(
-        req, tree, output_dir, fragments, ccache_dir, work_root, digest, req.sandbox or Sandbox.from_environ(), scratch
-    )
+        req, tree, output_dir, fragments, ccache_dir, work_root, digest, req.sandbox or Sandbox.from_environ(), scratch,
+        base,
+    )  # fmt: skip
     env = _environment(run)
-    report("config", f"{BASE_CONFIG} + {', '.join(f.name for f in fragments)}")
+    report("config", f"{Path(base).name} + {', '.join(f.name for f in fragments)} ({req.profile} profile)")
     scanner = LogScanner(report, tree.obj, tree.src)
 
     def on_line(line: str) -> None:
@@ -95,7 +104,7 @@ def run_tuxmake(
     if ran.stopped:
         # The tree's own build passed a limit (ran too long, wrote or
         # printed too much): the kernel's failure, not the machine's.
-        return _stopped(run, scanner, ran.stopped, report)
+        return _stopped(run.digest, output_dir, scanner, ran.stopped, report)
     ccache_stats = read_stats_log(scratch / "ccache-stats.log")
     # What tuxmake recorded of each target (config, kernel, modules), not what the log's text says.
     recorded = read_target_status(output_dir)
@@ -136,7 +145,7 @@ def tuxmake_argv(run: Run) -> list[str]:
     req, tree = run.req, run.tree
     argv = [
         sys.executable, "-m", "tuxmake", "--runtime", "null", "--wrapper", "ccache",
-        "--target-arch", req.arch, "--toolchain", "gcc", "--kconfig", BASE_CONFIG,
+        "--target-arch", req.arch, "--toolchain", "gcc", "--kconfig", run.base,
     ]  # fmt: skip
     for frag in run.fragments:
         argv += ["--kconfig-add", str(frag)]
@@ -195,19 +204,21 @@ def _environment(run: Run) -> dict[str, str]:
     return env
 
 
-def _stopped(run: Run, scanner: LogScanner, why: str, report: ProgressFn) -> BuildResult:
+def _stopped(digest: str, output_dir: Path, scanner: LogScanner | None, why: str, report: ProgressFn) -> BuildResult:
+    """A build ended for the kernel's reason before make finished: a limit, or a profile that does not fit."""
     report("done", why)
-    build_log = run.output_dir / "build.log"
+    build_log = output_dir / "build.log"
+    tail = list(scanner.tail) if scanner else []
     with contextlib.suppress(OSError):
-        nofollow.write_text(build_log, "\n".join(scanner.tail) + f"\n{why}\n")
+        nofollow.write_text(build_log, "\n".join(tail) + f"\n{why}\n")
     return BuildResult(
         ok=False,
         artifacts={"build-log": build_log} if nofollow.is_regular(build_log) else {},
-        config_digest=run.digest,
-        log_tail=scanner.log_tail() + f"\n{why}",
+        config_digest=digest,
+        log_tail=(scanner.log_tail() + "\n" if scanner else "") + why,
         duration_s=0.0,
         error=why,
-        compiled=scanner.compiled,
+        compiled=scanner.compiled if scanner else 0,
     )
 
 

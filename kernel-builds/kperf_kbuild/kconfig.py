@@ -13,12 +13,9 @@ from kperf_kbuild import modules as benchmark_modules
 from kperf_kbuild import nofollow
 from kperf_kbuild.logscan import ProgressFn
 from kperf_kbuild.modules import module_sources
+from kperf_kbuild.profiles import BASE_CONFIG, DEFAULT_PROFILE, profile_fragments
 
 SUPPORTED_ARCHES = ("x86_64", "arm64")
-
-# The base every fragment is merged onto. Part of the config digest, so
-# changing it gives every build a new key.
-BASE_CONFIG = "tinyconfig"
 
 CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -39,13 +36,17 @@ def arch_fragment(arch: str) -> Path:
     return CONFIGS_DIR / f"{arch}.config"
 
 
-def config_digest(arch: str, fragments: Sequence[Path] = ()) -> str:
+def config_digest(arch: str, fragments: Sequence[Path] = (), profile: str = DEFAULT_PROFILE) -> str:
     """sha256 (hex) identifying the kernel configuration a build asks for.
 
-    Hashes the base config name and the text of the arch fragment and of the
-    extra fragments, in order (order matters: later fragments win). Each part
-    is length-prefixed so that moving text from one fragment to the next
-    cannot produce the same digest.
+    Hashes the base config name and the text of the arch fragment, of the
+    profile's fragments and of the extra fragments, in order (order matters:
+    later fragments win). Each part is length-prefixed so that moving text
+    from one fragment to the next cannot produce the same digest. The
+    default profile adds no part, so its digest is the one builds had
+    before profiles existed. (The distro profile's base is the release's
+    Debian configuration, which the service cannot read: its digest names the
+    profile, and the build's recorded .config says the rest.)
     """
     h = hashlib.sha256()
 
@@ -55,7 +56,9 @@ def config_digest(arch: str, fragments: Sequence[Path] = ()) -> str:
 
     part(b"kperf-config-v1")
     part(BASE_CONFIG.encode())
-    for path in (arch_fragment(arch), *fragments):
+    if profile != DEFAULT_PROFILE:
+        part(b"profile:" + profile.encode())
+    for path in (arch_fragment(arch), *profile_fragments(profile, arch), *fragments):
         part(Path(path).read_bytes())
     # The benchmark modules are built with the kernel: a new module source
     # is a new build, as a new fragment is.

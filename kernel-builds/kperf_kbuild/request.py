@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kperf_kbuild.profiles import DEFAULT_PROFILE
 from kperf_kbuild.sandbox import Sandbox
 from kperf_kbuild.trees import DEFAULT_BUDGET_BYTES
 
@@ -17,6 +18,9 @@ class BuildRequest:
     work_root: Path
     output_dir: Path
     fragments: tuple[Path, ...] = ()
+    # The configuration profile (kperf_kbuild.profiles): its fragments come
+    # after the arch fragment and before `fragments`.
+    profile: str = DEFAULT_PROFILE
     ccache_dir: Path | None = None
     jobs: int = 0
     # What the warm trees under work_root may take on disk; past it the

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kperf_kbuild.driver import (
+    DEFAULT_PROFILE,
     BuildInfraError,
     BuildRequest,
     BuildResult,
@@ -172,13 +173,15 @@ def ensure_test_tree(
     return tree
 
 
-def build_fixture_kernel(tree: Path, branch: str, arch: str, cache_dir: Path) -> BuildResult:
-    """Build ``branch`` of the test tree for ``arch`` with the default
-    fragment, or return the earlier successful build of the same key."""
+def build_fixture_kernel(
+    tree: Path, branch: str, arch: str, cache_dir: Path, profile: str = DEFAULT_PROFILE
+) -> BuildResult:
+    """Build ``branch`` of the test tree for ``arch`` with the arch fragment
+    and `profile`, or return the earlier successful build of the same key."""
     cache_dir = Path(cache_dir).resolve()
     sha = _git(tree, "rev-parse", "--verify", "--end-of-options", f"refs/heads/{branch}^{{commit}}")
     sha = sha.strip()
-    digest = config_digest(arch)
+    digest = config_digest(arch, profile=profile)
     key = f"{arch}-{sha[:12]}-{digest[:12]}"
     builds = cache_dir / "fixture-builds"
     builds.mkdir(parents=True, exist_ok=True)
@@ -196,6 +199,7 @@ def build_fixture_kernel(tree: Path, branch: str, arch: str, cache_dir: Path) ->
                 work_root=cache_dir / "work",
                 output_dir=out,
                 ccache_dir=cache_dir / "ccache",
+                profile=profile,
             ),
             progress=lambda phase, message: log.info("%s %s: %s", key, phase, message),
         )
