@@ -104,7 +104,7 @@ def test_a_finished_submission_mails_its_owner_the_verdicts_and_the_table(
     # Every verdict says which clock timed it: two clocks' numbers are different metrics.
     assert "  spawn-vmas-0 (spawn, qemu-x86_64): -49.95% [" in body
     assert "      instructions clock, boots 4/4, iterations 12/12, threshold 0.5%" in body
-    assert "spawn on qemu-x86_64, instruction clock (per 10^9 guest instructions):" in body
+    assert "spawn on qemu-x86_64 (tiny profile),\ninstruction clock (per 10^9 guest instructions):" in body
     assert "Hmean     spawn-vmas-0" in body  # the mmtests-style table
     assert f"Details: https://kperf.example.org/submissions/{sub.pk}" in body
     assert max(len(line) for line in body.splitlines()) <= 80, [line for line in body.splitlines() if len(line) > 80]

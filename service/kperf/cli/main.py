@@ -64,6 +64,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         body["boot_params"] = args.boot_params
     if args.thp:
         body["thp"] = args.thp
+    if args.profile:
+        body["profile"] = args.profile
     sub = client.call("POST", "/submissions", body)
     # With --wait --json standard output is the JSON alone (for jq).
     print(
@@ -247,6 +249,11 @@ def _add_submit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--thp",
         metavar="MODE",
         help="transparent huge pages for every boot: always, madvise or never (default: the kernel's)",
+    )
+    s.add_argument(
+        "--profile",
+        metavar="NAME",
+        help="kernel configuration profile of both sides: tiny, mm or distro (default: each machine class's own)",
     )
     s.add_argument(
         "--wait",

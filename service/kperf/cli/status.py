@@ -34,7 +34,8 @@ def render_comparison(c: dict[str, Any]) -> list[str]:
 def render_status(d: dict[str, Any]) -> str:
     lines = [
         f"#{d['id']} {d['branch']} ({(d['head_sha'] or '?')[:12]}) vs {d['base']} ({(d['base_sha'] or '?')[:12]})",
-        f"tree {d['tree']}  benchmarks {', '.join(d['benchmarks'])} ({d['grid']})  arches {', '.join(d['arches'])}",
+        f"tree {d['tree']}  benchmarks {', '.join(d['benchmarks'])} ({d['grid']})  arches {', '.join(d['arches'])}"
+        f"  profile {d.get('profile') or 'each class its own'}",
     ]
     if d.get("series"):
         lines += series.describe(d["series"])

@@ -59,6 +59,8 @@ def cmd_track(args: argparse.Namespace) -> int:
     }
     if args.min_effect is not None:
         body["min_effect_pct"] = args.min_effect
+    if args.profile:
+        body["profile"] = args.profile
     d = client.call("POST", "/branches", body)
     print(f"tracking branch {d['id']}: {client.server}/branches/{d['id']}")
     return 0
@@ -95,6 +97,12 @@ def add_parsers(sub: Any) -> None:
         help="practical threshold in percent for change points (default: the clock's, see docs/statistics.md)",
     )
     t.add_argument("--arch", action="append", help="x86_64 or arm64 (repeat for both)")
+    t.add_argument(
+        "--profile",
+        metavar="NAME",
+        help="kernel configuration profile of its commits: tiny, mm or distro; measured on the machine classes "
+        "of that profile (default: every class, each with its own)",
+    )
     t.add_argument("--boots", type=int, default=0, help="boots per commit (default: the grid's)")
     t.add_argument("--max-commits", type=int, default=16, help="most commits measured per move of the branch")
     t.add_argument("--backfill", type=int, default=0, help="also measure this many commits before the current head")

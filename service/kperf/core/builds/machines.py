@@ -94,6 +94,8 @@ class BuildClaim(TypedDict):
     sha: str
     arch: str
     config_digest: str
+    # The configuration profile (kperf_kbuild.profiles); part of config_digest.
+    profile: str
     scope: str
     tree: int
     git_path: str
@@ -110,6 +112,7 @@ def claim_payload(build: KernelBuild) -> BuildClaim:
         "sha": build.sha,
         "arch": build.arch,
         "config_digest": build.config_digest,
+        "profile": build.profile,
         "scope": build.scope,
         "tree": build.tree_id,
         "git_path": f"/builder-git/{build.tree_id}",

@@ -32,7 +32,7 @@ from kperf.core.builds import artifacts as artifact_store
 from kperf.core.lifecycle import dispatch, states
 from kperf.core.lifecycle.task_names import Task
 from kperf.core.models import KernelBuild, Tree
-from kperf_kbuild.driver import BuildInfraError, BuildRequest, build_kernel
+from kperf_kbuild.driver import DEFAULT_PROFILE, BuildInfraError, BuildRequest, build_kernel
 from kperf_kbuild.sandbox import Sandbox
 
 log = logging.getLogger("kperf.builds")
@@ -70,7 +70,9 @@ def nudge(build_id: int, countdown: float | None = None) -> None:
         dispatch.after_commit(Task.BUILD_KERNEL, build_id, countdown=countdown)
 
 
-def need_build(tree: Tree, sha: str, arch: str, digest: str, scope: str = LAB_SCOPE) -> KernelBuild:
+def need_build(
+    tree: Tree, sha: str, arch: str, digest: str, scope: str = LAB_SCOPE, profile: str = DEFAULT_PROFILE
+) -> KernelBuild:
     """The build of (sha, arch, config) an owner needs, queued when it must run (caller is in a transaction).
 
     A kernel that did not build is a fact about that sha and config and is
@@ -88,7 +90,7 @@ def need_build(tree: Tree, sha: str, arch: str, digest: str, scope: str = LAB_SC
         if lab is not None:
             return lab
     build, created = KernelBuild.objects.get_or_create(
-        sha=sha, arch=arch, config_digest=digest, scope=scope, defaults={"tree": tree}
+        sha=sha, arch=arch, config_digest=digest, scope=scope, defaults={"tree": tree, "profile": profile}
     )
     if created:
         nudge(build.pk)
@@ -281,6 +283,7 @@ def _run(build: KernelBuild, attempt: int, heartbeat: _Heartbeat) -> None:
         jobs=settings.KPERF_BUILD_JOBS,
         trees_budget_bytes=settings.KPERF_BUILD_TREES_BUDGET_BYTES,
         scope=build.scope,
+        profile=build.profile,
         # The sandbox's own wall limit stops a build that never ends as the
         # tree's failure, before the task's time limit calls it the machine's.
         sandbox=_sandbox(),

@@ -154,6 +154,9 @@ class RunnerState(TypedDict):
     arch: str
     # The clock the class's new jobs are timed with; capabilities.clocks is what the runner gives.
     clock: str
+    # The class's kernels: configuration profile, and vCPUs a QEMU runner boots (0: its default).
+    profile: str
+    vcpus: int
     health: str
     reason: str
     since: str | None
@@ -188,6 +191,8 @@ def runner_dict(r: Runner) -> RunnerState:
         "machine_class": r.machine_class.name,
         "arch": r.machine_class.arch,
         "clock": r.machine_class.clock,
+        "profile": r.machine_class.profile,
+        "vcpus": r.machine_class.vcpus,
         "health": r.health,
         "reason": r.health_reason,
         "since": _iso(r.health_since),

@@ -15,6 +15,9 @@ would measure itself:
   clock the sharer's own boots there get: never across clocks);
 - same boot parameters and THP mode (Job.boot_params, Job.thp): the kernel
   is the same, but booted another way it is another measurement;
+- the class's vCPUs now (Job.vcpus): a boot of another VM shape is another
+  machine's (the build, and with it the configuration profile, is the same
+  by the first rule);
 - not failed or cancelled;
 - measured (or being measured) by a runner whose identity has not changed
   since it began the boot: `Runner.identity_changed` moves when the runner
@@ -84,6 +87,7 @@ def candidates(
             clock=clock,
             boot_params=sub.boot_params,
             thp=sub.thp,
+            vcpus=mclass.vcpus,
             boots=1,
         )
         .exclude(submission=sub)

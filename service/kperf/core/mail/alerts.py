@@ -19,11 +19,19 @@ from django.core.mail import EmailMessage, get_connection
 from django.db import transaction
 from django.utils import timezone
 
-from kperf.core.builds import configs
+from kperf.core.builds import configs, profiles
 from kperf.core.lifecycle import dispatch
 from kperf.core.lifecycle.task_names import Task
 from kperf.core.mail import recipients, replies
-from kperf.core.models import Alert, ChangePoint, MetricComparison, PatchSeries, RecipientAddress, Submission
+from kperf.core.models import (
+    Alert,
+    ChangePoint,
+    MachineClass,
+    MetricComparison,
+    PatchSeries,
+    RecipientAddress,
+    Submission,
+)
 from kperf.core.results import outcome
 
 log = logging.getLogger("kperf.alerts")
@@ -77,6 +85,14 @@ def _metric_line(m: MetricComparison, bench: str, mclass: str, clock: str) -> st
     )
 
 
+def _shape(sub: Submission, mclass: MachineClass) -> str:
+    """What was measured on a class: "mm profile, 2 vCPUs" (the profile is the
+    class's unless the submission chose one; 0 vCPUs is the runner's default)."""
+    vcpus = mclass.vcpus
+    cpus = f", {vcpus} vCPU{'s' if vcpus != 1 else ''}" if vcpus else ""
+    return f"{profiles.class_profile(mclass, sub.profile)} profile{cpus}"
+
+
 def submission_mail(sub: Submission) -> tuple[str, str]:
     """(subject, body) of the mail that answers a finished submission."""
     title = f"[kperf] #{sub.pk} {sub.head_ref} vs {sub.base_ref}"
@@ -84,7 +100,13 @@ def submission_mail(sub: Submission) -> tuple[str, str]:
     head = f"{sub.head_ref} ({sub.head_sha[:12] or 'unresolved'})"
     base = f"{sub.base_ref} ({sub.base_sha[:12] or 'unresolved'})"
     benches = f"{', '.join(sub.benchmarks)} ({sub.grid} grid)"
-    intro = f"kperf compared {head}\nagainst {base}\nof {sub.tree.url}\non {benches}."
+    built = sorted(set(sub.submission_builds.values_list("build__profile", flat=True)))
+    kernels = (
+        f"\nKernels built with the {' and '.join(built)} configuration profile{'s' if len(built) > 1 else ''}."
+        if built
+        else ""
+    )
+    intro = f"kperf compared {head}\nagainst {base}\nof {sub.tree.url}\non {benches}.{kernels}"
     # The same words as the top of the page (kperf.core.results.outcome).
     subject = f"{title}: {outcome.verdict_line(sub)}"
     if sub.status == Submission.Status.FAILED:
@@ -128,7 +150,9 @@ def submission_mail(sub: Submission) -> tuple[str, str]:
         if not table:
             continue
         lines = table.count("\n") + 1
-        where = f"{comp.benchmark} on {comp.machine_class.name}, {CLOCK_WORDS.get(comp.clock, comp.clock)}"
+        # Two lines: the class's name and shape, then the clock (80 columns).
+        shape = _shape(sub, comp.machine_class)
+        where = f"{comp.benchmark} on {comp.machine_class.name} ({shape}),\n{CLOCK_WORDS.get(comp.clock, comp.clock)}"
         if lines <= TABLE_MAX_LINES:
             sections.append(f"{where}:\n\n{table}")
         else:

@@ -46,6 +46,10 @@ class KernelBuild(models.Model):
     sha = models.CharField(max_length=40)
     arch = models.CharField(max_length=16)
     config_digest = models.CharField(max_length=64)
+    # The configuration profile it was built with (kperf_kbuild.profiles:
+    # tiny, mm, distro); part of config_digest too. Never pooled or compared
+    # across profiles (docs/kernels.md).
+    profile = models.CharField(max_length=16, default="tiny")
     # "lab" (operators' and staff's builds, trusted by everyone) or
     # "user-<id>" (one submitter's builds, reused only by that submitter).
     scope = models.CharField(max_length=64, default="lab")

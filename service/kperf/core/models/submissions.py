@@ -72,6 +72,9 @@ class Submission(models.Model):
     # people give). Boots with other values are never shared or pooled.
     boot_params = models.CharField(max_length=BOOT_PARAMS_MAX_LENGTH, blank=True, default="")
     thp = models.CharField(max_length=8, choices=Thp.choices, blank=True, default="")
+    # The configuration profile both sides are built with ("": each machine
+    # class's own, MachineClass.profile). docs/kernels.md.
+    profile = models.CharField(max_length=16, blank=True, default="")
     # Addresses the submitter wants the result mail sent to, besides the owner (a list, say).
     mail_to = models.JSONField(default=list, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)

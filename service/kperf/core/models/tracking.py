@@ -19,6 +19,9 @@ class TrackedBranch(models.Model):
     branch = models.CharField(max_length=255)
     benchmarks = models.JSONField(default=list)
     grid = models.CharField(max_length=32, default="quick")
+    # The configuration profile its commits are built with ("": each machine
+    # class's own); measured only on classes of that profile (docs/kernels.md).
+    profile = models.CharField(max_length=16, blank=True, default="")
     arches = models.JSONField(default=list)
     # Practical threshold in percent for change points (None: per-clock default).
     min_effect_pct = models.FloatField(null=True, blank=True)

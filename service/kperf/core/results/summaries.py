@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, F, OuterRef, QuerySet
 
 from kperf.core.models import (
     BranchCommit,
@@ -69,13 +69,18 @@ def _boots_by_metric(samples: QuerySet[Sample], order: tuple[str, ...]) -> dict[
 
 
 def default_boots(jobs: QuerySet[Job]) -> QuerySet[Job]:
-    """The jobs booted as kperf boots every kernel: no extra command line words, the kernel's THP mode.
+    """The jobs booted as kperf boots the class's kernels: no extra command line words, the kernel's THP mode,
+    the class's configuration profile and vCPUs.
 
     Only those make a kernel's run and the class's noise pools: a submission
     that asked for other boot parameters measured the kernel another way,
-    and its boots would widen the spread between boots of one kernel.
+    and its boots would widen the spread between boots of one kernel; a
+    kernel of another profile, or a VM of another shape, is another series
+    altogether (docs/kernels.md).
     """
-    return jobs.filter(boot_params="", thp="")
+    return jobs.filter(
+        boot_params="", thp="", build__profile=F("machine_class__profile"), vcpus=F("machine_class__vcpus")
+    )
 
 
 def run_jobs(mclass_id: int, clock: str, bench: str, grid: str, sha: str) -> QuerySet[Job]:

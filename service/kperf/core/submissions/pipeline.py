@@ -18,7 +18,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from kperf.core import benchmarks
-from kperf.core.builds import apply_series, artifacts, gitops, patch_series, queue, tree_urls
+from kperf.core.builds import apply_series, artifacts, gitops, patch_series, profiles, queue, tree_urls
 from kperf.core.lab import sharing
 from kperf.core.lab.boot_params import BootParamsError, clean_boot_params, clean_thp
 from kperf.core.lifecycle import dispatch, owners
@@ -34,7 +34,7 @@ from kperf.core.models import (
     Tree,
 )
 from kperf.core.submissions import analysis
-from kperf_kbuild.driver import SUPPORTED_ARCHES, config_digest
+from kperf_kbuild.driver import SUPPORTED_ARCHES
 
 log = logging.getLogger("kperf.workflow")
 
@@ -66,6 +66,8 @@ class SubmissionRequest:
     series: patch_series.Series | None = None
     # More addresses for the result mail, besides the owner's.
     mail_to: list[str] = field(default_factory=list)
+    # The configuration profile of both sides ("": each machine class's own; docs/kernels.md).
+    profile: str = ""
 
 
 # A practical threshold outside these bounds is a typo: 0 would call any
@@ -136,6 +138,10 @@ def validate(req: SubmissionRequest) -> SubmissionRequest:
         thp = clean_thp(req.thp)
     except BootParamsError as e:
         raise SubmissionError(str(e), e.field) from None
+    try:
+        profile = profiles.clean_profile(req.profile)
+    except profiles.ProfileError as e:
+        raise SubmissionError(str(e), "profile") from None
     return SubmissionRequest(
         url,
         head,
@@ -149,6 +155,7 @@ def validate(req: SubmissionRequest) -> SubmissionRequest:
         mbox=req.mbox,
         series=parsed,
         mail_to=mail_to,
+        profile=profile,
     )
 
 
@@ -187,6 +194,7 @@ def _create(owner: User, clean: SubmissionRequest, stored: dict[str, Any]) -> Su
         min_effect_pct=clean.min_effect_pct,
         boot_params=clean.boot_params,
         thp=clean.thp,
+        profile=clean.profile,
     )
     dispatch.after_commit(Task.PREPARE_SUBMISSION, sub.pk)
     if clean.series is not None and clean.mbox is not None:
@@ -244,10 +252,11 @@ def prepare_submission(sub_id: int) -> None:
             return
         locked.base_sha, locked.head_sha = base_sha, head_sha
         for arch in locked.arches:
-            digest = config_digest(arch)
-            for side, sha in ((SubmissionBuild.Side.BASE, base_sha), (SubmissionBuild.Side.HEAD, head_sha)):
-                build = queue.need_build(tree, sha, arch, digest, queue.scope_for(locked.owner))
-                SubmissionBuild.objects.get_or_create(submission=locked, build=build, side=side)
+            # One pair of builds per profile the submission's classes measure (builds.profiles).
+            for profile in profiles.needed(arch, locked.profile):
+                for side, sha in ((SubmissionBuild.Side.BASE, base_sha), (SubmissionBuild.Side.HEAD, head_sha)):
+                    build = profiles.need_build(tree, sha, arch, profile, queue.scope_for(locked.owner))
+                    SubmissionBuild.objects.get_or_create(submission=locked, build=build, side=side)
         owners.start(SUBMISSION, locked, base_sha=base_sha, head_sha=head_sha)
 
 
@@ -325,10 +334,14 @@ def _resolve(tree: Tree, ref: str, what: str) -> str:
 
 def schedule_jobs(sub: Submission, links: list[SubmissionBuild]) -> None:
     """Queue one-boot jobs, base and head alternating, per machine class and benchmark."""
+    bases = [sb.build for sb in links if sb.side == SubmissionBuild.Side.BASE]
+    heads = [sb.build for sb in links if sb.side == SubmissionBuild.Side.HEAD]
     for arch in sub.arches:
-        base = next(sb.build for sb in links if sb.side == SubmissionBuild.Side.BASE and sb.build.arch == arch)
-        head = next(sb.build for sb in links if sb.side == SubmissionBuild.Side.HEAD and sb.build.arch == arch)
         for mclass in MachineClass.objects.filter(arch=arch).order_by("name"):
+            profile = profiles.class_profile(mclass, sub.profile)
+            base, head = profiles.pick(bases, arch, profile), profiles.pick(heads, arch, profile)
+            if base is None or head is None:
+                continue
             for bench in sub.benchmarks:
                 grid_boots, params = benchmarks.grid_for(bench, sub.grid)
                 boots = benchmarks.boots_per_side(grid_boots, mclass.clock)

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import logging
 
-from kperf.core.builds import gitops, queue
+from kperf.core.builds import gitops, profiles, queue
 from kperf.core.lifecycle import dispatch
 from kperf.core.lifecycle.task_names import Task
 from kperf.core.models import BranchCommit, ChangePoint, TrackedBranch
-from kperf_kbuild.driver import config_digest
 
 log = logging.getLogger("kperf.tracking")
 
@@ -30,9 +29,8 @@ def add_commits(branch: TrackedBranch, wanted: list[tuple[str, str, int]]) -> li
         if not new:
             continue
         for arch in branch.arches:
-            commit.builds.add(
-                queue.need_build(branch.tree, sha, arch, config_digest(arch), queue.scope_for(branch.owner))
-            )
+            for profile in profiles.needed(arch, branch.profile):
+                commit.builds.add(profiles.need_build(branch.tree, sha, arch, profile, queue.scope_for(branch.owner)))
         dispatch.after_commit(Task.ADVANCE_BRANCH_COMMIT, commit.pk)
         created.append(commit)
     return created

@@ -24,7 +24,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from kperf.core import access, benchmarks
-from kperf.core.builds import gitops
+from kperf.core.builds import gitops, profiles
 from kperf.core.lifecycle import dispatch, owners
 from kperf.core.lifecycle.task_names import Task
 from kperf.core.models import (
@@ -32,7 +32,6 @@ from kperf.core.models import (
     ChangePoint,
     Job,
     KernelBuild,
-    MachineClass,
     Sample,
     TrackedBranch,
     Tree,
@@ -61,6 +60,8 @@ class TrackRequest:
     notify: list[str] = field(default_factory=list)
     bisect: bool = True
     min_effect_pct: float | None = None
+    # The configuration profile of its commits ("": each machine class's own; docs/kernels.md).
+    profile: str = ""
 
 
 class AlreadyTracked(Exception):
@@ -97,6 +98,11 @@ def track(user: User, req: TrackRequest) -> TrackedBranch:
         SubmissionRequest(req.tree_url, req.branch, req.branch, list(req.benchmarks), req.grid, list(req.arches))
     )
     min_effect = validate_min_effect(req.min_effect_pct)
+    try:
+        profile = profiles.clean_profile(req.profile)
+        profiles.check_branch_profile(clean.arches, profile)
+    except profiles.ProfileError as e:
+        raise SubmissionError(str(e), "profile") from None
     if not 0 <= req.boots <= 100:
         raise SubmissionError("boots must be 0 (the grid's boots per side) to 100", "boots")
     if not 1 <= req.max_commits <= MAX_COMMITS_LIMIT:
@@ -119,6 +125,7 @@ def track(user: User, req: TrackRequest) -> TrackedBranch:
         "notify": notify,
         "bisect": req.bisect,
         "min_effect_pct": min_effect,
+        "profile": profile,
     }
 
     with transaction.atomic():
@@ -238,7 +245,10 @@ def queue_commit_jobs(commit: BranchCommit, builds: list[KernelBuild]) -> None:
     branch = commit.branch
     seq = (Job.objects.filter(branch_commit=commit).aggregate(m=Max("seq"))["m"] or 0) + 1
     for build in builds:
-        for mclass in MachineClass.objects.filter(arch=build.arch).order_by("name"):
+        # A commit's builds are its history on the classes of their profile (builds.profiles).
+        for mclass in profiles.branch_classes(build.arch, branch.profile):
+            if profiles.class_profile(mclass, branch.profile) != build.profile:
+                continue
             for bench in branch.benchmarks:
                 _, params = benchmarks.grid_for(bench, branch.grid)
                 for _ in range(boots_for(branch, bench, mclass.clock)):

@@ -41,7 +41,9 @@ FROM core_sample s
 JOIN core_bootrecord r ON r.id = s.boot_record_id
 JOIN core_job j ON j.id = r.job_id
 JOIN core_kernelbuild b ON b.id = j.build_id
+JOIN core_machineclass m ON m.id = j.machine_class_id
 WHERE j.status = 'done' AND j.boot_params = '' AND j.thp = ''
+  AND b.profile = m.profile AND j.vcpus = m.vcpus
 GROUP BY j.id, r.id, b.sha, s.metric
 ORDER BY j.machine_class_id, j.clock, j.benchmark, j.grid, b.sha, s.metric, j.finished, r.boot
 """

@@ -12,7 +12,7 @@ from django.db.models import Exists, F, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 from typing_extensions import TypedDict
 
-from kperf.core.builds import configs
+from kperf.core.builds import configs, profiles
 from kperf.core.lab import eta, sharing, tuning, waiting
 from kperf.core.models import (
     BootRecord,
@@ -57,6 +57,7 @@ def build_dict(sb: Any) -> BuildRow:
         "sha": b.sha,
         "arch": b.arch,
         "config_digest": b.config_digest,
+        "profile": b.profile,
         "status": b.status,
         "phase": b.phase,
         "progress": b.progress,
@@ -198,6 +199,8 @@ def comparisons(sub: Submission) -> list[Comparison]:
     counted = _counters_per_boot(sub, per_op_sides)
     per_boot, counter_boots = counted["vmstat"]
     perf_per_boot, perf_boots = counted["perf"]
+    # The vCPUs its own boots had per class (a class's setting may have changed since).
+    vcpus = dict(sub.jobs.values_list("machine_class_id", "vcpus"))
     for comp in sub.comparisons.select_related("machine_class").prefetch_related("metrics"):
         side = {s: (comp.machine_class_id, comp.benchmark, comp.clock, s) for s in ("base", "head")}
         # Both sides need boots with counters, or there is nothing to set side by side.
@@ -209,6 +212,8 @@ def comparisons(sub: Submission) -> list[Comparison]:
                 "benchmark": comp.benchmark,
                 "clock": comp.clock,
                 "clock_label": Clock(comp.clock).label,
+                "profile": profiles.class_profile(comp.machine_class, sub.profile),
+                "vcpus": vcpus.get(comp.machine_class_id, comp.machine_class.vcpus),
                 "method": comp.method,
                 "alpha": comp.alpha,
                 "look": comp.look,
@@ -288,6 +293,7 @@ def submission_summary(sub: Submission) -> SubmissionSummary:
         "min_effect_pct": sub.min_effect_pct,
         "boot_params": sub.boot_params,
         "thp": sub.thp,
+        "profile": sub.profile,
         "status": sub.status,
         "final": sub.is_final,
         "error": sub.error,
@@ -358,6 +364,7 @@ def branch_summary(b: TrackedBranch) -> BranchSummary:
         "benchmarks": b.benchmarks,
         "grid": b.grid,
         "arches": b.arches,
+        "profile": b.profile,
         "min_effect_pct": b.min_effect_pct,
         "boots": b.boots,
         "max_commits": b.max_commits,

@@ -55,6 +55,8 @@ class SubmissionSummary(TypedDict):
     # What every boot was measured with: command line words added last, THP mode ('': kernel default).
     boot_params: str
     thp: str
+    # The configuration profile both kernels were built with ('': each machine class's own; docs/kernels.md).
+    profile: str
     status: str
     # Whether the status can still change (Submission.FINAL): what clients wait for.
     final: bool
@@ -80,6 +82,8 @@ class BuildRow(TypedDict):
     sha: str
     arch: str
     config_digest: str
+    # The configuration profile it was built with (tiny, mm, distro; docs/kernels.md).
+    profile: str
     status: str
     phase: str
     progress: str
@@ -162,6 +166,10 @@ class Comparison(TypedDict):
     # Every number below was timed with this clock (models.Clock).
     clock: str
     clock_label: str
+    # What was measured there: both kernels' configuration profile, and the
+    # vCPUs a QEMU runner booted (0: its default, one on the instruction clock).
+    profile: str
+    vcpus: int
     method: str
     alpha: float
     look: int
@@ -232,6 +240,8 @@ class BranchSummary(TypedDict):
     benchmarks: list[str]
     grid: str
     arches: list[str]
+    # Its commits' configuration profile ('': each machine class's own).
+    profile: str
     min_effect_pct: float | None
     boots: int
     max_commits: int

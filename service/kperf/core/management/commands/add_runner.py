@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kperf.core.models import Clock, MachineClass, Runner
-from kperf_kbuild.driver import SUPPORTED_ARCHES
+from kperf_kbuild.driver import PROFILES, SUPPORTED_ARCHES
 
 
 class Command(BaseCommand):
@@ -23,6 +23,19 @@ class Command(BaseCommand):
             choices=Clock.values,
             help="the clock the machine class's jobs are timed with from now on "
             "(a new class: instructions, QEMU's instruction clock; bare metal and KVM want wall)",
+        )
+        parser.add_argument(
+            "--profile",
+            choices=PROFILES,
+            help="the configuration profile the class's kernels are built with unless a submission or branch "
+            "chooses one (a new class: tiny); its history restarts with the new one (docs/kernels.md)",
+        )
+        parser.add_argument(
+            "--vcpus",
+            type=int,
+            choices=(1, 2, 4),
+            help="vCPUs a QEMU runner of the class boots (a new class: its default, one on the instruction "
+            "clock); its history restarts with the new count",
         )
         parser.add_argument(
             "--yields-to-builds",
@@ -43,6 +56,12 @@ class Command(BaseCommand):
             moved = mclass.set_clock(opts["clock"])
             self.stderr.write(f"machine class {mclass.name} now times with the {mclass.clock} clock")
             self.stderr.write(f"{moved} queued job(s) moved to it; jobs of comparisons already measured keep theirs")
+        shape = {k: opts[k] for k in ("profile", "vcpus") if opts[k] is not None and getattr(mclass, k) != opts[k]}
+        if shape:
+            # Never mixed with the old kernels or VM shape: summaries.default_boots keeps only the class's own.
+            MachineClass.objects.filter(pk=mclass.pk).update(**shape)
+            words = ", ".join(f"{k} {v}" for k, v in shape.items())
+            self.stderr.write(f"machine class {mclass.name} now measures with {words}; its history starts anew")
         runner, token = Runner.register(opts["name"], mclass)
         runner.yields_to_builds = opts["yields_to_builds"]
         runner.save(update_fields=["yields_to_builds"])

@@ -32,6 +32,8 @@ class TrackIn(Schema):
     notify: list[str] = []
     bisect: bool = True
     min_effect_pct: float | None = None
+    # Configuration profile of its commits: tiny, mm or distro; empty for each machine class's own.
+    profile: str = ""
 
 
 class TrackUpdateIn(Schema):
@@ -61,6 +63,7 @@ def track_branch(request: HttpRequest, payload: TrackIn) -> Status[BranchSummary
         notify=payload.notify,
         bisect=payload.bisect,
         min_effect_pct=payload.min_effect_pct,
+        profile=payload.profile,
     )
     try:
         branch = branches.track(request.auth, req)  # type: ignore[attr-defined]

@@ -41,6 +41,9 @@ class SubmissionIn(Schema):
     boot_params: str = ""
     # Transparent huge pages: always, madvise or never; empty for the kernel's default.
     thp: str = ""
+    # Configuration profile of both kernels (docs/kernels.md): tiny, mm or distro; empty for each
+    # machine class's own.
+    profile: str = ""
     # More addresses for the result mail, besides the submitter's (a list the series went to):
     # each one confirmed (POST /addresses) or allowed by the operator (docs/submitting.md).
     mail_to: list[str] = []
@@ -65,6 +68,7 @@ def create_submission(request: HttpRequest, payload: SubmissionIn) -> Status[Sub
         thp=payload.thp,
         mbox=_mbox_bytes(payload),
         mail_to=payload.mail_to,
+        profile=payload.profile,
     )
     try:
         sub = pipeline.create_submission(request.auth, req)  # type: ignore[attr-defined]

@@ -1,0 +1,151 @@
+"""Configuration profiles and vCPUs: recorded on every build and job, chosen per
+submission, tracked branch or machine class, never pooled across (docs/kernels.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from kperf.core.builds import machines
+from kperf.core.lab import leases
+from kperf.core.lifecycle import owners
+from kperf.core.mail import alerts
+from kperf.core.models import Job, KernelBuild, MachineClass, Submission, SubmissionBuild, TrackedBranch
+from kperf.core.results import summaries
+from kperf.core.submissions.pipeline import prepare_submission, schedule_jobs
+from kperf.core.tracking import branches
+from kperf_kbuild.driver import config_digest
+
+from .conftest import Api
+from .test_tracking import finish_builds
+
+pytestmark = pytest.mark.django_db
+
+
+def body(tree_path: Path, **kw: Any) -> dict[str, Any]:
+    b: dict[str, Any] = {"tree": str(tree_path), "branch": "feature", "base": "master", "benchmarks": ["spawn"]}
+    b.update(kw)
+    return b
+
+
+def prepared(api: Api, tree: Path, **kw: Any) -> Submission:
+    resp = api.post("/submissions", body(tree, **kw))
+    assert resp.status_code == 201, resp.content
+    prepare_submission(resp.json()["id"])
+    return Submission.objects.get(pk=resp.json()["id"])
+
+
+def built(sub: Submission) -> list[SubmissionBuild]:
+    """Its builds, marked built (the jobs are what is tested here, not the build machine)."""
+    links = list(SubmissionBuild.objects.filter(submission=sub).select_related("build"))
+    KernelBuild.objects.filter(pk__in=[sb.build_id for sb in links]).update(status=KernelBuild.Status.DONE)
+    return links
+
+
+def test_a_submission_s_profile_makes_its_builds_and_is_shown(
+    alice_api: Api, small_tree: Path, qemu_class: MachineClass, settings_dirs: Any
+) -> None:
+    sub = prepared(alice_api, small_tree, profile="mm")
+    builds = [sb.build for sb in built(sub)]
+    assert len(builds) == 2
+    assert {b.profile for b in builds} == {"mm"}
+    assert {b.config_digest for b in builds} == {config_digest("x86_64", profile="mm")}
+    assert config_digest("x86_64", profile="mm") != config_digest("x86_64")
+    # The build machine is told which profile to build (docs/builders.md, "claim").
+    assert machines.claim_payload(builds[0])["profile"] == "mm"
+    detail = alice_api.get(f"/submissions/{sub.pk}").json()
+    assert detail["profile"] == "mm"
+    assert {b["profile"] for b in detail["builds"]} == {"mm"}
+
+
+def test_without_a_profile_each_class_measures_its_own(
+    alice_api: Api, small_tree: Path, qemu_class: MachineClass, settings_dirs: Any
+) -> None:
+    smp = MachineClass.objects.create(name="qemu-x86_64-mm-smp2", arch="x86_64", profile="mm", vcpus=2)
+    sub = prepared(alice_api, small_tree)
+    links = built(sub)
+    assert sorted((sb.side, sb.build.profile) for sb in links) == [
+        ("base", "mm"),
+        ("base", "tiny"),
+        ("head", "mm"),
+        ("head", "tiny"),
+    ]
+    schedule_jobs(sub, links)
+    jobs = list(Job.objects.filter(submission=sub).select_related("build", "machine_class"))
+    assert {(j.machine_class.name, j.build.profile, j.vcpus) for j in jobs} == {
+        (qemu_class.name, "tiny", 0),
+        (smp.name, "mm", 2),
+    }
+    # The runner is told how many vCPUs to boot.
+    mm_job = next(j for j in jobs if j.machine_class == smp)
+    assert leases.job_payload(mm_job)["vcpus"] == 2
+
+
+def test_an_unknown_profile_is_refused_with_the_choices(
+    alice_api: Api, small_tree: Path, qemu_class: MachineClass
+) -> None:
+    resp = alice_api.post("/submissions", body(small_tree, profile="huge"))
+    assert resp.status_code == 400
+    err = resp.json()
+    assert err["field"] == "profile"
+    assert "tiny, mm, distro" in err["detail"]
+    assert not Submission.objects.exists()
+
+
+def test_a_branch_of_a_profile_no_class_measures_is_refused_then_measured_only_there(
+    alice_api: Api, small_tree: Path, qemu_class: MachineClass, settings_dirs: Any, tmp_path: Path
+) -> None:
+    resp = alice_api.post("/branches", {"tree": str(small_tree), "branch": "feature", "profile": "mm"})
+    assert resp.status_code == 400, resp.content
+    assert resp.json()["field"] == "profile"
+    assert "no machine class of x86_64 measures the mm profile" in resp.json()["detail"]
+    assert not TrackedBranch.objects.exists()
+
+    mm = MachineClass.objects.create(name="qemu-x86_64-mm", arch="x86_64", profile="mm")
+    resp = alice_api.post("/branches", {"tree": str(small_tree), "branch": "feature", "profile": "mm"})
+    assert resp.status_code == 201, resp.content
+    assert resp.json()["profile"] == "mm"
+    branch = TrackedBranch.objects.get()
+    [commit] = branches.poll_branch(branch.pk)
+    assert {b.profile for b in commit.builds.all()} == {"mm"}
+    finish_builds(branch, tmp_path)
+    owners.advance(branches.COMMIT, commit.pk)
+    assert set(Job.objects.filter(branch_commit=commit).values_list("machine_class_id", flat=True)) == {mm.pk}
+
+
+def test_the_history_keeps_only_the_class_s_profile_and_vcpus(
+    alice: Any, qemu_class: MachineClass, tmp_path: Path
+) -> None:
+    from kperf_testing.lab import submission_ready_for_testing
+
+    sub = submission_ready_for_testing(alice, qemu_class, tmp_path)
+    jobs = Job.objects.filter(submission=sub)
+    assert summaries.default_boots(jobs).count() == jobs.count()
+    one = jobs.first()
+    assert one is not None
+    Job.objects.filter(pk=one.pk).update(vcpus=2)
+    assert summaries.default_boots(jobs).count() == jobs.count() - 1
+    KernelBuild.objects.filter(pk=one.build_id).update(profile="mm")
+    # Every job of that build (one side) is out now.
+    assert summaries.default_boots(jobs).count() == jobs.exclude(build_id=one.build_id).count()
+
+
+def test_page_and_mail_say_which_profile_and_vcpus(
+    alice: Any, qemu_class: MachineClass, runner_api: Any, tmp_path: Path, client: Client
+) -> None:
+    from .test_alerts import finished_submission
+
+    MachineClass.objects.filter(pk=qemu_class.pk).update(vcpus=2)
+    qemu_class.refresh_from_db()
+    sub = finished_submission(alice, qemu_class, runner_api[1], tmp_path, head_level=500.0)
+    _, body_text = alerts.submission_mail(sub)
+    assert "Kernels built with the tiny configuration profile." in body_text
+    assert f"spawn on {qemu_class.name} (tiny profile, 2 vCPUs),\ninstruction clock" in body_text
+    assert max(len(line) for line in body_text.splitlines()) <= 80
+    client.force_login(alice)
+    page = client.get(f"/submissions/{sub.pk}").content.decode()
+    assert "kernels of <span id=\"profile\">each machine class's configuration profile" in page
+    assert '<span class="profile">tiny</span> profile, booted with <span class="vcpus">2</span> vCPUs' in page
