@@ -277,6 +277,12 @@ KPERF_BOOT_BUDGET_FACTOR = env_int("KPERF_BOOT_BUDGET_FACTOR", 2, minimum=1)
 # Boots per side of a first look under QEMU's instruction clock, whose boots repeat
 # one another (kperf.core.benchmarks.boots_per_side).
 KPERF_INSTRUCTION_CLOCK_BOOTS = env_int("KPERF_INSTRUCTION_CLOCK_BOOTS", 2, minimum=1)
+# Guest instructions QEMU's TCG executes a host second under -icount, the slow
+# end of what was measured (docs/benchmarks.md, "Grids on the instruction
+# clock"), and the host seconds a boot's commands may take there: a grid that
+# would take longer is refused at submission with the reason.
+KPERF_INSTRUCTION_CLOCK_RATE = env_float("KPERF_INSTRUCTION_CLOCK_RATE", 6e7)
+KPERF_INSTRUCTION_CLOCK_BOOT_BUDGET = env_float("KPERF_INSTRUCTION_CLOCK_BOOT_BUDGET", 1200.0)
 # Base boots of the same build, machine class, benchmark, grid and clock are
 # measured once and shared by every submission that needs them, if they were
 # measured at most this many seconds ago by a runner that has not changed

@@ -55,12 +55,15 @@ def get_benchmark(name: str) -> Benchmark:
         ) from None
 
 
-def resolve_params(name: str, grid: str, overrides: Mapping[str, Any] | None = None) -> Params:
-    """The validated parameters of benchmark `name` in `grid`, with overrides applied."""
+def resolve_params(name: str, grid: str, overrides: Mapping[str, Any] | None = None, clock: str = "wall") -> Params:
+    """The validated parameters of benchmark `name` in `grid` on `clock`, with overrides applied."""
     bench = get_benchmark(name)
     if grid not in bench.grids:
         raise BadParameters(f"{name} has no grid {grid!r}; its grids are {', '.join(sorted(bench.grids))}")
-    params: dict[str, Any] = dict(bench.grids[grid].params)
+    chosen = bench.grids[grid]
+    params: dict[str, Any] = dict(chosen.params)
+    if clock == "instructions" and chosen.instruction_params:
+        params.update(chosen.instruction_params)
     known = [param.name for param in bench.parameters]
     for key, value in (overrides or {}).items():
         if key not in known:

@@ -48,14 +48,51 @@ def grid_names() -> list[str]:
     return sorted(names, key=lambda g: ({"quick": 0, "full": 1}.get(g, 2), g))
 
 
-def grid_for(benchmark: str, grid: str) -> tuple[int, dict[str, Any]]:
-    """(boots per side, resolved parameters) for a benchmark's grid."""
+def grid_for(benchmark: str, grid: str, clock: str = "wall") -> tuple[int, dict[str, Any]]:
+    """(boots per side, resolved parameters) for a benchmark's grid on `clock`
+    (the instruction clock replaces a grid's time-based parameters: Grid.instruction_params)."""
     bench = registry.get_benchmark(benchmark)
     if grid not in bench.grids:
         raise BenchmarkChoiceError(
             f"benchmark {benchmark!r} has no grid {grid!r}: choose from {', '.join(sorted(bench.grids))}"
         )
-    return bench.grids[grid].boots, registry.resolve_params(benchmark, grid)
+    return bench.grids[grid].boots, registry.resolve_params(benchmark, grid, clock=clock)
+
+
+def instruction_clock_refusal(benchmark: str, grid: str) -> str | None:
+    """Why a boot of this grid cannot finish on QEMU's instruction clock, or None when it fits.
+
+    A benchmark that runs for a time runs that many 10^9 instructions there,
+    which TCG executes at about KPERF_INSTRUCTION_CLOCK_RATE a second; one
+    that does fixed work takes about its expected_seconds (sized for TCG).
+    Either must fit in KPERF_INSTRUCTION_CLOCK_BOOT_BUDGET seconds a boot.
+    """
+    host, guest = _instruction_clock_seconds(benchmark, grid)
+    rate, budget = float(settings.KPERF_INSTRUCTION_CLOCK_RATE), float(settings.KPERF_INSTRUCTION_CLOCK_BOOT_BUDGET)
+    if host <= budget:
+        return None
+    work = f"{guest * 1e9:.2g} instructions" if guest is not None else "its fixed work"
+    return (
+        f"the {grid} grid of {benchmark} would take about {host / 60:.0f} min a boot on the instruction clock "
+        f"({work}, at about {rate:.2g} instructions a second under QEMU's TCG), more than the "
+        f"{budget / 60:.0f} min a boot may take there: choose a grid that fits ({', '.join(_fitting(benchmark))}), "
+        "or a machine class on the wall clock"
+    )
+
+
+def _instruction_clock_seconds(benchmark: str, grid: str) -> tuple[float, float | None]:
+    """(host seconds a boot's commands take on the instruction clock, guest seconds when the grid fixes them)."""
+    _, params = grid_for(benchmark, grid, "instructions")
+    bench = registry.get_benchmark(benchmark)
+    guest = bench.guest_seconds(params)
+    host = guest * 1e9 / float(settings.KPERF_INSTRUCTION_CLOCK_RATE) if guest is not None else None
+    return (host if host is not None else bench.expected_seconds(params)), guest
+
+
+def _fitting(benchmark: str) -> list[str]:
+    budget = float(settings.KPERF_INSTRUCTION_CLOCK_BOOT_BUDGET)
+    grids = registry.get_benchmark(benchmark).grids
+    return [name for name in grids if _instruction_clock_seconds(benchmark, name)[0] <= budget]
 
 
 def boots_per_side(grid_boots: int, clock: str) -> int:

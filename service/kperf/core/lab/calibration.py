@@ -133,7 +133,7 @@ def queue_for(runner: Runner) -> Job:
 
 def _create(runner: Runner, build: KernelBuild) -> Job:
     mclass = runner.machine_class
-    _, params = benchmarks.grid_for(mclass.calibration_benchmark, mclass.calibration_grid)
+    _, params = benchmarks.grid_for(mclass.calibration_benchmark, mclass.calibration_grid, mclass.clock)
     return Job.objects.create(
         build=build,
         machine_class=mclass,

@@ -25,6 +25,7 @@ from kperf.core.lifecycle import dispatch, owners
 from kperf.core.lifecycle.task_names import Task
 from kperf.core.mail import alerts, recipients
 from kperf.core.models import (
+    Clock,
     Job,
     KernelBuild,
     MachineClass,
@@ -133,6 +134,11 @@ def validate(req: SubmissionRequest) -> SubmissionRequest:
                 "(docs/runners.md) or choose another architecture",
                 "arches",
             )
+    if MachineClass.objects.filter(arch__in=arches, clock=Clock.INSTRUCTIONS).exists():
+        for name in names:
+            refusal = benchmarks.instruction_clock_refusal(name, req.grid)
+            if refusal:
+                raise SubmissionError(refusal, "grid")
     try:
         boot_params = clean_boot_params(req.boot_params)
         thp = clean_thp(req.thp)
@@ -343,7 +349,7 @@ def schedule_jobs(sub: Submission, links: list[SubmissionBuild]) -> None:
             if base is None or head is None:
                 continue
             for bench in sub.benchmarks:
-                grid_boots, params = benchmarks.grid_for(bench, sub.grid)
+                grid_boots, params = benchmarks.grid_for(bench, sub.grid, Job.clock_for(mclass, bench, sub))
                 boots = benchmarks.boots_per_side(grid_boots, mclass.clock)
                 sharing.queue_boots(sub, base, head, mclass, bench, params, boots)
 

@@ -250,7 +250,7 @@ def queue_commit_jobs(commit: BranchCommit, builds: list[KernelBuild]) -> None:
             if profiles.class_profile(mclass, branch.profile) != build.profile:
                 continue
             for bench in branch.benchmarks:
-                _, params = benchmarks.grid_for(bench, branch.grid)
+                _, params = benchmarks.grid_for(bench, branch.grid, mclass.clock)
                 for _ in range(boots_for(branch, bench, mclass.clock)):
                     Job.queue_one_boot(build, mclass, bench, branch.grid, params, seq, branch_commit=commit)
                     seq += 1
