@@ -32,7 +32,7 @@ from kperf.core.models import (
     RecipientAddress,
     Submission,
 )
-from kperf.core.results import outcome
+from kperf.core.results import outcome, sweeps
 
 log = logging.getLogger("kperf.alerts")
 
@@ -93,6 +93,22 @@ def _shape(sub: Submission, mclass: MachineClass) -> str:
     return f"{profiles.class_profile(mclass, sub.profile)} profile{cpus}"
 
 
+def _sweep_sections(metrics: list[MetricComparison]) -> list[str]:
+    """Each comparison's sweeps, one block per benchmark and class, its points in order (results.sweeps)."""
+    per_comparison: dict[tuple[str, str], list[MetricComparison]] = {}
+    for m in metrics:
+        per_comparison.setdefault((m.comparison.benchmark, m.comparison.machine_class.name), []).append(m)
+    out = []
+    for (bench, mclass), rows in sorted(per_comparison.items()):
+        found = sweeps.sweeps((m.metric, m.change_pct, m.verdict) for m in rows)
+        if found:
+            lines = [f"{bench} on {mclass}, change by point (* flagged):"]
+            for sweep in found:
+                lines += sweeps.mail_lines(sweep)
+            out.append("\n".join(lines))
+    return out
+
+
 def submission_mail(sub: Submission) -> tuple[str, str]:
     """(subject, body) of the mail that answers a finished submission."""
     title = f"[kperf] #{sub.pk} {sub.head_ref} vs {sub.base_ref}"
@@ -140,6 +156,7 @@ def submission_mail(sub: Submission) -> tuple[str, str]:
             rest.append(f"{counts[verdict]} metric{'s' if counts[verdict] != 1 else ''}: {words}.")
     if rest:
         sections.append("\n".join(rest))
+    sections += _sweep_sections(metrics)
     # Each time boots were added, as the page says it (wrapped: the
     # sentences name metrics and run long).
     notes = [_fill(note) for note in outcome.rerun_notes(sub)]

@@ -24,7 +24,7 @@ from kperf.core.models import (
     Submission,
     TrackedBranch,
 )
-from kperf.core.results import outcome, per_op
+from kperf.core.results import outcome, per_op, sweeps
 from kperf.core.web.shapes import (
     BranchCommitRow,
     BranchDetail,
@@ -214,6 +214,7 @@ def comparisons(sub: Submission) -> list[Comparison]:
                 "clock_label": Clock(comp.clock).label,
                 "profile": profiles.class_profile(comp.machine_class, sub.profile),
                 "vcpus": vcpus.get(comp.machine_class_id, comp.machine_class.vcpus),
+                "sweeps": sweeps.sweeps((m.metric, m.change_pct, m.verdict) for m in comp.metrics.all()),
                 "method": comp.method,
                 "alpha": comp.alpha,
                 "look": comp.look,

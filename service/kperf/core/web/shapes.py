@@ -22,6 +22,7 @@ from kperf.core.lab.runner_health import RunnerEventRow, RunnerState
 from kperf.core.mail.confirmations import AddressInfo
 from kperf.core.results.outcome import MetricVerdict
 from kperf.core.results.per_op import MixedCommand, PerOpRow
+from kperf.core.results.sweeps import Sweep
 from kperf.core.submissions.analysis import NoiseRow
 
 # --- Submissions (kperf.core.web.presenters) ---------------------------------
@@ -170,6 +171,8 @@ class Comparison(TypedDict):
     # vCPUs a QEMU runner booted (0: its default, one on the instruction clock).
     profile: str
     vcpus: int
+    # Metrics that differ by a trailing number, as sweeps in that number's order (kperf.core.results.sweeps).
+    sweeps: list[Sweep]
     method: str
     alpha: float
     look: int
