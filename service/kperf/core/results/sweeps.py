@@ -4,7 +4,7 @@ alloc-odr3-1 ... alloc-odr3-1024), in the order of that number.
 
 Sorted by name the points of one sweep scatter (spawn-vmas-1600 before
 spawn-vmas-200) among a comparison's other rows; the page and the mail show
-each sweep as one small table or line instead (docs/results.md, "Sweeps").
+each sweep as one small table or line instead (docs/submitting.md, "Sweeps").
 """
 
 from __future__ import annotations
