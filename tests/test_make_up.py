@@ -116,15 +116,20 @@ def test_kperf_up_runs_everything_on_embedded_defaults_and_stops_on_ctrl_c(tmp_p
             timeout=60,
         )
         assert bad.returncode == 2 and "transport" in bad.stderr
-        # The local QEMU runner is up and has said hello.
+        # One local QEMU runner per core, each up and said hello: on the
+        # instruction clock one runner's boots do not disturb another's.
+        cores = len(os.sched_getaffinity(0))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             runners = stack.api("GET", "/runners").json()
-            if runners and runners[0]["last_heartbeat"]:
+            if len(runners) == cores and all(r["last_heartbeat"] for r in runners):
                 break
             time.sleep(1)
-        assert runners[0]["name"] == "local-qemu-x86_64" and runners[0]["last_heartbeat"], stack.log("runner")
-        assert runners[0]["machine_class"] == "qemu-x86_64"
+        local = ["local-qemu-x86_64", *(f"local-qemu-x86_64-{n}" for n in range(2, cores + 1))]
+        assert [r["name"] for r in runners] == local, stack.log("runner")
+        assert all(r["last_heartbeat"] for r in runners), stack.log("runner")
+        assert {r["machine_class"] for r in runners} == {"qemu-x86_64"}
+        assert {r["name"] for r in stack.creds["runners"]} == set(local)
         children = psutil.Process(stack.proc.pid).children(recursive=True)
         names = " ".join(cmdlines(children))
         for part in ("-m kperf.web", "-Q builds", "-Q default,analysis", "beat", "kperf-runner"):

@@ -233,7 +233,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=int(os.environ.get("KPERF_PORT", "8000")))
     p.add_argument("--home", type=Path, default=Path(os.environ.get("KPERF_HOME", REPO_ROOT / ".kperf")))
     p.add_argument("--arch", default=os.environ.get("KPERF_RUNNER_ARCH", "x86_64"), choices=sorted(_QEMU))
-    p.add_argument("--no-runner", action="store_true", help="do not start the local QEMU runner")
+    p.add_argument("--no-runner", action="store_true", help="do not start the local QEMU runners")
+    p.add_argument(
+        "--runners",
+        type=int,
+        default=int(os.environ.get("KPERF_RUNNERS", "0")) or None,
+        metavar="N",
+        help="local QEMU runners (default KPERF_RUNNERS, else one per core: on the instruction clock one runner's "
+        "boots do not disturb another's; docs/quickstart.md)",
+    )
     p.add_argument("--quiet", action="store_true", help="children's output only in HOME/logs/")
     p.add_argument(
         "--mail-listener",
@@ -317,15 +325,16 @@ def _environment(home: Path) -> tuple[dict[str, str], EmbeddedPostgres | None]:
     return env, pg
 
 
-def _start(stack: Stack, args: argparse.Namespace) -> tuple[str, dict[str, str], Path]:
+def _start(stack: Stack, args: argparse.Namespace) -> tuple[str, dict[str, Any], Path]:
     """Migrate, set up the local accounts, start every child; (URL, credentials, their file)."""
     stack.manage("migrate", "--noinput")
     stack.manage("collectstatic", "--noinput")
     creds_file = stack.home / "credentials.json"
     runner_name = f"local-qemu-{args.arch}"
     stack.manage(
-        "bootstrap_local", "--credentials-file", str(creds_file), "--arch", args.arch, "--runner-name", runner_name
-    )
+        "bootstrap_local", "--credentials-file", str(creds_file), "--arch", args.arch, "--runner-name", runner_name,
+        "--runners", str(local_runners(args)),
+    )  # fmt: skip
     creds = json.loads(creds_file.read_text())
     url = f"http://{args.host}:{args.port}"
     bindir = Path(sys.executable).parent
@@ -347,10 +356,20 @@ def _start(stack: Stack, args: argparse.Namespace) -> tuple[str, dict[str, str],
     if not wait_for_web(url, 60):
         raise SystemExit(f"kperf-up: the web server did not answer on {url} within 60 s; see {stack.logs}/web.log")
     if not args.no_runner:
-        runner = [str(bindir / "kperf-runner"), "run", "--server", url, "--token", creds["runner_token"]]
-        runner += ["--name", creds["runner_name"], "--arch", args.arch, "--machine-class", creds["machine_class"]]
-        stack.start("runner", [*runner, "--backend", "qemu", "--state-dir", str(stack.home / "runner")])
+        for n, local in enumerate(creds["runners"], start=1):
+            suffix = "" if n == 1 else f"-{n}"
+            runner = [str(bindir / "kperf-runner"), "run", "--server", url, "--token", local["token"]]
+            runner += ["--name", local["name"], "--arch", args.arch, "--machine-class", creds["machine_class"]]
+            state = stack.home / f"runner{suffix}"
+            stack.start(f"runner{suffix}", [*runner, "--backend", "qemu", "--state-dir", str(state)])
     return url, creds, creds_file
+
+
+def local_runners(args: argparse.Namespace) -> int:
+    """How many local QEMU runners: --runners, else one per core the host lets kperf use."""
+    if args.runners:
+        return max(1, int(args.runners))
+    return max(1, len(os.sched_getaffinity(0)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -377,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
 kperf is ready: {url}
   log in as      {creds["admin_user"]} / {creds["admin_password"]}
   API token      {creds["api_token"]}
-  runner token   {creds["runner_token"]} ({creds["runner_name"]}, {creds["machine_class"]})
+  runners        {", ".join(r["name"] for r in creds["runners"])} ({creds["machine_class"]})
   credentials    {creds_file}
   logs           {stack.logs}/
   CLI            .venv/bin/kperf login --server {url}

@@ -29,6 +29,9 @@ class Command(BaseCommand):
         parser.add_argument("--arch", default="x86_64")
         parser.add_argument("--machine-class", default="")
         parser.add_argument("--admin", default="admin")
+        parser.add_argument(
+            "--runners", type=int, default=1, help="local runners of the class: NAME, NAME-2, ... (each its own token)"
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         path = Path(opts["credentials_file"])
@@ -47,10 +50,16 @@ class Command(BaseCommand):
         mclass, _ = MachineClass.objects.get_or_create(
             name=mclass_name, defaults={"arch": opts["arch"], "description": "QEMU on the kperf host (make up)"}
         )
-        runner, runner_token = Runner.register(opts["runner_name"], mclass)
-        # It shares this machine with the builds worker (docs/runners.md).
-        runner.yields_to_builds = True
-        runner.save(update_fields=["yields_to_builds"])
+        local = []
+        for n in range(1, max(1, opts["runners"]) + 1):
+            name = opts["runner_name"] if n == 1 else f"{opts['runner_name']}-{n}"
+            runner, token = Runner.register(name, mclass)
+            # They share this machine with the builds worker (docs/runners.md):
+            # on the wall clock they wait for builds; the instruction clock never needs to.
+            runner.yields_to_builds = True
+            runner.save(update_fields=["yields_to_builds"])
+            local.append({"name": name, "token": token})
+        runner_token = local[0]["token"]
         # Used when KPERF_BUILDERS=remote: `make up` then runs kperf-builder with it (docs/builders.md).
         _, builder_token = BuildMachine.register("local-builder")
         api_token = old.get("api_token", "")
@@ -62,6 +71,8 @@ class Command(BaseCommand):
             "api_token": api_token,
             "runner_name": opts["runner_name"],
             "runner_token": runner_token,
+            # Every local runner, the first one above included.
+            "runners": local,
             "builder_token": builder_token,
             "machine_class": mclass_name,
             "arch": opts["arch"],
