@@ -150,5 +150,21 @@ def test_an_older_submission_still_building_claims_before_ours_once_its_builds_a
     s = Situation(runners={CLASS: 1}, builds_ahead=[None], jobs=[*theirs, *ours])
     est = known(estimate(s, history(60, builds=(100,))))
     assert est.seconds == pytest.approx(300)
-    # They are not queued yet: no job is ahead of ours now.
-    assert est.jobs_ahead == {CLASS: 0}
+    # Not queued yet, but they will claim before our last: they are ahead.
+    assert est.jobs_ahead == {CLASS: 2}
+
+
+def test_jobs_ahead_counts_every_job_before_the_submissions_last_even_behind_a_shared_base_boot() -> None:
+    # Its first job is a base boot shared from an older submission, claimed
+    # early; three jobs of others come before the rest of its own.
+    s = Situation(runners={CLASS: 1}, jobs=[work(own=True), work(), work(), work(), work(own=True)])
+    assert known(estimate(s, history(60))).jobs_ahead == {CLASS: 3}
+
+
+def test_a_class_nobody_measured_on_learns_from_the_lab_s_other_classes() -> None:
+    hist = History()
+    for seconds in (40.0, 50.0, 60.0):
+        hist.add_job("qemu-arm64", "spawn", "quick", seconds)
+    typical = hist.job(CLASS, "spawn", "quick")
+    assert typical.mid == pytest.approx(50.0)
+    assert typical.basis.endswith("on other machine classes")

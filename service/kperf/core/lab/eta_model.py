@@ -90,6 +90,10 @@ class History:
         anyjob = typical(self._per_class.get(machine_class, ()), "job")
         if anyjob is not None:
             return Typical(anyjob.low, anyjob.mid, anyjob.high, f"{anyjob.basis} on {machine_class}")
+        # A class nobody measured on yet: the lab's other classes say more than a fixed guess.
+        lab = typical([s for d in self._per_class.values() for s in d], "job")
+        if lab is not None:
+            return Typical(lab.low, lab.mid, lab.high, f"{lab.basis} on other machine classes")
         return Typical(DEFAULT_JOB_S, DEFAULT_JOB_S, DEFAULT_JOB_S, f"{DEFAULT_JOB_S:.0f} s a job: none measured yet")
 
     def build(self) -> Typical:
@@ -237,19 +241,24 @@ def _class_done(
 
 
 def jobs_ahead(jobs: Iterable[Work]) -> dict[str, int]:
-    """Per class: the queued jobs of others before the submission's first queued one."""
+    """Per class: the jobs of others that claim before the submission's last own job.
+
+    Those queued now, and those an older submission queues once its builds
+    are done (they claim first). Counting only up to the submission's first
+    job said "0 ahead" while dozens were, whenever that first job was a base
+    boot shared from an older submission. Running jobs hold a runner, not a
+    place in the queue: not counted.
+    """
     out: dict[str, int] = {}
-    mine: set[str] = set()
+    others: dict[str, int] = {}
     for w in jobs:
-        # Running jobs are not ahead in the queue, nor jobs not queued yet.
-        if w.elapsed_s is not None or w.machine_class in mine or (w.after_builds and not w.own):
+        if w.elapsed_s is not None:
             continue
         if w.own:
-            mine.add(w.machine_class)
-            out.setdefault(w.machine_class, 0)
+            out[w.machine_class] = others.get(w.machine_class, 0)
         else:
-            out[w.machine_class] = out.get(w.machine_class, 0) + 1
-    return {c: n for c, n in out.items() if c in mine}
+            others[w.machine_class] = others.get(w.machine_class, 0) + 1
+    return out
 
 
 def _finish(s: Situation, hist: History, q: str, bases: _Bases, with_more: bool) -> float:
