@@ -132,7 +132,8 @@ def test_kperf_up_runs_everything_on_embedded_defaults_and_stops_on_ctrl_c(tmp_p
         assert {r["name"] for r in stack.creds["runners"]} == set(local)
         children = psutil.Process(stack.proc.pid).children(recursive=True)
         names = " ".join(cmdlines(children))
-        for part in ("-m kperf.web", "-Q builds", "-Q default,analysis", "beat", "kperf-runner"):
+        # The local mailbox: mail goes to kperf's own listener, kept under HOME/mail.
+        for part in ("-m kperf.web", "-Q builds", "-Q default,analysis", "beat", "kperf-runner", "mail_listener"):
             assert part in names, part
         pgdata = str(stack.home / "pgdata")
         assert any(pgdata in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))

@@ -375,6 +375,9 @@ KPERF_MAIL_ANSWERS_PER_DAY = env_int("KPERF_MAIL_ANSWERS_PER_DAY", 10, minimum=1
 # The SMTP listener (`kperf-manage mail_listener`, `kperf-up --mail-listener`).
 KPERF_MAIL_LISTEN_HOST = env_str("KPERF_MAIL_LISTEN_HOST", "127.0.0.1")
 KPERF_MAIL_LISTEN_PORT = env_int("KPERF_MAIL_LISTEN_PORT", 8025, minimum=1)
+# A laptop's local mailbox (`make up`): the listener also stores every mail
+# not for a reply address in this Maildir (loopback only; docs/alerts.md).
+KPERF_MAIL_LOCAL_MAILDIR = env_str("KPERF_MAIL_LOCAL_MAILDIR", "")
 # Or a mailbox polled over IMAP (`kperf-manage poll_mailbox`, the beat task when the host is set).
 KPERF_IMAP_HOST = env_str("KPERF_IMAP_HOST", "")
 KPERF_IMAP_PORT = env_int("KPERF_IMAP_PORT", 993, minimum=1)

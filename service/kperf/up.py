@@ -289,6 +289,27 @@ def _refusal(home: Path, arch: str, host: str, port: int) -> str | None:
     return None
 
 
+def local_mail(env: dict[str, str], home: Path) -> bool:
+    """Mail out of the box: without KPERF_SMTP_HOST, kperf mails its own listener, which keeps every
+    mail in HOME/mail and reads replies to alerts (docs/alerts.md, "Mail on a laptop")."""
+    if env.get("KPERF_SMTP_HOST"):
+        return False
+    host = env.setdefault("KPERF_MAIL_LISTEN_HOST", "127.0.0.1")
+    port = env.setdefault("KPERF_MAIL_LISTEN_PORT", "8025")
+    env["KPERF_SMTP_HOST"], env["KPERF_SMTP_PORT"] = host, port
+    env.setdefault("KPERF_MAIL_DOMAIN", "localhost")
+    if not env.get("KPERF_MAIL_AUTHSERV_ID"):
+        # Only this machine can reach the listener: a reply is the local user's.
+        env.setdefault("KPERF_MAIL_ACCEPT_UNAUTHENTICATED", "1")
+    env["KPERF_MAIL_LOCAL_MAILDIR"] = str(home / "mail")
+    print(
+        f"kperf-up: mail stays on this machine: alerts land in {home / 'mail'} (`kperf mail list`, "
+        "`kperf mail reply N '#kperf expected: why'`); KPERF_SMTP_HOST sends it out instead",
+        flush=True,
+    )
+    return True
+
+
 def _environment(home: Path) -> tuple[dict[str, str], EmbeddedPostgres | None]:
     """The children's environment, with the embedded PostgreSQL (and the broker in it) when none is given."""
     env = dict(os.environ)
@@ -380,7 +401,18 @@ def main(argv: list[str] | None = None) -> int:
     if refusal:
         print(refusal, file=sys.stderr)
         return 1
+    if not os.environ.get("KPERF_SMTP_HOST"):
+        mail_host = os.environ.get("KPERF_MAIL_LISTEN_HOST", "127.0.0.1")
+        mail_port = int(os.environ.get("KPERF_MAIL_LISTEN_PORT", "8025"))
+        if taken := _port_taken(mail_host, mail_port):
+            print(
+                f"kperf-up: cannot listen for mail on {mail_host}:{mail_port}: {taken}. Stop what serves there, "
+                "choose another port with KPERF_MAIL_LISTEN_PORT, or send mail out with KPERF_SMTP_HOST",
+                file=sys.stderr,
+            )
+            return 1
     env, pg = _environment(home)
+    args.mail_listener = local_mail(env, home) or args.mail_listener
     stack = Stack(home, env, args.quiet)
     stopping = threading.Event()
 

@@ -52,6 +52,9 @@ def running_stack(
 ) -> Iterator[RunningStack]:
     port = free_port()
     env = dict(os.environ)
+    # Its local mailbox listens on a port of its own, so stacks (and a
+    # developer's `make up`) never meet on 8025.
+    env.setdefault("KPERF_MAIL_LISTEN_PORT", str(free_port()))
     env.update(env_overrides)
     env["KPERF_HOME"] = str(home)
     argv = [str(Path(sys.executable).parent / "kperf-up"), "--quiet", "--port", str(port), "--home", str(home)]

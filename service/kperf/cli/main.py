@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from kperf.cli import addresses, mmtests, progress, runners, series, track, triage
+from kperf.cli import addresses, mail, mmtests, progress, runners, series, track, triage
 from kperf.cli.client import Client, CliError, client_from_config, config_path, load_config
 from kperf.cli.status import is_final, render_status
 
@@ -211,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     track.add_parsers(sub)
     runners.add_parsers(sub)
     triage.add_parsers(sub)
+    mail.add_parsers(sub)
     return p
 
 
