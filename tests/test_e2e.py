@@ -132,9 +132,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory, kperf_cache: Path) -> Iterat
         drop_database()
 
 
-def submit(stack: RunningStack, tree: Path, branch: str, benchmarks: list[str]) -> dict[str, Any]:
+def submit(stack: RunningStack, tree: Path, branch: str, benchmarks: list[str], **extra: Any) -> dict[str, Any]:
     resp = stack.api(
-        "POST", "/submissions", {"tree": str(tree), "branch": branch, "base": "base", "benchmarks": benchmarks}
+        "POST", "/submissions", {"tree": str(tree), "branch": branch, "base": "base", "benchmarks": benchmarks, **extra}
     )
     assert resp.status_code == 201, resp.text
     return wait_final(stack, resp.json()["id"])
@@ -346,6 +346,22 @@ def test_the_instruction_clock_finds_one_to_three_percent_and_flags_no_unrelated
     # What the page says about the clock.
     page = web_page(stack, f"/submissions/{fork['id']}")
     assert 'data-clock="instructions"' in page and "instruction clock" in page
+
+
+def test_the_mm_profile_finds_a_memcg_regression_the_tiny_profile_cannot_build(
+    stack: RunningStack, kernel_tree: Path
+) -> None:
+    """kernel-builds/fixtures/memcg-charge-slower.patch, submitted with the mm profile:
+    a few dozen instructions more per memcg charge are a pft regression. The
+    tiny profile does not build mm/memcontrol.c at all (its image is the same
+    bytes with the fixture: kernel-builds/tests/test_profile_kernels.py)."""
+    d = submit(stack, kernel_tree, "memcg-charge-slower", ["pft"], profile="mm")
+    metrics = judge_fixture(d, "memcg-charge-slower")
+    assert metrics["faults/sec-threads-1"]["verdict"] == "regression"
+    assert d["profile"] == "mm" and {b["profile"] for b in d["builds"]} == {"mm"}
+    assert {(c["profile"], c["machine_class"]) for c in d["comparisons"]} == {("mm", "qemu-x86_64")}
+    page = web_page(stack, f"/submissions/{d['id']}")
+    assert "<strong>mm</strong> configuration profile" in page
 
 
 def wait_branch(stack: RunningStack, branch_id: int, commits: int) -> dict[str, Any]:
