@@ -29,8 +29,12 @@ def pft_binary(runner_state: Path) -> Path:
 def test_grids_and_metric_names() -> None:
     assert PFT.grids["quick"].boots == 4
     quick = resolve_params("pft", "quick")
-    # One worker: the instruction clock boots one vCPU (docs/runners.md).
+    # One worker: an instruction-clock job boots one vCPU unless it asks for more (docs/runners.md).
     assert quick == {"size_mb": 64, "clients": [1], "iterations": 3, "mode": "threads"}
+    # Thread scaling as the per-VMA-lock discussion draws it: 1-4 workers, boots like quick.
+    for grid, mode in (("scaling", "threads"), ("scaling-processes", "processes")):
+        assert resolve_params("pft", grid) == {"size_mb": 64, "clients": [1, 2, 3, 4], "iterations": 3, "mode": mode}
+        assert PFT.grids[grid].boots == PFT.grids["quick"].boots
     full = resolve_params("pft", "full")
     # mmtests: MemTotal/5 (size 0), clients 1..NUMCPUS, 30 iterations.
     assert full == {"size_mb": 0, "clients": list(range(1, 65)), "iterations": 30, "mode": "threads"}
