@@ -386,6 +386,7 @@ class Agent:
             timeout=self.backend.timeout(bench.expected_seconds(params), len(commands)),
             # A service from before clocks sends none: it meant the wall clock.
             clock=str(job.get("clock") or "wall"),
+            vcpus=_vcpus(job),
         )
         # Before any boot: a runner that cannot give the clock fails the
         # attempt as an infrastructure fault, not the kernel.
@@ -537,6 +538,15 @@ class Agent:
             return ABANDONED
         log.info("%s: failure reported (%s)", label, failure["kind"])
         return FAILED
+
+
+def _vcpus(job: dict[str, Any]) -> int:
+    """The guest CPUs the job asks for; 0, or none (a service from before vCPU counts): the backend's default."""
+    value = job.get("vcpus") or 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        # The service's mistake, not the kernel's: an infrastructure fault.
+        raise RuntimeError(f"the job asks for {value!r} vCPUs; a count of 0 or more was expected")
+    return value
 
 
 def _tail(text: str) -> str:

@@ -2,7 +2,7 @@
 
 kperf-runner run --server URL --token TOKEN --name NAME [--arch x86_64]
                  [--machine-class qemu-x86_64] [--backend qemu] [--state-dir DIR]
-                 [--once] [--poll SECONDS] [--qemu-accel auto|kvm|tcg]
+                 [--once] [--poll SECONDS] [--qemu-accel auto|kvm|tcg] [--qemu-smp N]
                  [--backend kexec --kexec-ramoops ADDRESS:SIZE [--kexec-cmdline TEXT]
                   [--kexec-watchdog /dev/watchdog] [--kexec-boot-seconds S]
                   [--kexec-reboot auto|systemctl|kexec] [--kexec-return-timeout SECONDS]]
@@ -116,6 +116,15 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
         choices=["auto", "kvm", "tcg"],
         default=os.environ.get("KPERF_QEMU_ACCEL", "auto"),
         help="QEMU accelerator (default: kvm when /dev/kvm works, else tcg)",
+    )
+    run.add_argument(
+        "--qemu-smp",
+        "--smp",
+        type=int,
+        default=2,
+        metavar="N",
+        help="vCPUs of a wall-clock boot whose job names none (default 2); instruction-clock boots "
+        "get one unless the job says otherwise",
     )
 
 
@@ -231,8 +240,8 @@ def run_command(args: argparse.Namespace) -> int:
         _install_stop_handlers(stop)
         return Agent(config, Client(args.server, args.token), bare_metal, stop).run()
     try:
-        qemu = QemuBackend(arch, config.state_dir, accel=args.qemu_accel)
-    except (RuntimeError, ValueError) as error:  # QEMU missing, KVM refused
+        qemu = QemuBackend(arch, config.state_dir, accel=args.qemu_accel, smp=args.qemu_smp)
+    except (RuntimeError, ValueError) as error:  # QEMU missing, KVM refused, a bad --qemu-smp
         print(f"kperf-runner: {error}", file=sys.stderr)
         return 2
     log.info(

@@ -198,5 +198,6 @@ def boot_record(
 
 
 # The backend details that are facts about where a benchmark ran: qemu's
-# accelerator and instruction clock; kexec's machine and its own kernel.
-ENVIRONMENT_DETAILS = ("accel", "icount", "machine_hostname", "machine_kernel_release")
+# accelerator, instruction clock and version (instruction counts move with
+# it); kexec's machine and its own kernel.
+ENVIRONMENT_DETAILS = ("accel", "icount", "qemu_version", "machine_hostname", "machine_kernel_release")

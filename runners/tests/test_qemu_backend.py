@@ -37,10 +37,12 @@ def test_x86_64_command_line_under_tcg(runner_state: Path) -> None:
         "-kernel", "/k", "-initrd", "/i.gz",
         "-append", f"{quiet} rdinit=/x",
     ]  # fmt: skip
-    # The instruction clock: icount, one vCPU, the same kernel command line.
+    # The instruction clock: icount, a fixed RTC date, one vCPU unless the
+    # job asks for more (test_qemu_smp.py), the same kernel command line.
     argv = backend.command_line(Path("/k"), Path("/i.gz"), "rdinit=/x", clock="instructions")
     assert argv[1:] == [
-        "-icount", "shift=0,sleep=off", "-accel", "tcg", "-m", "512", "-smp", "1", "-nographic", "-no-reboot",
+        "-icount", "shift=0,sleep=off", "-rtc", "clock=vm,base=2020-01-01T00:00:00",
+        "-accel", "tcg", "-m", "512", "-smp", "1", "-nographic", "-no-reboot",
         "-kernel", "/k", "-initrd", "/i.gz",
         "-append", f"{quiet} rdinit=/x",
     ]  # fmt: skip
@@ -193,7 +195,8 @@ def test_two_boots_under_the_instruction_clock_agree_while_the_host_is_busy(runn
         assert result.details["clock"] == "instructions" and result.details["icount"] == "shift=0,sleep=off"
         assert result.details["accel"] == "tcg"
         env = result.environment
-        # One vCPU, and the command line that switches off layout randomisation.
+        # One vCPU (the job asked for no count), and the command line that
+        # switches off layout randomisation.
         assert env["cpus"] == 1
         assert "nokaslr norandmaps randomize_kstack_offset=off page_alloc.shuffle=0" in env["kernel_cmdline"]
         per_metric: dict[str, list[float]] = {}

@@ -58,6 +58,9 @@ class BootJob:
     # Which clock the benchmarks' timers read (CLOCKS): "wall" is real time;
     # "instructions" is a guest clock that advances per executed instruction.
     clock: str = "wall"
+    # The guest's CPUs: 0 is the backend's default. Only qemu has a say
+    # (-smp); kexec boots the machine's own CPUs and ignores it.
+    vcpus: int = 0
 
 
 @dataclass

@@ -14,6 +14,7 @@ import fcntl
 import logging
 import os
 import queue
+import re
 import shutil
 import subprocess
 import tempfile
@@ -46,6 +47,25 @@ _CONSOLE = {"x86_64": "ttyS0", "arm64": "ttyAMA0"}
 # instructions per operation. Only TCG has it: KVM runs the guest on the
 # host CPU, whose clock is real time.
 ICOUNT = "shift=0,sleep=off"
+# The guest's RTC under the instruction clock: a fixed date that advances
+# with the guest's own clock. With the host's date (QEMU's default) two boots
+# with several vCPUs drift apart by milliseconds of guest time; with one vCPU
+# the date changes nothing (measured: docs/runners.md).
+ICOUNT_RTC = "clock=vm,base=2020-01-01T00:00:00"
+# Before 8.1 (commit 83ecdb18eb65) QEMU gave one vCPU an icount turn's whole
+# instruction budget, and an x86 guest's SMP bring-up livelocks.
+ICOUNT_SMP_QEMU = (8, 1)
+# Kernel words for several vCPUs on the instruction clock. x86: qemu64 is
+# an AMD model without an invariant TSC, and Linux takes the TSCs of more
+# than one such CPU to be unsynchronised and moves its clocks to the HPET;
+# tsc=reliable keeps the TSC, the clock the benchmarks read with one vCPU.
+# No lpj=: without it each x86 secondary CPU calibrates its delay loop
+# (0.15-0.25 s of guest time in the boot, the same in every boot), and its
+# right value depends on the kernel's HZ, which the runner does not know;
+# a wrong one would scale every udelay of the kernel under test. arm64
+# needs nothing, and nothing tried made its several-vCPU boots repeat to
+# the digit (docs/runners.md).
+ICOUNT_SMP_CMDLINE = {"x86_64": "tsc=reliable", "arm64": ""}
 
 
 def running_nested() -> bool:
@@ -137,6 +157,24 @@ def x86_kvm_cpu_args(qemu: str, scratch: Path) -> list[str] | None:
     return result
 
 
+_versions: dict[str, tuple[str, tuple[int, int]]] = {}
+
+
+def qemu_version(binary: str) -> tuple[str, tuple[int, int]]:
+    """The first line of `binary --version` and its (major, minor), asked once per binary."""
+    if binary not in _versions:
+        try:
+            run = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            raise RuntimeError(f"cannot run {binary} --version: {error}") from error
+        line = next((text.strip() for text in run.stdout.splitlines() if text.strip()), "")
+        found = re.search(r"version (\d+)\.(\d+)", line)
+        if found is None:
+            raise RuntimeError(f"cannot tell the version of {binary}: --version said {line or run.stderr.strip()!r}")
+        _versions[binary] = (line, (int(found[1]), int(found[2])))
+    return _versions[binary]
+
+
 class QemuBackend(Backend):
     name = "qemu"
     bindir = GUEST_BINDIR
@@ -153,6 +191,8 @@ class QemuBackend(Backend):
         self.state_dir = state_dir
         if accel not in ("auto", "kvm", "tcg"):
             raise ValueError(f"accel must be auto, kvm or tcg, not {accel!r}")
+        if smp < 1:
+            raise ValueError(f"a guest needs at least one vCPU, not {smp}")
         if accel == "kvm" and self.arch != host_arch():
             raise ValueError(f"KVM runs only {host_arch()} guests here; use tcg for {self.arch}")
         self.cpu_args: list[str] = []  # with KVM; TCG uses a fixed model
@@ -203,12 +243,35 @@ class QemuBackend(Backend):
         base = f"console={_CONSOLE[self.arch]} panic=-1 quiet loglevel=3 {BENCHMARK_CMDLINE}"
         return f"{base} {extra}".strip()
 
-    def command_line(self, kernel: Path, initrd: Path, extra_cmdline: str = "", clock: str = "wall") -> list[str]:
+    def guest_cpus(self, clock: str, vcpus: int = 0) -> int:
+        """The vCPUs a boot gets: the job's count, else one on the instruction clock and --smp on the wall clock."""
+        if vcpus:
+            return vcpus
+        return 1 if clock == "instructions" else self.smp
+
+    def check_icount_smp(self, binary: str, vcpus: int) -> None:
+        """Several vCPUs on the instruction clock need QEMU 8.1: an older one is refused (an infrastructure fault)."""
+        line, version = qemu_version(binary)
+        if version < ICOUNT_SMP_QEMU:
+            raise RuntimeError(
+                f"the job wants {vcpus} vCPUs on the instruction clock, which needs QEMU 8.1 or later "
+                f"(older ones hang the guest's SMP bring-up under -icount); {binary} is {line!r}: install "
+                f"QEMU >= 8.1, e.g. Debian 12's backports: apt-get install -t bookworm-backports "
+                f"{_QEMU_PACKAGE[self.arch]}"
+            )
+
+    def command_line(
+        self, kernel: Path, initrd: Path, extra_cmdline: str = "", clock: str = "wall", vcpus: int = 0
+    ) -> list[str]:
         self.check_clock(clock)
         accel = self.accel_for(clock)
+        smp = self.guest_cpus(clock, vcpus)
         argv = [self.qemu_binary()]
         if clock == "instructions":
-            argv += ["-icount", ICOUNT]
+            argv += ["-icount", ICOUNT, "-rtc", ICOUNT_RTC]
+            if smp > 1:
+                self.check_icount_smp(argv[0], smp)
+                extra_cmdline = f"{ICOUNT_SMP_CMDLINE[self.arch]} {extra_cmdline}".strip()
         if self.arch == "x86_64":
             argv += ["-accel", accel]
             if accel == "kvm":
@@ -217,10 +280,6 @@ class QemuBackend(Backend):
             machine = "virt,gic-version=max" if accel == "kvm" else "virt"
             argv += ["-M", machine, "-accel", accel]
             argv += self.cpu_args if accel == "kvm" else ["-cpu", "cortex-a57"]
-        # Under icount QEMU runs every vCPU in turn on one host thread, and a
-        # second vCPU hangs the 6.1 kernel's SMP bring-up (its wait loops
-        # never see the other CPU run): the instruction clock boots one vCPU.
-        smp = 1 if clock == "instructions" else self.smp
         argv += ["-m", str(self.memory_mb), "-smp", str(smp)]
         argv += [
             "-nographic",
@@ -253,13 +312,21 @@ class QemuBackend(Backend):
         with tempfile.TemporaryDirectory(prefix="boot-", dir=tmp_root) as tmp:
             initrd = Path(tmp) / "initrd.gz"
             archive.write(initrd)
-            argv = self.command_line(kernel, initrd, job.cmdline, job.clock)
+            argv = self.command_line(kernel, initrd, job.cmdline, job.clock, job.vcpus)
             log.debug("starting %s", " ".join(argv))
             start = time.monotonic()
             console, outcome = self._run(argv, job.timeout, on_console)
             seconds = time.monotonic() - start
         accel = self.accel_for(job.clock)
-        details: dict[str, Any] = {"accel": accel, "qemu": argv[0], "clock": job.clock, **outcome}
+        details: dict[str, Any] = {
+            "accel": accel,
+            "qemu": argv[0],
+            "clock": job.clock,
+            "vcpus": self.guest_cpus(job.clock, job.vcpus),
+            # Instruction counts move with QEMU's version: it belongs with the numbers.
+            "qemu_version": qemu_version(argv[0])[0],
+            **outcome,
+        }
         if job.clock == "instructions":
             details["icount"] = ICOUNT
         status = outcome["exit_status"]
