@@ -158,6 +158,7 @@ def _finish_payload(result: BuildResult, attempt: int, files: dict[str, dict[str
         "reused_sha": result.reused_sha,
         "compiled": result.compiled,
         "incremental_error": result.incremental_error,
+        "warnings": result.warnings,
     }
 
 

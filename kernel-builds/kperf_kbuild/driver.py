@@ -97,15 +97,7 @@ def build_kernel(req: BuildRequest, progress: ProgressFn | None = None) -> Build
         raise ValueError(f"sha must be a full 40-hex commit id, got {req.sha!r}")
     if not SCOPE_RE.fullmatch(req.scope):
         raise ValueError(f"scope must match {SCOPE_RE.pattern}, got {req.scope!r}")
-    check_profile(req.profile)
-    fragments = (
-        arch_fragment(req.arch),
-        *profile_fragments(req.profile, req.arch),
-        *(Path(f).resolve() for f in req.fragments),
-    )
-    for frag in fragments:
-        if not frag.is_file():
-            raise BuildInfraError(f"config fragment {frag} does not exist")
+    fragments = _fragments(req)
     digest = config_digest(req.arch, req.fragments, req.profile)
     check_tools(req.arch)
     sandbox = req.sandbox or Sandbox.from_environ()
@@ -167,6 +159,20 @@ def build_kernel(req: BuildRequest, progress: ProgressFn | None = None) -> Build
     result.duration_s = time.monotonic() - started
     report("done", "ok" if result.ok else f"failed: {result.error}"[:200])
     return result
+
+
+def _fragments(req: BuildRequest) -> tuple[Path, ...]:
+    """The fragments merged onto the base, in order: the arch's, the profile's, the request's."""
+    check_profile(req.profile)
+    fragments = (
+        arch_fragment(req.arch),
+        *profile_fragments(req.profile, req.arch),
+        *(Path(f).resolve() for f in req.fragments),
+    )
+    for frag in fragments:
+        if not frag.is_file():
+            raise BuildInfraError(f"config fragment {frag} does not exist")
+    return fragments
 
 
 def _prepare_tree(tree: WarmTree, repo: Path, sha: str, distance: int | None, report: ProgressFn) -> str:

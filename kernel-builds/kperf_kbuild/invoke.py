@@ -85,6 +85,9 @@ def run_tuxmake(
         base,
     )  # fmt: skip
     env = _environment(run)
+    # check_config writes what this build's .config lacks; a warm tree's is the last build's.
+    unmet = tree.obj / "kperf-unmet-options"
+    unmet.unlink(missing_ok=True)
     report("config", f"{Path(base).name} + {', '.join(f.name for f in fragments)} ({req.profile} profile)")
     scanner = LogScanner(report, tree.obj, tree.src)
 
@@ -119,16 +122,11 @@ def run_tuxmake(
 
     artifacts, kernel_ok = _collect(run, scanner, targets, report)
     ok = ran.returncode == 0 and kernel_ok and targets.get("modules") in ("PASS", "SKIP")
-    warnings: list[str] = []
+    warnings = _unmet_warnings(unmet)
     if ok:
-        report("modules", f"building {', '.join(module_names()) or 'no'} benchmark module(s)")
-        built, warnings = build_benchmark_modules(
-            req.arch, tree.src, tree.obj, output_dir, scratch / "ext",
-            run.sandbox.make_runner(tree.src, env, run.writable), run.sandbox.own,
-        )  # fmt: skip
+        built, module_warnings = _modules(run, env, report)
         artifacts.update(built)
-        for warning in warnings:
-            report("modules", warning[:200])
+        warnings += module_warnings
     error = ""
     if not ok:
         error = scanner.first_error or f"build failed (tuxmake exit {ran.returncode})"
@@ -139,6 +137,29 @@ def run_tuxmake(
         ok=ok, artifacts=artifacts, config_digest=digest, log_tail=scanner.log_tail(), duration_s=0.0,
         error=error, ccache_stats=ccache_stats, warnings=warnings, compiled=scanner.compiled,
     )  # fmt: skip
+
+
+def _unmet_warnings(unmet: Path) -> list[str]:
+    """Options of kperf's fragments this release does not have (or whose dependencies it lacks): built without."""
+    if not nofollow.is_regular(unmet):
+        return []
+    try:
+        return [f"configuration: options not applied: {nofollow.read_text(unmet).strip()[:800]}"]
+    except (OSError, UnicodeDecodeError):
+        return []
+
+
+def _modules(run: Run, env: dict[str, str], report: ProgressFn) -> tuple[dict[str, Path], list[str]]:
+    """kperf's benchmark modules built against the kernel: (artifacts, why one was not built)."""
+    tree = run.tree
+    report("modules", f"building {', '.join(module_names()) or 'no'} benchmark module(s)")
+    built, warnings = build_benchmark_modules(
+        run.req.arch, tree.src, tree.obj, run.output_dir, run.scratch / "ext",
+        run.sandbox.make_runner(tree.src, env, run.writable), run.sandbox.own,
+    )  # fmt: skip
+    for warning in warnings:
+        report("modules", warning[:200])
+    return built, warnings
 
 
 def tuxmake_argv(run: Run) -> list[str]:

@@ -15,11 +15,12 @@ from kperf.core.lifecycle import owners
 from kperf.core.mail import alerts
 from kperf.core.models import Job, KernelBuild, MachineClass, Submission, SubmissionBuild, TrackedBranch
 from kperf.core.results import summaries
-from kperf.core.submissions.pipeline import prepare_submission, schedule_jobs
+from kperf.core.submissions.pipeline import SUBMISSION, prepare_submission, schedule_jobs
 from kperf.core.tracking import branches
 from kperf_kbuild.driver import config_digest
 
 from .conftest import Api
+from .lab_fixtures import results_body
 from .test_tracking import finish_builds
 
 pytestmark = pytest.mark.django_db
@@ -147,5 +148,31 @@ def test_page_and_mail_say_which_profile_and_vcpus(
     assert max(len(line) for line in body_text.splitlines()) <= 80
     client.force_login(alice)
     page = client.get(f"/submissions/{sub.pk}").content.decode()
-    assert "kernels of <span id=\"profile\">each machine class's configuration profile" in page
+    assert 'kernels of <span id="profile">each machine class\'s configuration profile' in page
     assert '<span class="profile">tiny</span> profile, booted with <span class="vcpus">2</span> vCPUs' in page
+
+
+def test_a_benchmark_module_that_does_not_fit_the_release_is_named_in_the_failure(
+    alice: Any, qemu_class: MachineClass, runner_api: Any, tmp_path: Path
+) -> None:
+    from kperf_testing.lab import submission_ready_for_testing
+
+    sub = submission_ready_for_testing(alice, qemu_class, tmp_path)
+    head = SubmissionBuild.objects.get(submission=sub, side="head").build
+    missing = "pagealloc.ko not built: pagealloc.c:40:9: error: implicit declaration of function 'alloc_pages_node'"
+    KernelBuild.objects.filter(pk=head.pk).update(warnings=[missing])
+    runner = runner_api[1]
+    while (job := runner.post("/runner/claim").json()["job"]) is not None:
+        if Job.objects.get(pk=job["id"]).side == "head":
+            failed = runner.post(
+                f"/runner/jobs/{job['id']}/fail",
+                {"attempt": 1, "kind": "benchmark", "message": "pagealloc needs the build artifact pagealloc.ko"},
+            )
+            assert failed.status_code == 200, failed.content
+            break
+        assert runner.post(f"/runner/jobs/{job['id']}/results", results_body(job)).status_code == 200
+    owners.advance(SUBMISSION, sub.pk)
+    sub.refresh_from_db()
+    assert sub.status == Submission.Status.FAILED
+    # A kernel's failure, and the build's own words say which module and why.
+    assert "benchmark failure" in sub.error and f"its build said: {missing}" in sub.error, sub.error

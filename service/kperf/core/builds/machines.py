@@ -217,6 +217,7 @@ def finish(machine: BuildMachine, build_id: int, attempt: int, result: dict[str,
         reused_sha=result["reused_sha"],
         compiled_files=result["compiled"],
         incremental_error=result["incremental_error"],
+        warnings=[w[:1000] for w in result["warnings"][:20]],
     )
     queue.finish(
         build_id,

@@ -293,7 +293,10 @@ def _run(build: KernelBuild, attempt: int, heartbeat: _Heartbeat) -> None:
     # How it was made (incremental from which commit's objects, how much it
     # recompiled), fenced by the attempt like the progress updates.
     KernelBuild.objects.filter(pk=build_id, attempt=attempt).update(
-        reused_sha=result.reused_sha, compiled_files=result.compiled, incremental_error=result.incremental_error
+        reused_sha=result.reused_sha,
+        compiled_files=result.compiled,
+        incremental_error=result.incremental_error,
+        warnings=[w[:1000] for w in result.warnings[:20]],
     )
     # Stored (and read back, sha256 checked) before the build is done, so
     # a runner on any host finds every file the row lists.

@@ -50,6 +50,10 @@ class KernelBuild(models.Model):
     # tiny, mm, distro); part of config_digest too. Never pooled or compared
     # across profiles (docs/kernels.md).
     profile = models.CharField(max_length=16, default="tiny")
+    # What did not stop the kernel from building but is missing from it:
+    # "pagealloc.ko not built: <its first error>", fragment options the
+    # release does not have. Shown with the build and with a job it failed.
+    warnings = models.JSONField(default=list, blank=True)
     # "lab" (operators' and staff's builds, trusted by everyone) or
     # "user-<id>" (one submitter's builds, reused only by that submitter).
     scope = models.CharField(max_length=64, default="lab")

@@ -375,9 +375,10 @@ _JOB_WHAT = {"boot": "did not boot", "benchmark": "ran but the benchmark failed"
 
 
 def _owner_job_failed(sub: Submission, job: Job) -> str:
+    said = f"; its build said: {'; '.join(job.build.warnings)}" if job.build.warnings else ""
     return (
         f"the {job.side} kernel ({job.build.sha[:12]}) {_JOB_WHAT.get(job.failure_kind, 'failed')} "
-        f"on {job.machine_class.name} (job {job.pk}, {job.failure_kind} failure): {job.failure_message}"
+        f"on {job.machine_class.name} (job {job.pk}, {job.failure_kind} failure): {job.failure_message}{said}"
     )
 
 

@@ -58,6 +58,7 @@ def build_dict(sb: Any) -> BuildRow:
         "arch": b.arch,
         "config_digest": b.config_digest,
         "profile": b.profile,
+        "warnings": b.warnings,
         "status": b.status,
         "phase": b.phase,
         "progress": b.progress,

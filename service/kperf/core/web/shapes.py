@@ -85,6 +85,9 @@ class BuildRow(TypedDict):
     config_digest: str
     # The configuration profile it was built with (tiny, mm, distro; docs/kernels.md).
     profile: str
+    # What the kernel lacks though it built: a benchmark module that did not
+    # compile against it, fragment options the release does not have.
+    warnings: list[str]
     status: str
     phase: str
     progress: str

@@ -61,6 +61,8 @@ class BuildFinishIn(Schema):
     reused_sha: str = Field(default="", pattern=r"^([0-9a-f]{40})?$")
     compiled: int = Field(default=0, strict=True, ge=0, le=2**31 - 1)
     incremental_error: str = Field(default="", max_length=20000)
+    # What the kernel lacks though it built ("pagealloc.ko not built: ...").
+    warnings: list[str] = Field(default=[], max_length=50)
 
 
 class BuildFailIn(Schema):
