@@ -62,6 +62,19 @@ VAR_CLOCK = sql(
     """
 )
 
+# The configuration profile its kernels were built with (docs/kernels.md):
+# numbers of two profiles are never one series.
+VAR_PROFILE = sql(
+    f"""
+    SELECT DISTINCT b.profile
+    FROM core_job j
+    JOIN core_branchcommit c ON c.id = j.branch_commit_id
+    JOIN core_kernelbuild b ON b.id = j.build_id
+    WHERE c.branch_id = {BRANCH_ID} AND j.machine_class_id = {CLASS_ID}
+    ORDER BY 1
+    """
+)
+
 VAR_BENCHMARK = sql(
     f"""
     SELECT DISTINCT j.benchmark
@@ -95,11 +108,12 @@ PER_COMMIT = f"""per_boot AS (
       SELECT j.branch_commit_id AS commit_id, r.id AS boot_id, avg(s.value) AS boot_mean
       FROM core_job j
       JOIN core_branchcommit c ON c.id = j.branch_commit_id
+      JOIN core_kernelbuild b ON b.id = j.build_id
       JOIN core_bootrecord r ON r.job_id = j.id
       JOIN core_sample s ON s.boot_record_id = r.id
       WHERE c.branch_id = {BRANCH_ID} AND c.on_branch AND c.status IN ('done', 'analysing')
         AND j.machine_class_id = {CLASS_ID} AND j.clock = '$clock' AND j.benchmark = '$benchmark'
-        AND j.status = 'done' AND s.metric = '$metric'
+        AND b.profile = '$profile' AND j.status = 'done' AND s.metric = '$metric'
       GROUP BY j.branch_commit_id, r.id
     ),
     per_commit AS (
@@ -246,6 +260,7 @@ def tracked_branch() -> dashboard.Dashboard:
         .with_variable(variable("branch", "Branch", VAR_BRANCH))
         .with_variable(variable("machine_class", "Machine class", VAR_MACHINE_CLASS))
         .with_variable(variable("clock", "Clock", VAR_CLOCK))
+        .with_variable(variable("profile", "Profile", VAR_PROFILE))
         .with_variable(variable("benchmark", "Benchmark", VAR_BENCHMARK))
         .with_variable(variable("metric", "Metric", VAR_METRIC))
     )
@@ -267,7 +282,7 @@ def _series(layout: Layout) -> None:
     )
     layout.add(
         trend.Panel()
-        .title("${metric:text} per commit ($benchmark on ${machine_class:text}, $clock clock)")
+        .title("${metric:text} per commit ($benchmark on ${machine_class:text}, $profile profile, $clock clock)")
         .description(
             "One point per measured commit in branch order (x: first-parent position): the mean over boots "
             "of each boot's mean. Red points are the commits where a change point of this metric was found. "

@@ -39,6 +39,9 @@ def test_a_bisected_regression_on_the_tracked_branch_dashboard(
     assert variable_options(board, "clock", chosen) == [Choice("instructions", "instructions")]
     assert variable_options(board, "benchmark", chosen | {"clock": Choice("wall", "wall")}) == []
     chosen["clock"] = Choice("instructions", "instructions")
+    # The configuration profile its kernels were built with: never two in one series.
+    assert variable_options(board, "profile", chosen) == [Choice("tiny", "tiny")]
+    chosen["profile"] = Choice("tiny", "tiny")
     assert variable_options(board, "benchmark", chosen) == [Choice("spawn", "spawn")]
     chosen["benchmark"] = Choice("spawn", "spawn")
     commits, series = branches.series(branch, qemu_class.pk, "spawn", qemu_class.clock)
@@ -154,6 +157,7 @@ def test_an_untouched_branch_shows_its_commits_and_an_empty_series(
     chosen |= {
         "machine_class": Choice(qemu_class.name, str(qemu_class.pk)),
         "clock": Choice("instructions", "instructions"),
+        "profile": Choice("tiny", "tiny"),
         "benchmark": Choice("spawn", "spawn"),
         "metric": Choice("spawn-vmas-0", "spawn-vmas-0"),
     }
@@ -169,7 +173,7 @@ def test_with_nothing_tracked_every_query_answers_with_no_rows(db: Any) -> None:
     """A new kperf: the variables have nothing to offer, so Grafana leaves
     them empty; the panels then show no data, not a SQL error."""
     board = dashboards()["kperf-branch"]
-    empty = {name: Choice("", "") for name in ("branch", "machine_class", "clock", "benchmark", "metric")}
+    empty = {name: Choice("", "") for name in ("branch", "machine_class", "clock", "profile", "benchmark", "metric")}
     for name in empty:
         assert variable_options(board, name, empty) == [], name
     for p in board["panels"]:

@@ -20,7 +20,7 @@ ROOT = DASHBOARDS.parent
 
 BRANCH_PANELS = {
     "Branch": "table",
-    "${metric:text} per commit ($benchmark on ${machine_class:text}, $clock clock)": "trend",
+    "${metric:text} per commit ($benchmark on ${machine_class:text}, $profile profile, $clock clock)": "trend",
     "Change points of ${metric:text}": "table",
     "Commits": "table",
     "Every change point of the branch": "table",
@@ -80,7 +80,7 @@ def test_the_two_dashboards_have_their_panels_and_variables() -> None:
     assert {p["title"]: p["type"] for p in lab["panels"]} == LAB_PANELS
 
     variables = branch["templating"]["list"]
-    assert [v["name"] for v in variables] == ["branch", "machine_class", "clock", "benchmark", "metric"]
+    assert [v["name"] for v in variables] == ["branch", "machine_class", "clock", "profile", "benchmark", "metric"]
     # Chained: each variable's query narrows by the ones before it.
     for i, v in enumerate(variables):
         assert v["type"] == "query" and not v["multi"] and not v["includeAll"]
