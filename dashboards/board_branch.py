@@ -70,7 +70,7 @@ VAR_PROFILE = sql(
     FROM core_job j
     JOIN core_branchcommit c ON c.id = j.branch_commit_id
     JOIN core_kernelbuild b ON b.id = j.build_id
-    WHERE c.branch_id = {BRANCH_ID} AND j.machine_class_id = {CLASS_ID}
+    WHERE c.branch_id = {BRANCH_ID} AND j.machine_class_id = {CLASS_ID} AND j.clock = '$clock'
     ORDER BY 1
     """
 )
@@ -80,7 +80,9 @@ VAR_BENCHMARK = sql(
     SELECT DISTINCT j.benchmark
     FROM core_job j
     JOIN core_branchcommit c ON c.id = j.branch_commit_id
+    JOIN core_kernelbuild b ON b.id = j.build_id
     WHERE c.branch_id = {BRANCH_ID} AND j.machine_class_id = {CLASS_ID} AND j.clock = '$clock'
+      AND b.profile = '$profile'
     ORDER BY 1
     """
 )
@@ -92,9 +94,10 @@ VAR_METRIC = sql(
     JOIN core_bootrecord r ON r.id = s.boot_record_id
     JOIN core_job j ON j.id = r.job_id
     JOIN core_branchcommit c ON c.id = j.branch_commit_id
+    JOIN core_kernelbuild b ON b.id = j.build_id
     LEFT JOIN core_metricdef d ON d.name = s.metric
     WHERE c.branch_id = {BRANCH_ID} AND j.machine_class_id = {CLASS_ID} AND j.clock = '$clock'
-      AND j.benchmark = '$benchmark' AND j.status = 'done'
+      AND b.profile = '$profile' AND j.benchmark = '$benchmark' AND j.status = 'done'
     ORDER BY 1
     """
 )

@@ -37,7 +37,12 @@ def test_a_bisected_regression_on_the_tracked_branch_dashboard(
     chosen["machine_class"] = Choice(qemu_class.name, str(qemu_class.pk))
     # The clock the branch's jobs were timed with: one series per clock.
     assert variable_options(board, "clock", chosen) == [Choice("instructions", "instructions")]
-    assert variable_options(board, "benchmark", chosen | {"clock": Choice("wall", "wall")}) == []
+    assert (
+        variable_options(
+            board, "benchmark", chosen | {"clock": Choice("wall", "wall"), "profile": Choice("tiny", "tiny")}
+        )
+        == []
+    )
     chosen["clock"] = Choice("instructions", "instructions")
     # The configuration profile its kernels were built with: never two in one series.
     assert variable_options(board, "profile", chosen) == [Choice("tiny", "tiny")]
