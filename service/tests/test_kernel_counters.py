@@ -109,8 +109,9 @@ def test_counters_cost_one_query_per_submission(
     _, api = runner_api
     run_all(sub, api)
     sub = Submission.objects.get(pk=sub.pk)
-    # Comparisons, their metrics (prefetched), and every boot's counters.
-    with django_assert_num_queries(3):
+    # Comparisons, their metrics (prefetched), every boot's counters, and the
+    # vCPUs its jobs booted per class: a fixed number, however many comparisons.
+    with django_assert_num_queries(4):
         [comp] = presenters.comparisons(sub)
     assert comp["counters"]
 
