@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -23,3 +24,17 @@ def spawn_binary(runner_state: Path) -> Path:
 @pytest.fixture(scope="session")
 def init_binary(runner_state: Path) -> Path:
     return compile_static("init.c", host_arch(), runner_state)
+
+
+@pytest.fixture(scope="module")
+def kernel(request: pytest.FixtureRequest) -> Path:
+    """The fixture kernel (built once per run), or KPERF_RUNNER_TEST_KERNEL's bzImage."""
+    given = os.environ.get("KPERF_RUNNER_TEST_KERNEL")
+    if given:
+        return Path(given)
+    build = request.getfixturevalue("x86_64_kernel")
+    if not build.ok:
+        pytest.fail(f"the fixture kernel did not build: {build.error}")
+    path = build.artifacts["kernel"]
+    assert isinstance(path, Path)
+    return path

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -103,20 +102,6 @@ def test_a_file_that_is_not_a_kernel_is_a_boot_failure(runner_state: Path, tmp_p
 
 
 # -- real boots of the fixture kernel -----------------------------------------
-
-
-@pytest.fixture(scope="module")
-def kernel(request: pytest.FixtureRequest) -> Path:
-    """The fixture kernel (built once per run), or KPERF_RUNNER_TEST_KERNEL's bzImage."""
-    given = os.environ.get("KPERF_RUNNER_TEST_KERNEL")
-    if given:
-        return Path(given)
-    build = request.getfixturevalue("x86_64_kernel")
-    if not build.ok:
-        pytest.fail(f"the fixture kernel did not build: {build.error}")
-    path = build.artifacts["kernel"]
-    assert isinstance(path, Path)
-    return path
 
 
 @needs_qemu

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_agent_failures import FakeService, NativeBackend, _agent, _job, service  # noqa: F401
+from test_agent_failures import FakeService, _agent, _job, service  # noqa: F401
+from test_boot_request import RecordingBackend
 
 from kperf_runner.agent import DONE, FAILED
-from kperf_runner.backends import BootJob, BootResult, ConsoleCallback
+from kperf_runner.backends import BootJob, BootResult
 from kperf_runner.backends.qemu import QemuBackend
 from kperf_runner.benchmarks import get_benchmark, resolve_params
 from kperf_runner.cli import build_parser
@@ -113,16 +114,6 @@ def test_a_boot_with_an_older_qemu_is_the_runners_fault_not_the_kernels(
     assert (fake / "calls").read_text().splitlines() == ["--version"]  # QEMU never started
 
 
-class RecordingBackend(NativeBackend):
-    def __init__(self) -> None:
-        super().__init__()
-        self.jobs: list[BootJob] = []
-
-    def boot(self, job: BootJob, kernel: Path, on_console: ConsoleCallback | None = None) -> BootResult:
-        self.jobs.append(job)
-        return super().boot(job, kernel, on_console)
-
-
 @pytest.mark.parametrize(("sent", "vcpus"), [({"vcpus": 4}, 4), ({"vcpus": 0}, 0), ({}, 0), ({"vcpus": None}, 0)])
 def test_the_agent_hands_the_jobs_vcpus_to_the_backend(
     service: tuple[FakeService, str],  # noqa: F811
@@ -185,20 +176,6 @@ def _samples(boots: list[BootResult]) -> list[list[tuple[str, int, float]]]:
 
 
 @pytest.fixture(scope="module")
-def x86_64_image(request: pytest.FixtureRequest) -> Path:
-    """The fixture kernel (built once per run), or KPERF_RUNNER_TEST_KERNEL's bzImage."""
-    given = os.environ.get("KPERF_RUNNER_TEST_KERNEL")
-    if given:
-        return Path(given)
-    build = request.getfixturevalue("x86_64_kernel")
-    if not build.ok:
-        pytest.fail(f"the fixture kernel did not build: {build.error}")
-    path = build.artifacts["kernel"]
-    assert isinstance(path, Path)
-    return path
-
-
-@pytest.fixture(scope="module")
 def arm64_image(kernel_tree: Path, kperf_cache: Path) -> Path:
     """The base branch built for arm64 (cached like the x86_64 fixture kernel)."""
     if shutil.which("aarch64-linux-gnu-gcc") is None:
@@ -219,11 +196,9 @@ def _needs(binary: str) -> None:
 
 
 @pytest.mark.kernel
-def test_two_boots_with_two_vcpus_on_the_instruction_clock_repeat_on_x86_64(
-    runner_state: Path, x86_64_image: Path
-) -> None:
+def test_two_boots_with_two_vcpus_on_the_instruction_clock_repeat_on_x86_64(runner_state: Path, kernel: Path) -> None:
     _needs("qemu-system-x86_64")
-    boots = _two_boots("x86_64", x86_64_image, runner_state)
+    boots = _two_boots("x86_64", kernel, runner_state)
     first, second = _samples(boots)
     # The same numbers to the last digit, and the same output around them.
     assert first == second
