@@ -66,6 +66,27 @@ def test_kperf_up_refuses_a_port_another_program_serves_and_says_how_to_choose_a
     assert not (tmp_path / "home" / "pgdata").exists()
 
 
+def test_kperf_up_refuses_a_mail_port_another_program_serves(tmp_path: Path) -> None:
+    kperf_up = str(Path(sys.executable).parent / "kperf-up")
+    with socket.create_server(("127.0.0.1", 0)) as web, socket.create_server(("127.0.0.1", 0)) as other:
+        free, port = web.getsockname()[1], other.getsockname()[1]
+        web.close()  # the web port is free; only the mail port is taken
+        env = {k: v for k, v in os.environ.items() if k != "KPERF_SMTP_HOST"}
+        env["KPERF_MAIL_LISTEN_PORT"] = str(port)
+        proc = subprocess.run(
+            [sys.executable, kperf_up, "--home", str(tmp_path / "home"), "--port", str(free), "--no-runner"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"cannot listen for mail on 127.0.0.1:{port}" in proc.stderr, proc.stderr
+    assert "KPERF_MAIL_LISTEN_PORT" in proc.stderr and "KPERF_SMTP_HOST" in proc.stderr
+    assert "kperf is ready" not in proc.stdout
+    assert not (tmp_path / "home" / "pgdata").exists()
+
+
 def test_kperf_up_runs_everything_on_embedded_defaults_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     # No DATABASE_URL, no broker: the embedded PostgreSQL and a broker inside it; no
     # secret key and no word on local trees, as on a user's machine.
