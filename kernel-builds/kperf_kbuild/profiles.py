@@ -25,6 +25,14 @@ from kperf_kbuild import nofollow
 
 PROFILES = ("tiny", "mm", "distro")
 DEFAULT_PROFILE = "tiny"
+# What a profile's kernels have that some benchmark grids need (Grid.needs):
+# tinyconfig has no cgroups and no block layer; mm and distro have the
+# memory controller, and zram for the swap the test kernel's init sets up.
+PROFILE_FEATURES: dict[str, frozenset[str]] = {
+    "tiny": frozenset(),
+    "mm": frozenset({"memcg", "swap", "numa"}),
+    "distro": frozenset({"memcg", "swap", "numa"}),
+}
 
 # The base every tiny and mm build starts from. Part of the config digest.
 BASE_CONFIG = "tinyconfig"

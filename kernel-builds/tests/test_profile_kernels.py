@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from kperf_kbuild.driver import parse_fragment
-from kperf_runner.backends import BootJob
+from kperf_runner.backends import BenchmarkFailure, BootJob
 from kperf_runner.backends.qemu import QemuBackend
 from kperf_runner.benchmarks import get_benchmark, resolve_params
 from kperf_runner.toolchain import compile_all
@@ -75,3 +75,34 @@ def test_the_mm_profile_has_what_it_promises_and_measures_the_memcg_charge(
     change = (rates["slow"] - rates["base"]) / rates["base"] * 100
     # Sized for 1-3% of a fault's instructions (measured -2.6% on 2026-11-28).
     assert -3.5 < change < -1.0, rates
+
+
+def test_an_mm_kernel_swaps_to_zram_inside_a_limited_memcg_across_two_numa_nodes(
+    kernel_tree: Path, kperf_cache: Path, x86_64_kernel: Any, tmp_path: Path
+) -> None:
+    base = build_fixture_kernel(kernel_tree, "base", "x86_64", kperf_cache, profile="mm")
+    assert base.ok, base.error
+    backend = QemuBackend("x86_64", tmp_path / "runner", accel="tcg")
+    bench = get_benchmark("pft")
+    params = resolve_params("pft", "memcg-swap", clock="instructions")
+    commands = bench.command(params, backend.bindir)
+    assert commands[0][1:3] == ["-c", "32"]
+    binaries = compile_all(bench.sources(), "x86_64", tmp_path / "runner")
+    job = BootJob(commands, binaries, timeout=900, clock="instructions", vcpus=2, numa_nodes=2)
+    result = backend.boot(job, Path(base.artifacts["kernel"]))
+    env = result.environment
+    assert env["swap"].startswith("zram ") and env["swap_total_kb"] > 100_000, env
+    assert env["numa_nodes"] == 2 and env["cpus"] == 2, env
+    assert result.details["numa_nodes"] == 2
+    # Past the 32 MiB limit every fault reclaimed a page of the region to swap:
+    # at least half of the 3 x 16384 pages went out (the rest is the kernel's own).
+    [run] = result.commands
+    assert run.vmstat is not None and run.vmstat.get("pswpout", 0) >= 3 * 16384 // 2, run.vmstat
+    samples = bench.parse(result.raw_output, params)
+    assert {s.metric for s in samples} == {"faults/sec-threads-1-memcg32m", "faults/cpu-threads-1-memcg32m"}
+    # The tiny profile has neither memcg nor zram: the job fails, saying what to boot instead.
+    with pytest.raises(BenchmarkFailure) as failed:
+        backend.boot(
+            BootJob(commands, binaries, timeout=600, clock="instructions"), Path(x86_64_kernel.artifacts["kernel"])
+        )
+    assert "-c needs swap and this machine has none" in failed.value.message

@@ -386,7 +386,8 @@ class Agent:
             timeout=self.backend.timeout(bench.expected_seconds(params), len(commands)),
             # A service from before clocks sends none: it meant the wall clock.
             clock=str(job.get("clock") or "wall"),
-            vcpus=_vcpus(job),
+            vcpus=_count(job, "vcpus", "vCPUs"),
+            numa_nodes=_count(job, "numa_nodes", "NUMA nodes"),
         )
         # Before any boot: a runner that cannot give the clock fails the
         # attempt as an infrastructure fault, not the kernel.
@@ -540,12 +541,13 @@ class Agent:
         return FAILED
 
 
-def _vcpus(job: dict[str, Any]) -> int:
-    """The guest CPUs the job asks for; 0, or none (a service from before vCPU counts): the backend's default."""
-    value = job.get("vcpus") or 0
+def _count(job: dict[str, Any], key: str, label: str) -> int:
+    """The guest CPUs or NUMA nodes the job asks for; 0, or none (a service from
+    before they were sent): the backend's default."""
+    value = job.get(key) or 0
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         # The service's mistake, not the kernel's: an infrastructure fault.
-        raise RuntimeError(f"the job asks for {value!r} vCPUs; a count of 0 or more was expected")
+        raise RuntimeError(f"the job asks for {value!r} {label}; a count of 0 or more was expected")
     return value
 
 

@@ -41,10 +41,12 @@ ENVIRONMENT_KEYS = (
     "cpufreq_governor",
     "clocksource",
 )
-# The machine's tuning facts (boost, swap_total_kb, aslr, isolated_cpus,
-# drop_caches, settle_ms, perf_counters; csrc/init_tuning.h) come in as printed: every
+# The machine's tuning facts (boost, swap, swap_total_kb, numa_nodes, aslr, isolated_cpus,
+# drop_caches, settle_ms, perf_counters; csrc/init_tuning.h, init_memory.h) come in as printed: every
 # init that tunes prints each, "absent" where the kernel lacks the setting.
-_INTEGER_KEYS = ("cpus", "mem_total_kb", "swap_total_kb", "settle_ms")
+_INTEGER_KEYS = ("cpus", "mem_total_kb", "swap_total_kb", "settle_ms", "numa_nodes")
+# Counts whose "absent" (the kernel lacks the feature) is kept as said.
+_ABSENT_KEPT = ("numa_nodes",)
 
 _ENV = re.compile(r"KPERF-ENV (?P<key>[a-z_]+)=(?P<value>.*)")
 _BEGIN = re.compile(r"KPERF-BEGIN (?P<n>\d+)")
@@ -188,5 +190,5 @@ def _env_value(key: str, value: str) -> Any:
         try:
             return int(value)
         except ValueError:
-            return None
+            return "absent" if key in _ABSENT_KEPT and value == "absent" else None
     return value

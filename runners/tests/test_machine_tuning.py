@@ -25,7 +25,9 @@ TUNING_FACTS = (
     "cpufreq_governor",
     "boost",
     "thp",
+    "swap",
     "swap_total_kb",
+    "numa_nodes",
     "aslr",
     "isolated_cpus",
     "drop_caches",
@@ -64,6 +66,10 @@ def test_init_records_every_tuning_fact_and_counts_or_says_unsupported(
         next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("SwapTotal"))
     )
     assert env["aslr"] == Path("/proc/sys/kernel/randomize_va_space").read_text().strip()
+    # The host's own swap stays as it is; its NUMA nodes are counted as they are.
+    assert env["swap"].startswith(("none (", "not set up ("))
+    nodes = Path("/sys/devices/system/node")
+    assert env["numa_nodes"] == (len(list(nodes.glob("node[0-9]*"))) if nodes.is_dir() else "absent")
     isolated = Path("/sys/devices/system/cpu/isolated").read_text().strip()
     assert env["isolated_cpus"] == (isolated or "none")
     assert env["drop_caches"] == "before every command"
@@ -202,6 +208,8 @@ def test_a_qemu_boot_is_tuned_and_records_it(runner_state: Path, x86_64_kernel: 
     # QEMU's virtual CPU has no cpufreq and no boost: absent, not invented.
     assert env["cpufreq_governor"] == "absent" and env["boost"] == "absent"
     assert env["swap_total_kb"] == 0 and env["aslr"] == "0"  # no swap; norandmaps
+    # The tiny profile has neither zram nor NUMA: said, not invented.
+    assert env["swap"] == "none (no zram in this kernel)" and env["numa_nodes"] == "absent"
     assert env["drop_caches"] == "before every command" and env["settle_ms"] == 250
     assert env["perf_counters"].startswith("unsupported (")
     assert "KPERF-PERF 0 unsupported" in result.console and "KPERF-PERF" not in result.raw_output

@@ -131,6 +131,49 @@ def test_the_agent_hands_the_jobs_vcpus_to_the_backend(
     assert [job.vcpus for job in backend.jobs] == [vcpus, vcpus]
 
 
+@pytest.mark.parametrize("arch", ["x86_64", "arm64"])
+def test_numa_nodes_split_the_guest_s_memory_and_vcpus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arch: str
+) -> None:
+    _fake_qemu(tmp_path / "bin", monkeypatch, "QEMU emulator version 10.0.2 (Debian 1:10.0.2+ds-2)")
+    backend = QemuBackend(arch, tmp_path / "state", accel="tcg")
+    argv = backend.command_line(Path("/k"), Path("/i.gz"), clock="instructions", vcpus=4, numa_nodes=2)
+    at = argv.index("-smp")
+    assert argv[at : at + 10] == [
+        "-smp", "4",
+        "-object", "memory-backend-ram,id=kperf-mem0,size=256M", "-numa", "node,nodeid=0,cpus=0-1,memdev=kperf-mem0",
+        "-object", "memory-backend-ram,id=kperf-mem1,size=256M", "-numa", "node,nodeid=1,cpus=2-3,memdev=kperf-mem1",
+    ]  # fmt: skip
+    # Fewer vCPUs than nodes: the second node has memory only, as a CXL or memory-only node.
+    argv = backend.command_line(Path("/k"), Path("/i.gz"), clock="instructions", vcpus=1, numa_nodes=2)
+    assert [a for a in argv if a.startswith("node,")] == [
+        "node,nodeid=0,cpus=0-0,memdev=kperf-mem0",
+        "node,nodeid=1,memdev=kperf-mem1",
+    ]
+    # None asked: no -numa at all, the kernel's one node.
+    assert "-numa" not in backend.command_line(Path("/k"), Path("/i.gz"), clock="instructions", vcpus=2)
+    # A shape the runner's guests cannot take is the runner's fault, said before QEMU starts.
+    with pytest.raises(RuntimeError, match="cannot be split into that many equal nodes"):
+        backend.command_line(Path("/k"), Path("/i.gz"), clock="instructions", numa_nodes=16)
+
+
+@pytest.mark.parametrize(("sent", "nodes"), [({"numa_nodes": 2}, 2), ({}, 0), ({"numa_nodes": None}, 0)])
+def test_the_agent_hands_the_jobs_numa_nodes_to_the_backend(
+    service: tuple[FakeService, str],  # noqa: F811
+    tmp_path: Path,
+    runner_state: Path,
+    spawn_binary: Path,
+    sent: dict[str, Any],
+    nodes: int,
+) -> None:
+    fake, url = service
+    fake.job = _job(**sent)
+    backend = RecordingBackend()
+    agent = _agent(url, tmp_path, backend, runner_state)
+    assert agent.run() == 0 and agent.jobs[DONE] == 1
+    assert [job.numa_nodes for job in backend.jobs] == [nodes, nodes]
+
+
 @pytest.mark.parametrize("value", [-1, "2", 1.5, True])
 def test_a_job_with_a_bad_vcpu_count_fails_as_infra(
     service: tuple[FakeService, str],  # noqa: F811

@@ -96,6 +96,29 @@ def test_an_unknown_profile_is_refused_with_the_choices(
     assert not Submission.objects.exists()
 
 
+def test_a_grid_that_needs_memcg_and_swap_is_refused_on_the_tiny_profile(
+    alice_api: Api, small_tree: Path, qemu_class: MachineClass, settings_dirs: Any
+) -> None:
+    wanted = body(small_tree, benchmarks=["pft"], grid="memcg-swap")
+    # The class builds tiny (no cgroups, no block layer): refused before anything is stored.
+    resp = alice_api.post("/submissions", wanted)
+    assert resp.status_code == 400, resp.content
+    err = resp.json()
+    assert err["field"] == "grid"
+    assert "the memcg-swap grid of pft needs memcg and swap" in err["detail"]
+    assert "tiny profile does not build" in err["detail"] and "mm or distro profile" in err["detail"]
+    resp = alice_api.post("/branches", {**wanted, "profile": "tiny"})
+    assert resp.status_code == 400 and resp.json()["field"] == "profile", resp.content
+    assert not Submission.objects.exists() and not TrackedBranch.objects.exists()
+    # Asked with a profile that has both, on the same class: accepted and built so.
+    sub = prepared(alice_api, small_tree, benchmarks=["pft"], grid="memcg-swap", profile="mm")
+    assert {sb.build.profile for sb in built(sub)} == {"mm"}
+    # A class of the mm profile beside the tiny one: without a profile, tiny is still measured.
+    MachineClass.objects.create(name="qemu-x86_64-mm", arch="x86_64", profile="mm")
+    resp = alice_api.post("/submissions", wanted)
+    assert resp.status_code == 400 and "tiny profile" in resp.json()["detail"]
+
+
 def test_a_branch_of_a_profile_no_class_measures_is_refused_then_measured_only_there(
     alice_api: Api, small_tree: Path, qemu_class: MachineClass, settings_dirs: Any, tmp_path: Path
 ) -> None:
@@ -129,27 +152,46 @@ def test_the_history_keeps_only_the_class_s_profile_and_vcpus(
     assert one is not None
     Job.objects.filter(pk=one.pk).update(vcpus=2)
     assert summaries.default_boots(jobs).count() == jobs.count() - 1
+    other = jobs.exclude(pk=one.pk).first()
+    assert other is not None
+    Job.objects.filter(pk=other.pk).update(numa_nodes=2)
+    assert summaries.default_boots(jobs).count() == jobs.count() - 2
+    # The class booting two nodes from now on: only that boot is its own.
+    MachineClass.objects.filter(pk=qemu_class.pk).update(numa_nodes=2)
+    assert list(summaries.default_boots(jobs).values_list("pk", flat=True)) == [other.pk]
+    MachineClass.objects.filter(pk=qemu_class.pk).update(numa_nodes=0)
+    Job.objects.filter(pk=other.pk).update(numa_nodes=0)
     KernelBuild.objects.filter(pk=one.build_id).update(profile="mm")
     # Every job of that build (one side) is out now.
     assert summaries.default_boots(jobs).count() == jobs.exclude(build_id=one.build_id).count()
 
 
-def test_page_and_mail_say_which_profile_and_vcpus(
+def test_page_and_mail_say_which_profile_vcpus_and_numa_nodes(
     alice: Any, qemu_class: MachineClass, runner_api: Any, tmp_path: Path, client: Client
 ) -> None:
     from .test_alerts import finished_submission
 
-    MachineClass.objects.filter(pk=qemu_class.pk).update(vcpus=2)
+    MachineClass.objects.filter(pk=qemu_class.pk).update(vcpus=2, numa_nodes=2)
     qemu_class.refresh_from_db()
     sub = finished_submission(alice, qemu_class, runner_api[1], tmp_path, head_level=500.0)
+    # Each job took the class's shape when queued, and the runner is told it.
+    jobs = Job.objects.filter(submission=sub)
+    assert set(jobs.values_list("vcpus", "numa_nodes")) == {(2, 2)}
+    job = jobs.first()
+    assert job is not None
+    assert {k: leases.job_payload(job)[k] for k in ("vcpus", "numa_nodes")} == {"vcpus": 2, "numa_nodes": 2}
     _, body_text = alerts.submission_mail(sub)
     assert "Kernels built with the tiny configuration profile." in body_text
-    assert f"spawn on {qemu_class.name} (tiny profile, 2 vCPUs),\ninstruction clock" in body_text
+    flat = " ".join(body_text.split())
+    assert f"spawn on {qemu_class.name} (tiny profile, 2 vCPUs, 2 NUMA nodes), instruction clock" in flat
     assert max(len(line) for line in body_text.splitlines()) <= 80
     client.force_login(alice)
     page = client.get(f"/submissions/{sub.pk}").content.decode()
     assert 'kernels of <span id="profile">each machine class\'s configuration profile' in page
-    assert '<span class="profile">tiny</span> profile, booted with <span class="vcpus">2</span> vCPUs' in page
+    assert (
+        '<span class="profile">tiny</span> profile, booted with <span class="vcpus">2</span> vCPUs, '
+        '<span class="numa-nodes">2</span> NUMA nodes'
+    ) in page
 
 
 def test_a_benchmark_module_that_does_not_fit_the_release_is_named_in_the_failure(

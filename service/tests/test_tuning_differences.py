@@ -21,12 +21,14 @@ from .lab_fixtures import submission_page as page
 
 pytestmark = pytest.mark.django_db
 
-# What init records on a QEMU guest (runners/kperf_runner/csrc/init_tuning.h).
+# What init records on a QEMU guest (runners/kperf_runner/csrc/init_tuning.h, init_memory.h).
 TUNED = {
     "cpufreq_governor": "absent",
     "boost": "absent",
     "thp": "always [madvise] never",
+    "swap": "none (no zram in this kernel)",
     "swap_total_kb": 0,
+    "numa_nodes": "absent",
     "aslr": "2",
     "isolated_cpus": "none",
     "clocksource": "tsc",
@@ -116,8 +118,8 @@ def test_a_boot_that_recorded_no_tuning_is_a_difference_not_a_match(
     [comp] = alice_api.get(f"/submissions/{sub.pk}").json()["comparisons"]
     drop = next(t for t in comp["tuning_differences"] if t["fact"] == "drop_caches")
     assert drop["values"]["base"] == {"before every command": 3, "not recorded": 1}
-    # The old boot lacks every fact, so all nine are named.
-    assert len(comp["tuning_differences"]) == len(tuning.TUNING_FACTS) == 9
+    # The old boot lacks every fact, so all eleven are named.
+    assert len(comp["tuning_differences"]) == len(tuning.TUNING_FACTS) == 11
 
 
 def test_hardware_counters_are_shown_per_boot_with_instructions_per_cycle(

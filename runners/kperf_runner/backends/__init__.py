@@ -61,6 +61,10 @@ class BootJob:
     # The guest's CPUs: 0 is the backend's default. Only qemu has a say
     # (-smp); kexec boots the machine's own CPUs and ignores it.
     vcpus: int = 0
+    # The guest's NUMA nodes: 0 is none declared (the kernel makes one).
+    # Only qemu has a say (-numa, memory and CPUs split evenly); kexec boots
+    # the machine's own topology and ignores it.
+    numa_nodes: int = 0
 
 
 @dataclass

@@ -310,8 +310,8 @@ class KexecBackend(Backend):
         on_console: ConsoleCallback | None = None,
     ) -> dict[str, Any]:
         self.check_clock(job.clock)
-        # job.vcpus is not looked at: the kernel under test gets all of this
-        # machine's CPUs, which are the machine class's.
+        # job.vcpus and job.numa_nodes are not looked at: the kernel under
+        # test gets all of this machine's CPUs and nodes, the machine class's.
         if not kernel.is_file():
             raise RuntimeError(f"kernel image {kernel} does not exist")
         self.work.mkdir(parents=True, exist_ok=True)

@@ -260,8 +260,35 @@ class QemuBackend(Backend):
                 f"{_QEMU_PACKAGE[self.arch]}"
             )
 
+    def numa_args(self, nodes: int, cpus: int) -> list[str]:
+        """-numa options for `nodes` nodes: memory split evenly, CPUs in contiguous
+        blocks from node 0 (the last nodes get none when there are fewer CPUs
+        than nodes, as memory-only nodes of a real machine)."""
+        if nodes <= 1:
+            return []
+        if self.memory_mb % nodes or self.memory_mb // nodes < 64:
+            # The runner's shape, not the kernel's fault: an infrastructure error.
+            raise RuntimeError(
+                f"the job wants {nodes} NUMA nodes, and this runner's {self.memory_mb} MiB guests cannot be "
+                "split into that many equal nodes of at least 64 MiB: give the machine class fewer nodes"
+            )
+        args: list[str] = []
+        block = -(-cpus // nodes)  # CPUs per node, the first nodes full
+        for node in range(nodes):
+            args += ["-object", f"memory-backend-ram,id=kperf-mem{node},size={self.memory_mb // nodes}M"]
+            first, last = node * block, min((node + 1) * block, cpus) - 1
+            cpu = f",cpus={first}-{last}" if last >= first else ""
+            args += ["-numa", f"node,nodeid={node}{cpu},memdev=kperf-mem{node}"]
+        return args
+
     def command_line(
-        self, kernel: Path, initrd: Path, extra_cmdline: str = "", clock: str = "wall", vcpus: int = 0
+        self,
+        kernel: Path,
+        initrd: Path,
+        extra_cmdline: str = "",
+        clock: str = "wall",
+        vcpus: int = 0,
+        numa_nodes: int = 0,
     ) -> list[str]:
         self.check_clock(clock)
         accel = self.accel_for(clock)
@@ -280,7 +307,7 @@ class QemuBackend(Backend):
             machine = "virt,gic-version=max" if accel == "kvm" else "virt"
             argv += ["-M", machine, "-accel", accel]
             argv += self.cpu_args if accel == "kvm" else ["-cpu", "cortex-a57"]
-        argv += ["-m", str(self.memory_mb), "-smp", str(smp)]
+        argv += ["-m", str(self.memory_mb), "-smp", str(smp), *self.numa_args(numa_nodes, smp)]
         argv += [
             "-nographic",
             "-no-reboot",
@@ -312,7 +339,7 @@ class QemuBackend(Backend):
         with tempfile.TemporaryDirectory(prefix="boot-", dir=tmp_root) as tmp:
             initrd = Path(tmp) / "initrd.gz"
             archive.write(initrd)
-            argv = self.command_line(kernel, initrd, job.cmdline, job.clock, job.vcpus)
+            argv = self.command_line(kernel, initrd, job.cmdline, job.clock, job.vcpus, job.numa_nodes)
             log.debug("starting %s", " ".join(argv))
             start = time.monotonic()
             console, outcome = self._run(argv, job.timeout, on_console)
@@ -323,6 +350,7 @@ class QemuBackend(Backend):
             "qemu": argv[0],
             "clock": job.clock,
             "vcpus": self.guest_cpus(job.clock, job.vcpus),
+            "numa_nodes": job.numa_nodes,
             # Instruction counts move with QEMU's version: it belongs with the numbers.
             "qemu_version": qemu_version(argv[0])[0],
             **outcome,

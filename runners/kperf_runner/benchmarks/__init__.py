@@ -69,7 +69,12 @@ def resolve_params(name: str, grid: str, overrides: Mapping[str, Any] | None = N
         if key not in known:
             raise BadParameters(f"{name} has no parameter {key!r}; its parameters are {', '.join(known)}")
         params[key] = value
-    return bench.validate(params)
+    validated = bench.validate(params)
+    # A parameter with a default that nothing set stays out of what is
+    # stored: jobs of a grid keep the parameters they had before it existed,
+    # so base boots are shared and series continue across the upgrade.
+    implicit = {p.name for p in bench.parameters if p.default is not None and p.name not in params}
+    return {k: v for k, v in validated.items() if k not in implicit}
 
 
 __all__ = [

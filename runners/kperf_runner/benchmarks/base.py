@@ -54,6 +54,9 @@ class Grid:
     # These replace its time-based parameters on that clock, keeping every
     # point of the sweep (docs/benchmarks.md, "Grids on the instruction clock").
     instruction_params: Mapping[str, Any] | None = None
+    # What the kernel must have for the grid to run at all ("memcg",
+    # "swap"): a submission whose profile lacks one is refused up front.
+    needs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,9 @@ class Param:
     maximum: float
     description: str
     choices: tuple[str, ...] = ()  # the values a "choice" takes
+    # A parameter added after jobs were stored has a default: parameters
+    # stored without it (and grids that do not set it) mean this value.
+    default: Any = None
 
     def coerce(self, benchmark: str, value: object) -> Any:
         where = f"{benchmark}: parameter {self.name!r}"
@@ -136,10 +142,10 @@ class Benchmark:
             raise BadParameters(
                 f"{self.name} has no parameter {', '.join(map(repr, unknown))}; its parameters are {', '.join(known)}"
             )
-        missing = [name for name in known if name not in params]
+        missing = [name for name, param in known.items() if name not in params and param.default is None]
         if missing:
             raise BadParameters(f"{self.name}: parameter(s) {', '.join(missing)} missing")
-        return {name: param.coerce(self.name, params[name]) for name, param in known.items()}
+        return {name: param.coerce(self.name, params.get(name, param.default)) for name, param in known.items()}
 
     def command(self, params: Mapping[str, Any], bindir: str) -> list[list[str]]:
         """The argv lines to run, in order, with the binaries in bindir."""

@@ -56,6 +56,20 @@ class Pft(Benchmark):
             params={"size_mb": 64, "clients": [1, 2, 3, 4], "iterations": 3, "mode": "processes"},
             description="as scaling, with 1-4 processes (one mm each, no shared mm)",
         ),
+        # What memcg reclaim and swap-out add to a fault: the region is twice
+        # the cgroup's limit, so past the first half every fault first
+        # reclaims a page of the region to zram swap (pft.c's -c). Needs a
+        # kernel with memcg and zram (the mm and distro profiles); the tiny
+        # profile is refused at submission.
+        "memcg-swap": Grid(
+            boots=4,
+            params={"size_mb": 64, "clients": [1], "iterations": 3, "mode": "threads", "memcg_mb": 32},
+            description=(
+                "64 MiB faulted by one thread inside a memory cgroup limited to 32 MiB: half the "
+                "faults reclaim a page to zram swap first (mm and distro profiles)"
+            ),
+            needs=("memcg", "swap"),
+        ),
         "full": Grid(
             boots=5,
             params={"size_mb": 0, "clients": list(range(1, 65)), "iterations": 30, "mode": "threads"},
@@ -81,6 +95,14 @@ class Pft(Benchmark):
         ),
         Param("iterations", "int", 1, 1000, "iterations per client count and boot"),
         Param(
+            "memcg_mb",
+            "int",
+            0,
+            16 * 1024 * 1024,
+            "MiB a memory cgroup around the workers allows (0: none); below size_mb the faults reclaim to swap",
+            default=0,
+        ),
+        Param(
             "mode",
             "choice",
             0,
@@ -93,9 +115,11 @@ class Pft(Benchmark):
     def command(self, params: Mapping[str, Any], bindir: str) -> list[list[str]]:
         params = self.validate(params)
         binary = f"{bindir.rstrip('/')}/pft"
+        memcg = ["-c", str(params["memcg_mb"])] if params["memcg_mb"] else []
         return [
             [
                 binary,
+                *memcg,
                 "-m",
                 str(params["size_mb"]),
                 "-n",
@@ -109,9 +133,14 @@ class Pft(Benchmark):
         ]
 
     @staticmethod
-    def metric_names(mode: str, clients: int) -> tuple[str, str]:
-        """(faults per wall second, faults per CPU second) for a mode and client count."""
-        return f"faults/sec-{mode}-{clients}", f"faults/cpu-{mode}-{clients}"
+    def metric_names(mode: str, clients: int, memcg_mb: int = 0) -> tuple[str, str]:
+        """(faults per wall second, faults per CPU second) for a mode and client count.
+
+        Runs inside a limited memcg are named for it: their faults include
+        reclaim and swap-out and are never read as plain faults.
+        """
+        suffix = f"-memcg{memcg_mb}m" if memcg_mb else ""
+        return f"faults/sec-{mode}-{clients}{suffix}", f"faults/cpu-{mode}-{clients}{suffix}"
 
     def parse(self, raw_output: str, params: Mapping[str, Any]) -> list[Sample]:
         params = self.validate(params)
@@ -169,7 +198,7 @@ class Pft(Benchmark):
             raise ValueError(f"pft: incomplete output for {', '.join(missing)}; the raw output shows where it stopped")
         samples: list[Sample] = []
         for clients in wanted:
-            per_sec, per_cpu = self.metric_names(mode, clients)
+            per_sec, per_cpu = self.metric_names(mode, clients, params["memcg_mb"])
             for iteration, (wall_rate, cpu_rate) in enumerate(rows.get(clients, [])):
                 samples.append(Sample(per_sec, iteration, wall_rate))
                 samples.append(Sample(per_cpu, iteration, cpu_rate))
@@ -181,7 +210,7 @@ class Pft(Benchmark):
         params = self.validate(params)
         out: list[Metric] = []
         for clients in params["clients"]:
-            per_sec, per_cpu = self.metric_names(params["mode"], clients)
+            per_sec, per_cpu = self.metric_names(params["mode"], clients, params["memcg_mb"])
             out += [Metric(per_sec, "faults/s", True), Metric(per_cpu, "faults/cpu-s", True)]
         return out
 

@@ -78,6 +78,8 @@ static int write_text(const char *path, const char *value)
 	return n < 0 ? -1 : 0;
 }
 
+#include "init_memory.h"
+
 /* Every CPU's governor to performance; the fact is the governors that resulted. */
 static void tune_governors(int apply)
 {
@@ -142,7 +144,7 @@ static void tune_thp(int apply)
 		say("KPERF-ENV thp=absent");
 }
 
-/* Facts only: an initramfs has no swap, norandmaps is on the command line. */
+/* Facts only: swap as setup_swap() left it, norandmaps is on the command line. */
 static void report_fixed_tuning(void)
 {
 	char buf[MAX_LINE];
@@ -264,6 +266,8 @@ static void tune_machine(void)
 	tune_governors(apply);
 	tune_boost(apply);
 	tune_thp(apply);
+	setup_swap(apply);
+	report_numa();
 	report_fixed_tuning();
 	drop_caches_ok = access(DROP_CACHES, W_OK) == 0;
 	say("KPERF-ENV drop_caches=%s", drop_caches_ok ? "before every command" : "absent");

@@ -25,6 +25,13 @@
  * faults per CPU second, faults per wall second.)  A client count above the
  * online CPUs prints "pft-skip: ..." and exits 0, as mmtests stops at
  * NUMCPUS.  Any failure exits non-zero with a message on stderr.
+ *
+ * -c MIB runs every worker inside a memory cgroup (cgroup v2) limited to MIB
+ * (memory.max): a region larger than the limit makes the faults past it
+ * reclaim earlier pages to swap first, so the rates include what memcg
+ * reclaim and swap-out cost.  It needs the memory controller and swap (the
+ * test kernel's init gives an mm-profile kernel zram swap); without either
+ * pft says so and exits non-zero.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -34,6 +41,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/time.h>
@@ -47,8 +56,9 @@
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: pft -m MIB -n CLIENTS [-i ITERATIONS] [-M threads|processes]\n"
+	fprintf(stderr, "usage: pft -m MIB -n CLIENTS [-i ITERATIONS] [-M threads|processes] [-c MIB]\n"
 			"  -m  MiB of the region (0: MemTotal / 5)\n"
+			"  -c  run in a memory cgroup limited to MiB (needs memcg and swap)\n"
 			"  -n  workers\n"
 			"  -i  iterations (a fresh region each)\n"
 			"  -M  threads (one mm, the default) or processes\n");
@@ -188,6 +198,65 @@ static void run_processes(long clients)
 	free(pids);
 }
 
+#define CGROUP_ROOT "/sys/fs/cgroup"
+#define CGROUP_DIR CGROUP_ROOT "/kperf-pft"
+
+static void write_file(const char *path, const char *value)
+{
+	FILE *f = fopen(path, "w");
+
+	if (f == NULL)
+		die("open %s: %s", path, strerror(errno));
+	if (fputs(value, f) == EOF || fclose(f) != 0)
+		die("write '%s' to %s: %s", value, path, strerror(errno));
+}
+
+static long meminfo_kb(const char *field)
+{
+	char line[256];
+	size_t len = strlen(field);
+	long kb = -1;
+	FILE *f = fopen("/proc/meminfo", "r");
+
+	if (f == NULL)
+		die("open /proc/meminfo: %s", strerror(errno));
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, field, len) == 0 && line[len] == ':')
+			kb = strtol(line + len + 1, NULL, 10);
+	fclose(f);
+	return kb;
+}
+
+/* Move this process (and so every worker it starts) into a limited memcg. */
+static void enter_memcg(long limit_mib)
+{
+	char buf[256] = "";
+	FILE *f;
+
+	if (meminfo_kb("SwapTotal") <= 0)
+		die("-c needs swap and this machine has none (SwapTotal 0): boot a kernel with "
+		    "zram, e.g. kperf's mm profile, whose init sets up zram swap");
+	if (mount("cgroup2", CGROUP_ROOT, "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0 &&
+	    errno != EBUSY)
+		die("mount cgroup2 on " CGROUP_ROOT ": %s (a kernel without CONFIG_CGROUPS?)",
+		    strerror(errno));
+	f = fopen(CGROUP_ROOT "/cgroup.controllers", "r");
+	if (f == NULL || fgets(buf, sizeof(buf), f) == NULL)
+		buf[0] = '\0';
+	if (f)
+		fclose(f);
+	if (strstr(buf, "memory") == NULL)
+		die("-c needs the memory controller, which this kernel lacks (CONFIG_MEMCG; "
+		    CGROUP_ROOT "/cgroup.controllers: '%s')", strtok(buf, "\n") ? buf : "");
+	write_file(CGROUP_ROOT "/cgroup.subtree_control", "+memory");
+	if (mkdir(CGROUP_DIR, 0755) != 0 && errno != EEXIST)
+		die("mkdir " CGROUP_DIR ": %s", strerror(errno));
+	snprintf(buf, sizeof(buf), "%ld", limit_mib << 20);
+	write_file(CGROUP_DIR "/memory.max", buf);
+	snprintf(buf, sizeof(buf), "%ld", (long)getpid());
+	write_file(CGROUP_DIR "/cgroup.procs", buf);
+}
+
 static size_t default_bytes(void)
 {
 	long pages = sysconf(_SC_PHYS_PAGES);
@@ -199,15 +268,18 @@ static size_t default_bytes(void)
 
 int main(int argc, char **argv)
 {
-	long mib = 0, clients = 1, iterations = 1, cpus;
+	long mib = 0, clients = 1, iterations = 1, cpus, memcg_mib = 0;
 	int processes = 0, opt;
 	size_t bytes, shared_bytes, pages;
 	pthread_barrierattr_t attr;
 
-	while ((opt = getopt(argc, argv, "m:n:i:M:h")) != -1) {
+	while ((opt = getopt(argc, argv, "m:n:i:M:c:h")) != -1) {
 		switch (opt) {
 		case 'm':
 			mib = parse_long("-m", optarg, 0, 1L << 30);
+			break;
+		case 'c':
+			memcg_mib = parse_long("-c", optarg, 1, 1L << 30);
 			break;
 		case 'n':
 			clients = parse_long("-n", optarg, 1, 1L << 16);
@@ -251,9 +323,12 @@ int main(int argc, char **argv)
 		die("mmap of the shared results: %s", strerror(errno));
 
 	choose_thp_control();
-	printf("pft-info: mode=%s clients=%ld iterations=%ld bytes=%zu pages=%zu cpus=%ld thp_off=%s\n",
+	if (memcg_mib)
+		enter_memcg(memcg_mib);
+	printf("pft-info: mode=%s clients=%ld iterations=%ld bytes=%zu pages=%zu cpus=%ld thp_off=%s"
+	       " memcg_mb=%ld\n",
 	       processes ? "processes" : "threads", clients, iterations, bytes, pages, cpus,
-	       thp_names[thp_control]);
+	       thp_names[thp_control], memcg_mib);
 	printf("  Gb  Thr CLine   User     System   Wall    flt/cpu/s fault/wsec\n");
 	for (long it = 0; it < iterations; it++) {
 		double first = 0, last = 0, user = 0, sys = 0, cpu, wall;

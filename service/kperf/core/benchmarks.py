@@ -14,6 +14,7 @@ from typing_extensions import TypedDict
 
 from kperf.core.models import Submission
 from kperf.stats import sequential
+from kperf_kbuild.profiles import PROFILE_FEATURES
 from kperf_runner import benchmarks as registry
 
 ALL = "all"
@@ -57,6 +58,21 @@ def grid_for(benchmark: str, grid: str, clock: str = "wall") -> tuple[int, dict[
             f"benchmark {benchmark!r} has no grid {grid!r}: choose from {', '.join(sorted(bench.grids))}"
         )
     return bench.grids[grid].boots, registry.resolve_params(benchmark, grid, clock=clock)
+
+
+def profile_refusal(benchmark: str, grid: str, profiles: list[str]) -> str | None:
+    """Why a grid cannot run on kernels of these profiles (it needs memcg or swap they lack), or None."""
+    needs = registry.get_benchmark(benchmark).grids[grid].needs
+    for profile in profiles:
+        lacking = [need for need in needs if need not in PROFILE_FEATURES.get(profile, frozenset())]
+        if lacking:
+            having = [p for p, features in PROFILE_FEATURES.items() if set(needs) <= features]
+            return (
+                f"the {grid} grid of {benchmark} needs {' and '.join(lacking)} in the kernel, which the {profile} "
+                f"profile does not build: submit with the {' or '.join(having)} profile "
+                "(--profile, docs/kernels.md), or choose another grid"
+            )
+    return None
 
 
 def instruction_clock_refusal(benchmark: str, grid: str) -> str | None:

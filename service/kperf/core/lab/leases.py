@@ -422,6 +422,7 @@ def job_payload(job: Job) -> dict[str, Any]:
         "clock": job.clock,
         # The vCPUs a QEMU runner boots (0: its own default); the class's when queued.
         "vcpus": job.vcpus,
+        "numa_nodes": job.numa_nodes,
         # cmdline: words the runner appends last to its own command line; thp:
         # the mode the runner asks init to set ('': leave the kernel's default).
         "kernel": {"build_id": build.pk, "sha": build.sha, "cmdline": job.boot_params, "thp": job.thp},

@@ -154,9 +154,11 @@ class RunnerState(TypedDict):
     arch: str
     # The clock the class's new jobs are timed with; capabilities.clocks is what the runner gives.
     clock: str
-    # The class's kernels: configuration profile, and vCPUs a QEMU runner boots (0: its default).
+    # The class's kernels: configuration profile, and vCPUs and NUMA nodes a
+    # QEMU runner boots (0: its default; no NUMA nodes declared).
     profile: str
     vcpus: int
+    numa_nodes: int
     health: str
     reason: str
     since: str | None
@@ -193,6 +195,7 @@ def runner_dict(r: Runner) -> RunnerState:
         "clock": r.machine_class.clock,
         "profile": r.machine_class.profile,
         "vcpus": r.machine_class.vcpus,
+        "numa_nodes": r.machine_class.numa_nodes,
         "health": r.health,
         "reason": r.health_reason,
         "since": _iso(r.health_since),

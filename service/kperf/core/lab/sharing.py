@@ -15,9 +15,9 @@ would measure itself:
   clock the sharer's own boots there get: never across clocks);
 - same boot parameters and THP mode (Job.boot_params, Job.thp): the kernel
   is the same, but booted another way it is another measurement;
-- the class's vCPUs now (Job.vcpus): a boot of another VM shape is another
-  machine's (the build, and with it the configuration profile, is the same
-  by the first rule);
+- the class's vCPUs and NUMA nodes now (Job.vcpus, Job.numa_nodes): a boot
+  of another VM shape is another machine's (the build, and with it the
+  configuration profile, is the same by the first rule);
 - not failed or cancelled;
 - measured (or being measured) by a runner whose identity has not changed
   since it began the boot: `Runner.identity_changed` moves when the runner
@@ -88,6 +88,7 @@ def candidates(
             boot_params=sub.boot_params,
             thp=sub.thp,
             vcpus=mclass.vcpus,
+            numa_nodes=mclass.numa_nodes,
             boots=1,
         )
         .exclude(submission=sub)

@@ -86,11 +86,13 @@ def _metric_line(m: MetricComparison, bench: str, mclass: str, clock: str) -> st
 
 
 def _shape(sub: Submission, mclass: MachineClass) -> str:
-    """What was measured on a class: "mm profile, 2 vCPUs" (the profile is the
-    class's unless the submission chose one; 0 vCPUs is the runner's default)."""
-    vcpus = mclass.vcpus
+    """What was measured on a class: "mm profile, 2 vCPUs, 2 NUMA nodes" (the
+    profile is the class's unless the submission chose one; 0 vCPUs is the
+    runner's default, 0 nodes none declared)."""
+    vcpus, nodes = mclass.vcpus, mclass.numa_nodes
     cpus = f", {vcpus} vCPU{'s' if vcpus != 1 else ''}" if vcpus else ""
-    return f"{profiles.class_profile(mclass, sub.profile)} profile{cpus}"
+    numa = f", {nodes} NUMA nodes" if nodes else ""
+    return f"{profiles.class_profile(mclass, sub.profile)} profile{cpus}{numa}"
 
 
 def _sweep_sections(metrics: list[MetricComparison]) -> list[str]:

@@ -61,10 +61,12 @@ class MachineClass(models.Model):
     calibration_boots = models.PositiveIntegerField(default=2)
     # The kernels this class measures (docs/kernels.md): the configuration
     # profile a submission or tracked branch gets here unless it chose one,
-    # and the vCPUs a QEMU runner boots (0: the runner's own default, one on
-    # the instruction clock). The class's history holds only jobs with both.
+    # the vCPUs and NUMA nodes a QEMU runner boots (0: the runner's own
+    # default, one vCPU on the instruction clock and no NUMA nodes declared).
+    # The class's history holds only jobs with all three.
     profile = models.CharField(max_length=16, default="tiny")
     vcpus = models.PositiveSmallIntegerField(default=0)
+    numa_nodes = models.PositiveSmallIntegerField(default=0)
 
     class Meta:
         # Django only adds an "s": "machine classs".
@@ -225,9 +227,11 @@ class Job(models.Model):
     # (kperf.core.lab.sharing) or pooled into the class's history (kperf.core.results.summaries).
     boot_params = models.CharField(max_length=BOOT_PARAMS_MAX_LENGTH, blank=True, default="")
     thp = models.CharField(max_length=8, choices=Thp.choices, blank=True, default="")
-    # The machine class's vCPUs when queued: a runner boots this many, and a
-    # class whose vCPUs changed never pools the old boots with the new.
+    # The machine class's vCPUs and NUMA nodes when queued: a runner boots
+    # this shape, and a class whose shape changed never pools the old boots
+    # with the new.
     vcpus = models.PositiveSmallIntegerField(default=0)
+    numa_nodes = models.PositiveSmallIntegerField(default=0)
     boots = models.PositiveIntegerField(default=1)
     machine_class = models.ForeignKey(MachineClass, on_delete=models.PROTECT, related_name="jobs")
     # Fixed when queued: only a runner that gives this clock claims the job,
@@ -336,6 +340,7 @@ class Job(models.Model):
             boot_params=sub.boot_params if sub is not None else "",
             thp=sub.thp if sub is not None else "",
             vcpus=machine_class.vcpus,
+            numa_nodes=machine_class.numa_nodes,
             boots=1,
             seq=seq,
             max_attempts=settings.KPERF_JOB_MAX_ATTEMPTS,

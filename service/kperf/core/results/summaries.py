@@ -79,7 +79,11 @@ def default_boots(jobs: QuerySet[Job]) -> QuerySet[Job]:
     altogether (docs/kernels.md).
     """
     return jobs.filter(
-        boot_params="", thp="", build__profile=F("machine_class__profile"), vcpus=F("machine_class__vcpus")
+        boot_params="",
+        thp="",
+        build__profile=F("machine_class__profile"),
+        vcpus=F("machine_class__vcpus"),
+        numa_nodes=F("machine_class__numa_nodes"),
     )
 
 

@@ -148,6 +148,11 @@ def validate(req: SubmissionRequest) -> SubmissionRequest:
         profile = profiles.clean_profile(req.profile)
     except profiles.ProfileError as e:
         raise SubmissionError(str(e), "profile") from None
+    measured = sorted({p for arch in arches for p in profiles.needed(arch, profile)})
+    for name in names:
+        refusal = benchmarks.profile_refusal(name, req.grid, measured)
+        if refusal:
+            raise SubmissionError(refusal, "profile" if profile else "grid")
     return SubmissionRequest(
         url,
         head,

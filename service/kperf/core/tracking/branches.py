@@ -93,9 +93,11 @@ def track(user: User, req: TrackRequest) -> TrackedBranch:
     `user` is who asks: a new branch becomes theirs; one already tracked is
     changed only by its owner or staff (AlreadyTracked otherwise), and keeps
     its owner when staff change it."""
-    # The same checks as a submission: URL, ref syntax, benchmarks, grid, arches.
+    # The same checks as a submission: URL, ref syntax, benchmarks, grid, arches, profile.
     clean = validate(
-        SubmissionRequest(req.tree_url, req.branch, req.branch, list(req.benchmarks), req.grid, list(req.arches))
+        SubmissionRequest(
+            req.tree_url, req.branch, req.branch, list(req.benchmarks), req.grid, list(req.arches), profile=req.profile
+        )
     )
     min_effect = validate_min_effect(req.min_effect_pct)
     try:

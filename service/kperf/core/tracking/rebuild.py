@@ -43,7 +43,7 @@ JOIN core_job j ON j.id = r.job_id
 JOIN core_kernelbuild b ON b.id = j.build_id
 JOIN core_machineclass m ON m.id = j.machine_class_id
 WHERE j.status = 'done' AND j.boot_params = '' AND j.thp = ''
-  AND b.profile = m.profile AND j.vcpus = m.vcpus
+  AND b.profile = m.profile AND j.vcpus = m.vcpus AND j.numa_nodes = m.numa_nodes
 GROUP BY j.id, r.id, b.sha, s.metric
 ORDER BY j.machine_class_id, j.clock, j.benchmark, j.grid, b.sha, s.metric, j.finished, r.boot
 """

@@ -200,8 +200,8 @@ def comparisons(sub: Submission) -> list[Comparison]:
     counted = _counters_per_boot(sub, per_op_sides)
     per_boot, counter_boots = counted["vmstat"]
     perf_per_boot, perf_boots = counted["perf"]
-    # The vCPUs its own boots had per class (a class's setting may have changed since).
-    vcpus = dict(sub.jobs.values_list("machine_class_id", "vcpus"))
+    # The vCPUs and NUMA nodes its own boots had per class (a class's setting may have changed since).
+    shape = {c: (v, n) for c, v, n in sub.jobs.values_list("machine_class_id", "vcpus", "numa_nodes")}
     for comp in sub.comparisons.select_related("machine_class").prefetch_related("metrics"):
         side = {s: (comp.machine_class_id, comp.benchmark, comp.clock, s) for s in ("base", "head")}
         # Both sides need boots with counters, or there is nothing to set side by side.
@@ -214,7 +214,8 @@ def comparisons(sub: Submission) -> list[Comparison]:
                 "clock": comp.clock,
                 "clock_label": Clock(comp.clock).label,
                 "profile": profiles.class_profile(comp.machine_class, sub.profile),
-                "vcpus": vcpus.get(comp.machine_class_id, comp.machine_class.vcpus),
+                "vcpus": shape.get(comp.machine_class_id, (comp.machine_class.vcpus, 0))[0],
+                "numa_nodes": shape.get(comp.machine_class_id, (0, comp.machine_class.numa_nodes))[1],
                 "sweeps": sweeps.sweeps((m.metric, m.change_pct, m.verdict) for m in comp.metrics.all()),
                 "method": comp.method,
                 "alpha": comp.alpha,

@@ -171,9 +171,11 @@ class Comparison(TypedDict):
     clock: str
     clock_label: str
     # What was measured there: both kernels' configuration profile, and the
-    # vCPUs a QEMU runner booted (0: its default, one on the instruction clock).
+    # vCPUs and NUMA nodes a QEMU runner booted (0: its default, one vCPU on
+    # the instruction clock, no NUMA nodes declared).
     profile: str
     vcpus: int
+    numa_nodes: int
     # Metrics that differ by a trailing number, as sweeps in that number's order (kperf.core.results.sweeps).
     sweeps: list[Sweep]
     method: str

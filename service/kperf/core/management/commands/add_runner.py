@@ -38,6 +38,13 @@ class Command(BaseCommand):
             "clock); its history restarts with the new count",
         )
         parser.add_argument(
+            "--numa-nodes",
+            type=int,
+            choices=(0, 2, 4),
+            help="NUMA nodes a QEMU runner of the class boots, memory and vCPUs split evenly (a new class: "
+            "0, none declared); its history restarts with the new count",
+        )
+        parser.add_argument(
             "--yields-to-builds",
             action="store_true",
             help="the runner shares its machine with a builds worker: give it no job while a kernel builds",
@@ -56,7 +63,11 @@ class Command(BaseCommand):
             moved = mclass.set_clock(opts["clock"])
             self.stderr.write(f"machine class {mclass.name} now times with the {mclass.clock} clock")
             self.stderr.write(f"{moved} queued job(s) moved to it; jobs of comparisons already measured keep theirs")
-        shape = {k: opts[k] for k in ("profile", "vcpus") if opts[k] is not None and getattr(mclass, k) != opts[k]}
+        shape = {
+            k: opts[k]
+            for k in ("profile", "vcpus", "numa_nodes")
+            if opts[k] is not None and getattr(mclass, k) != opts[k]
+        }
         if shape:
             # Never mixed with the old kernels or VM shape: summaries.default_boots keeps only the class's own.
             MachineClass.objects.filter(pk=mclass.pk).update(**shape)
