@@ -67,7 +67,7 @@ def test_arm64_command_line_under_tcg(runner_state: Path) -> None:
     argv = backend.command_line(Path("/k"), Path("/i.gz"))
     assert argv[1:9] == [
         "-M",
-        "virt",
+        "virt,dtb-randomness=off",
         "-accel",
         "tcg",
         "-cpu",

@@ -304,7 +304,12 @@ class QemuBackend(Backend):
             if accel == "kvm":
                 argv += self.cpu_args
         else:
+            # dtb-randomness=off: the board otherwise puts a fresh rng-seed and
+            # kaslr-seed from the host into the device tree of every boot, and
+            # with several vCPUs under icount two boots then part by 0.05-0.14%
+            # (docs/runners.md); without them they repeat to the digit.
             machine = "virt,gic-version=max" if accel == "kvm" else "virt"
+            machine += ",dtb-randomness=off"
             argv += ["-M", machine, "-accel", accel]
             argv += self.cpu_args if accel == "kvm" else ["-cpu", "cortex-a57"]
         argv += ["-m", str(self.memory_mb), "-smp", str(smp), *self.numa_args(numa_nodes, smp)]
