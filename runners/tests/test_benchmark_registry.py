@@ -25,7 +25,7 @@ def test_unknown_benchmark_lists_the_known_ones() -> None:
 
 
 def test_unknown_grid_lists_the_grids() -> None:
-    with pytest.raises(BadParameters, match=r"spawn has no grid 'huge'; its grids are full, quick"):
+    with pytest.raises(BadParameters, match=r"spawn has no grid 'huge'; its grids are cross-cpu, full, quick"):
         resolve_params("spawn", "huge")
 
 

@@ -72,6 +72,19 @@ class Spawn(Benchmark):
             ),
             instruction_params={"duration": 0.1, "iterations": 2},
         ),
+        # Fork, exit and wait unpinned: on a machine of several CPUs the
+        # scheduler starts the child on an idle CPU and the child's exit wakes
+        # the parent back across, so every fork sends reschedule and
+        # function-call IPIs (about 1.7 a fork with 2 vCPUs, measured). The
+        # cross-CPU wake-up path, which a pinned run never takes.
+        "cross-cpu": Grid(
+            boots=4,
+            params={"duration": 0.2, "iterations": 3, "extra_vmas": [0], "cpu": -1},
+            description=(
+                "0.2 s per iteration, no extra VMAs, unpinned: children start on another CPU and wake "
+                "the parent across (boot 2 or more vCPUs)"
+            ),
+        ),
     }
     parameters = (
         Param("duration", "number", 0.01, 3600, "seconds each iteration forks for"),
@@ -84,9 +97,22 @@ class Spawn(Benchmark):
             60000,
             "extra VMAs the parent holds, one run each",
         ),
+        # Pinned to one CPU by default so the scheduler's load balancing does
+        # not add noise; -1 measures the cross-CPU path instead.
+        Param(
+            "cpu",
+            "int",
+            -1,
+            4095,
+            "the CPU the parent and its children are pinned to; -1: none (children start on other CPUs)",
+            default=0,
+        ),
     )
-    # Pinned to one CPU so the scheduler's load balancing does not add noise.
-    cpu = 0
+
+    @staticmethod
+    def metric_name(vmas: int, cpu: int) -> str:
+        """Unpinned runs are named for it: their forks include cross-CPU wake-ups."""
+        return f"spawn-vmas-{vmas}" + ("-anycpu" if cpu < 0 else "")
 
     def command(self, params: Mapping[str, Any], bindir: str) -> list[list[str]]:
         params = self.validate(params)
@@ -101,7 +127,7 @@ class Spawn(Benchmark):
                 "-v",
                 str(extra),
                 "-c",
-                str(self.cpu),
+                str(params["cpu"]),
             ]
             for extra in params["extra_vmas"]
         ]
@@ -196,7 +222,7 @@ class Spawn(Benchmark):
         found = self._passes(raw_output, params)
         params = self.validate(params)
         return [
-            Sample(f"spawn-vmas-{vmas}", iteration, found[(vmas, iteration)].rate)
+            Sample(self.metric_name(vmas, params["cpu"]), iteration, found[(vmas, iteration)].rate)
             for vmas in params["extra_vmas"]
             for iteration in range(params["iterations"])
         ]
@@ -229,7 +255,7 @@ class Spawn(Benchmark):
         found = self._passes(raw_output, params)
         params = self.validate(params)
         return {
-            f"spawn-vmas-{vmas}": {
+            self.metric_name(vmas, params["cpu"]): {
                 "workloads": "spawn\n",
                 **{
                     f"spawn-1-{iteration + 1}.log": "\n".join(found[(vmas, iteration)].lines) + "\n"
@@ -241,7 +267,7 @@ class Spawn(Benchmark):
 
     def metrics(self, params: Mapping[str, Any]) -> list[Metric]:
         params = self.validate(params)
-        return [Metric(f"spawn-vmas-{extra}", "forks/s", True) for extra in params["extra_vmas"]]
+        return [Metric(self.metric_name(extra, params["cpu"]), "forks/s", True) for extra in params["extra_vmas"]]
 
     def sources(self) -> list[str]:
         return ["spawn.c"]
