@@ -182,6 +182,11 @@ def test_kperf_up_runs_everything_on_embedded_defaults_and_stops_on_ctrl_c(tmp_p
     assert stack.proc.returncode == 0
     time.sleep(1)
     assert not [c for c in children if alive(c)]
+    # The builds worker (up all along; the main one was just restarted) stopped
+    # its own pool: no pool process was signalled behind its back and logged
+    # as an ERROR (what Ctrl-C printed, once per pool process).
+    builds_log = stack.log("worker-builds")
+    assert "Warm shutdown" in builds_log and "ERROR" not in builds_log.split("Warm shutdown")[-1], builds_log
     # The embedded PostgreSQL stopped too.
     assert not any(pgdata in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
 

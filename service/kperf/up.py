@@ -154,17 +154,25 @@ class Stack:
                 print(f"kperf-up: {child.name} restarted (pid {child.proc.pid})", file=sys.stderr, flush=True)
 
     def stop(self) -> None:
+        # SIGTERM to each child itself, not its process group: a Celery worker
+        # then stops its own pool (a pool process signalled directly is
+        # logged as an ERROR, three lines on every Ctrl-C), and a runner lets
+        # its boot finish and hands the job back.
         for child in reversed(self.children):
             if child.proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(child.proc.pid, signal.SIGTERM)
+                    child.proc.terminate()
         deadline = time.monotonic() + 20
         for child in reversed(self.children):
             try:
                 child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                os.killpg(child.proc.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.proc.pid, signal.SIGKILL)
                 child.proc.wait()
+            # Whatever a child left behind in its group goes with it.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.proc.pid, signal.SIGKILL)
 
 
 def local_secret_key(home: Path) -> str:
