@@ -218,3 +218,36 @@ def test_a_benchmark_module_that_does_not_fit_the_release_is_named_in_the_failur
     assert sub.status == Submission.Status.FAILED
     # A kernel's failure, and the build's own words say which module and why.
     assert "benchmark failure" in sub.error and f"its build said: {missing}" in sub.error, sub.error
+
+
+def test_add_runner_sets_the_class_s_shape_and_says_its_history_starts_anew(qemu_class: MachineClass) -> None:
+    import io
+
+    from django.core.management import call_command
+
+    out, err = io.StringIO(), io.StringIO()
+    call_command(
+        "add_runner",
+        "numa-1",
+        "--machine-class",
+        qemu_class.name,
+        "--arch",
+        "x86_64",
+        "--profile",
+        "mm",
+        "--vcpus",
+        "4",
+        "--numa-nodes",
+        "2",
+        stdout=out,
+        stderr=err,
+    )
+    qemu_class.refresh_from_db()
+    assert (qemu_class.profile, qemu_class.vcpus, qemu_class.numa_nodes) == ("mm", 4, 2)
+    assert "now measures with profile mm, vcpus 4, numa_nodes 2; its history starts anew" in err.getvalue()
+    assert out.getvalue().strip()  # the new runner's token
+    # The same shape again changes nothing and says nothing of history.
+    err = io.StringIO()
+    call_command("add_runner", "numa-2", "--machine-class", qemu_class.name, "--arch", "x86_64",
+                 "--numa-nodes", "2", stdout=io.StringIO(), stderr=err)  # fmt: skip
+    assert "history" not in err.getvalue()
