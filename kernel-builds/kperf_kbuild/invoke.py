@@ -164,8 +164,10 @@ def _modules(run: Run, env: dict[str, str], report: ProgressFn) -> tuple[dict[st
 
 def tuxmake_argv(run: Run) -> list[str]:
     req, tree = run.req, run.tree
+    # -u: tuxmake writes its log lines to a pipe, which Python would buffer
+    # 8 KB at a time; the build's progress (logscan) lagged minutes behind.
     argv = [
-        sys.executable, "-m", "tuxmake", "--runtime", "null", "--wrapper", "ccache",
+        sys.executable, "-u", "-m", "tuxmake", "--runtime", "null", "--wrapper", "ccache",
         "--target-arch", req.arch, "--toolchain", "gcc", "--kconfig", run.base,
     ]  # fmt: skip
     for frag in run.fragments:
