@@ -115,21 +115,33 @@ def test_a_boot_with_an_older_qemu_is_the_runners_fault_not_the_kernels(
     assert (fake / "calls").read_text().splitlines() == ["--version"]  # QEMU never started
 
 
-@pytest.mark.parametrize(("sent", "vcpus"), [({"vcpus": 4}, 4), ({"vcpus": 0}, 0), ({}, 0), ({"vcpus": None}, 0)])
-def test_the_agent_hands_the_jobs_vcpus_to_the_backend(
+@pytest.mark.parametrize(
+    ("key", "sent", "count"),
+    [
+        ("vcpus", {"vcpus": 4}, 4),
+        ("vcpus", {"vcpus": 0}, 0),
+        ("vcpus", {}, 0),
+        ("vcpus", {"vcpus": None}, 0),
+        ("numa_nodes", {"numa_nodes": 2}, 2),
+        ("numa_nodes", {}, 0),
+        ("numa_nodes", {"numa_nodes": None}, 0),
+    ],
+)
+def test_the_agent_hands_the_jobs_shape_to_the_backend(
     service: tuple[FakeService, str],  # noqa: F811
     tmp_path: Path,
     runner_state: Path,
     spawn_binary: Path,
+    key: str,
     sent: dict[str, Any],
-    vcpus: int,
+    count: int,
 ) -> None:
     fake, url = service
     fake.job = _job(**sent)
     backend = RecordingBackend()
     agent = _agent(url, tmp_path, backend, runner_state)
     assert agent.run() == 0 and agent.jobs[DONE] == 1
-    assert [job.vcpus for job in backend.jobs] == [vcpus, vcpus]
+    assert [getattr(job, key) for job in backend.jobs] == [count, count]
 
 
 @pytest.mark.parametrize("arch", ["x86_64", "arm64"])
@@ -156,23 +168,6 @@ def test_numa_nodes_split_the_guest_s_memory_and_vcpus(
     # A shape the runner's guests cannot take is the runner's fault, said before QEMU starts.
     with pytest.raises(RuntimeError, match="cannot be split into that many equal nodes"):
         backend.command_line(Path("/k"), Path("/i.gz"), clock="instructions", numa_nodes=16)
-
-
-@pytest.mark.parametrize(("sent", "nodes"), [({"numa_nodes": 2}, 2), ({}, 0), ({"numa_nodes": None}, 0)])
-def test_the_agent_hands_the_jobs_numa_nodes_to_the_backend(
-    service: tuple[FakeService, str],  # noqa: F811
-    tmp_path: Path,
-    runner_state: Path,
-    spawn_binary: Path,
-    sent: dict[str, Any],
-    nodes: int,
-) -> None:
-    fake, url = service
-    fake.job = _job(**sent)
-    backend = RecordingBackend()
-    agent = _agent(url, tmp_path, backend, runner_state)
-    assert agent.run() == 0 and agent.jobs[DONE] == 1
-    assert [job.numa_nodes for job in backend.jobs] == [nodes, nodes]
 
 
 @pytest.mark.parametrize("value", [-1, "2", 1.5, True])
