@@ -90,11 +90,29 @@ def parse_fragment(text: str) -> dict[str, str]:
     return options
 
 
+def release_neutral(options: dict[str, str]) -> dict[str, str]:
+    """A .config's options with one choice that releases spell differently
+    written one way, so that a fragment's pin is met on every release and two
+    releases making the same choice do not read as a difference.
+
+    The size of core data structures: up to 6.8 a bool BASE_FULL (off: small)
+    and an int BASE_SMALL derived from it (1: small); from 6.9 only a bool
+    BASE_SMALL. Read here as both bools, whichever the tree has.
+    """
+    out = dict(options)
+    small = out.get("CONFIG_BASE_SMALL", "n")
+    if small in ("0", "1"):
+        small = out["CONFIG_BASE_SMALL"] = "y" if small == "1" else "n"
+    if "CONFIG_BASE_FULL" not in out:
+        out["CONFIG_BASE_FULL"] = "n" if small == "y" else "y"
+    return out
+
+
 def unmet_options(config_text: str, wanted: dict[str, str]) -> dict[str, str]:
     """Options of ``wanted`` that the final .config does not have as asked:
     {"CONFIG_X": "<value in .config, or n>"}. Kconfig drops a requested option
     silently when its dependencies are missing, so this is how to notice."""
-    final = parse_fragment(config_text)
+    final = release_neutral(parse_fragment(config_text))
     return {name: final.get(name, "n") for name, value in wanted.items() if final.get(name, "n") != value}
 
 

@@ -16,6 +16,7 @@ from kperf_kbuild.driver import (
     parse_fragment,
     unmet_options,
 )
+from kperf_kbuild.kconfig import release_neutral
 from kperf_testing.kbuild import FIXTURES_DIR, fixtures_digest, list_fixtures, read_fixture
 
 COMMON_OPTIONS = {
@@ -85,6 +86,25 @@ def test_unmet_options() -> None:
     config = "CONFIG_A=y\n# CONFIG_B is not set\nCONFIG_C=m\n"
     wanted = {"CONFIG_A": "y", "CONFIG_B": "n", "CONFIG_C": "y", "CONFIG_D": "y", "CONFIG_E": "n"}
     assert unmet_options(config, wanted) == {"CONFIG_C": "m", "CONFIG_D": "n"}
+
+
+def test_the_size_of_core_structures_is_one_choice_however_a_release_spells_it() -> None:
+    # 6.1 asked for full size: a bool BASE_FULL and the int BASE_SMALL it derives.
+    v61_full = "CONFIG_BASE_FULL=y\nCONFIG_BASE_SMALL=0\n"
+    v61_small = "# CONFIG_BASE_FULL is not set\nCONFIG_BASE_SMALL=1\n"
+    # 6.12 has only the bool BASE_SMALL.
+    v612_full = "# CONFIG_BASE_SMALL is not set\n"
+    v612_small = "CONFIG_BASE_SMALL=y\n"
+    full = {"CONFIG_BASE_FULL": "y", "CONFIG_BASE_SMALL": "n"}
+    for config in (v61_full, v612_full):
+        assert unmet_options(config, full) == {}
+        assert release_neutral(parse_fragment(config)) == full
+    assert unmet_options(v61_small, full) == {"CONFIG_BASE_FULL": "n", "CONFIG_BASE_SMALL": "y"}
+    assert unmet_options(v612_small, full) == {"CONFIG_BASE_FULL": "n", "CONFIG_BASE_SMALL": "y"}
+    # Every arch fragment asks for full size, as distributions build.
+    for arch in ("x86_64", "arm64"):
+        wanted = parse_fragment(arch_fragment(arch).read_text())
+        assert {k: wanted[k] for k in full} == full
 
 
 def test_config_digest_is_stable() -> None:

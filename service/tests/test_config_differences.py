@@ -108,3 +108,17 @@ def test_control_characters_of_a_submitted_trees_config_are_not_shown(
     sub = finished_with_configs(alice, qemu_class, runner_api[1], tmp_path, {"base": BASE, "head": escape})
     diffs = alice_api.get(f"/submissions/{sub.pk}").json()["config_differences"]["x86_64"]
     assert {"option": "CONFIG_CMDLINE", "base": "n", "head": '"?[2Jquiet"'} in diffs
+
+
+def test_two_releases_spelling_the_same_size_of_core_structures_do_not_differ() -> None:
+    # 6.1's full-size kernel (bool BASE_FULL, int BASE_SMALL) against 6.12's
+    # (only a bool BASE_SMALL): the same choice, so no warning.
+    v61 = {"CONFIG_BASE_FULL": "y", "CONFIG_BASE_SMALL": "0", "CONFIG_SLUB": "y"}
+    v612 = {"CONFIG_BASE_SMALL": "n", "CONFIG_SLUB": "y"}
+    assert configs.differences(v61, v612) == []
+    # 6.1 left small by tinyconfig, against 6.12's full: a difference, named both ways.
+    small = {**v61, "CONFIG_BASE_FULL": "n", "CONFIG_BASE_SMALL": "1"}
+    assert configs.differences(small, v612) == [
+        {"option": "CONFIG_BASE_FULL", "base": "n", "head": "y"},
+        {"option": "CONFIG_BASE_SMALL", "base": "y", "head": "n"},
+    ]

@@ -18,7 +18,7 @@ from typing_extensions import TypedDict
 
 from kperf.core.builds import artifacts
 from kperf.core.models import KernelBuild, Submission, SubmissionBuild
-from kperf_kbuild.kconfig import parse_fragment
+from kperf_kbuild.kconfig import parse_fragment, release_neutral
 
 log = logging.getLogger("kperf.configs")
 
@@ -63,7 +63,12 @@ def _printable(value: str) -> str:
 
 
 def differences(base: dict[str, str], head: dict[str, str]) -> list[OptionDifference]:
-    """Options whose values differ, by name; an option one side lacks reads as not set ("n"), as in Kconfig."""
+    """Options whose values differ, by name; an option one side lacks reads as not set ("n"), as in Kconfig.
+
+    Both sides are read release-neutrally (kconfig.release_neutral): 6.1's
+    int BASE_SMALL=0 and 6.12's unset bool are the same choice.
+    """
+    base, head = release_neutral(base), release_neutral(head)
     return [
         OptionDifference(option=name, base=base.get(name, "n"), head=head.get(name, "n"))
         for name in sorted(base.keys() | head.keys())
