@@ -377,15 +377,16 @@ class Agent:
         binaries = compile_all(bench.sources(), job["arch"], self.config.state_dir)
         binaries.update(extra)
         commands = bench.command(params, self.backend.bindir)
+        # A service from before clocks sends none: it meant the wall clock.
+        clock = str(job.get("clock") or "wall")
         boot_job = BootJob(
             commands=commands,
             binaries=binaries,
             cmdline=str((job.get("kernel") or {}).get("cmdline") or ""),
             # A service from before THP modes sends none: the kernel's default.
             thp=str((job.get("kernel") or {}).get("thp") or ""),
-            timeout=self.backend.timeout(bench.expected_seconds(params), len(commands)),
-            # A service from before clocks sends none: it meant the wall clock.
-            clock=str(job.get("clock") or "wall"),
+            timeout=self.backend.timeout(bench.expected_seconds(params), len(commands), clock),
+            clock=clock,
             vcpus=_count(job, "vcpus", "vCPUs"),
             numa_nodes=_count(job, "numa_nodes", "NUMA nodes"),
         )

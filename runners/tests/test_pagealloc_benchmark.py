@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from mmtests_tools import MMTESTS, extract, needs_mmtests, write_runs
 
-from kperf_runner.backends import BootJob
+from kperf_runner.backends import Backend, BootJob
 from kperf_runner.backends.qemu import QemuBackend
 from kperf_runner.benchmarks import (
     Metric,
@@ -321,3 +321,18 @@ def test_the_module_builds_with_the_kernel_and_runs_under_qemu(
     assert PAGEALLOC.environment(result.raw_output) == {"cycle_clock": "tsc"}
     # The module's procfs file went with it: kmodload unloaded it.
     assert "kmodload: module=pagealloc cpu=0" in result.raw_output
+
+
+def test_an_emulated_boot_waits_for_a_kernel_several_times_slower_than_expected(tmp_path: Path) -> None:
+    # pagealloc-slow's head spends 5 us (5000 instructions) more per
+    # allocation: several times the work of the quick grid's estimate. Its
+    # boot is a regression to measure, so the emulated limit must cover it
+    # where a KVM or bare-metal boot is ended sooner.
+    params = resolve_params("pagealloc", "quick", {})
+    expected = PAGEALLOC.expected_seconds(params)
+    tcg = QemuBackend("x86_64", tmp_path / "tcg", accel="tcg")
+    emulated = tcg.timeout(expected, 1, "instructions")
+    assert emulated == tcg.timeout(expected, 1, "wall")
+    assert emulated >= 180 + 6 * expected
+    kvm_limit = Backend.timeout(tcg, expected, 1, "wall")
+    assert kvm_limit < emulated

@@ -272,7 +272,7 @@ class KexecBackend(Backend):
         # Real hardware, real time: there is no instruction clock here.
         return ("wall",)
 
-    def timeout(self, expected_seconds: float, commands: int) -> float:
+    def timeout(self, expected_seconds: float, commands: int, clock: str = "wall") -> float:
         # A server's firmware-free kexec boot takes seconds, a board's
         # shutdown for the jump can take a minute: the machine's own figure,
         # not QEMU's, so that a hang is ended as soon as it can be told apart.
