@@ -250,6 +250,15 @@ def _parser() -> argparse.ArgumentParser:
         help="local QEMU runners (default KPERF_RUNNERS, else one per core: on the instruction clock one runner's "
         "boots do not disturb another's; docs/quickstart.md)",
     )
+    p.add_argument(
+        "--vcpus",
+        type=int,
+        choices=(1, 2, 4),
+        default=int(os.environ.get("KPERF_RUNNER_VCPUS", "0")) or None,
+        metavar="N",
+        help="vCPUs of the local runners' guests, 1, 2 or 4 (default KPERF_RUNNER_VCPUS, else as the class has it: "
+        'one on the instruction clock; docs/kernels.md, "vCPUs")',
+    )
     p.add_argument("--quiet", action="store_true", help="children's output only in HOME/logs/")
     p.add_argument(
         "--mail-listener",
@@ -362,7 +371,7 @@ def _start(stack: Stack, args: argparse.Namespace) -> tuple[str, dict[str, Any],
     runner_name = f"local-qemu-{args.arch}"
     stack.manage(
         "bootstrap_local", "--credentials-file", str(creds_file), "--arch", args.arch, "--runner-name", runner_name,
-        "--runners", str(local_runners(args)),
+        "--runners", str(local_runners(args)), *(["--vcpus", str(args.vcpus)] if args.vcpus else []),
     )  # fmt: skip
     creds = json.loads(creds_file.read_text())
     url = f"http://{args.host}:{args.port}"

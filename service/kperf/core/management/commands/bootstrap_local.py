@@ -32,6 +32,13 @@ class Command(BaseCommand):
         parser.add_argument(
             "--runners", type=int, default=1, help="local runners of the class: NAME, NAME-2, ... (each its own token)"
         )
+        parser.add_argument(
+            "--vcpus",
+            type=int,
+            choices=(0, 1, 2, 4),
+            default=None,
+            help="vCPUs of the class's QEMU guests (0: the runner's default); left as it is when not given",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         path = Path(opts["credentials_file"])
@@ -50,6 +57,10 @@ class Command(BaseCommand):
         mclass, _ = MachineClass.objects.get_or_create(
             name=mclass_name, defaults={"arch": opts["arch"], "description": "QEMU on the kperf host (make up)"}
         )
+        if opts["vcpus"] is not None and mclass.vcpus != opts["vcpus"]:
+            # Jobs carry their class's vCPUs, and boots of different shapes
+            # are never pooled or shared (docs/kernels.md, "vCPUs").
+            MachineClass.objects.filter(pk=mclass.pk).update(vcpus=opts["vcpus"])
         local = []
         for n in range(1, max(1, opts["runners"]) + 1):
             name = opts["runner_name"] if n == 1 else f"{opts['runner_name']}-{n}"
