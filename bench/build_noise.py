@@ -1,0 +1,324 @@
+"""How far builds of one source differ when an unrelated change moves the code, and what kperf's intervals make of it.
+
+Under QEMU's instruction clock two boots of one build agree to the last
+digit, so an interval made of boots says "no doubt at all" -- while a change
+no benchmark runs moves functions and data, and with them every metric's
+instruction count a little (docs/statistics.md, "Between builds"). This
+script measures that spread directly:
+
+- K perturbed builds of the base: the same source plus a function no one
+  calls, of a different size each time (`.skip` bytes in init/main.c, linked
+  early, so the text of nearly every object after it moves by that much:
+  every alignment phase of a cache line and a page is hit across K). Made
+  with git plumbing as branches `perturb-NN` of the test tree; built once,
+  cached like the fixtures.
+- every benchmark's quick grid booted on each, B boots per kernel, on the
+  instruction clock;
+- per metric: the between-build sd and the largest difference of any build
+  from the base;
+- kperf's A/B test of the base against each perturbed build, as the service
+  runs it today (boots only), and with the between-build part estimated from
+  the other perturbed builds (leave one out: what a lab that built the base's
+  perturbed builds once would know): the share of metrics flagged at the
+  practical thresholds 0.5%, 0.25% and 0.1%, and the share of intervals that
+  contain the true difference, 0;
+- the power left on fixtures (`--fixture brk-slower ...`): their expected
+  metrics still regressions with the between-build part in the interval.
+
+Usage (builds what it needs into ~/.cache/kperf):
+
+    .venv/bin/python bench/build_noise.py [--kernels 20] [--boots 2] [--jobs 2]
+        [--bench spawn ...] [--fixture brk-slower ...] [--json out.json] [--markdown out.md]
+
+Results and the machine they ran on go in docs/statistics.md, "Between
+builds, measured".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from datetime import date
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import Any
+
+from kperf.stats.abtest import MetricInput, Verdict, compare_metrics, min_effect_for_clock
+from kperf.stats.builds import between_build_noise
+from kperf_runner.backends import BootJob
+from kperf_runner.backends.qemu import QemuBackend
+from kperf_runner.benchmarks import get_benchmark, resolve_params
+from kperf_runner.toolchain import compile_all
+from kperf_testing.kbuild import FIXTURES_DIR, build_fixture_kernel, ensure_test_tree, read_fixture
+
+BENCHMARKS = ("spawn", "aim9", "pft", "pagealloc")
+THRESHOLDS = (0.5, 0.25, 0.1)
+CLOCK = "instructions"
+PAD_FILE = "init/main.c"
+# Pad sizes: 48 bytes apart, so K of them land on K different offsets within
+# a 64-byte cache line and spread over most of a 4 KiB page.
+PAD_STEP = 48
+
+Runs = dict[str, dict[str, list[list[float]]]]  # kernel -> metric -> boots of iterations
+
+
+def _git(tree: Path, *args: str, env: Mapping[str, str] | None = None, stdin: str | None = None) -> str:
+    run = subprocess.run(
+        ["git", "-C", str(tree), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, **(env or {})},
+    )
+    return run.stdout.strip()
+
+
+def padding(n: int) -> str:
+    """The unrelated change of perturbed build n: a function nothing calls, PAD_STEP * n bytes long."""
+    return (
+        f"\n/* kperf bench/build_noise.py: perturbation {n}, code no one runs. */\n"
+        f"void __attribute__((used, noinline)) kperf_perturb_{n}(void)\n"
+        f'{{\n\tasm volatile(".skip {PAD_STEP * n}, 0");\n}}\n'
+    )
+
+
+def perturbed_branch(tree: Path, n: int) -> str:
+    """Make (once) branch perturb-NN: base plus padding(n) at the end of PAD_FILE; its name."""
+    name = f"perturb-{n:02d}"
+    base = _git(tree, "rev-parse", "refs/heads/base")
+    try:
+        existing = _git(tree, "rev-parse", f"refs/heads/{name}")
+        if _git(tree, "rev-parse", f"{existing}^") == base:
+            return name
+    except subprocess.CalledProcessError:
+        pass
+    text = _git(tree, "cat-file", "blob", f"{base}:{PAD_FILE}") + "\n" + padding(n)
+    blob = _git(tree, "hash-object", "-w", "--stdin", stdin=text)
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        _git(tree, "read-tree", base, env=env)
+        _git(tree, "update-index", "--cacheinfo", f"100644,{blob},{PAD_FILE}", env=env)
+        new_tree = _git(tree, "write-tree", env=env)
+    who = {
+        "GIT_AUTHOR_NAME": "kperf bench",
+        "GIT_AUTHOR_EMAIL": "bench@kperf.invalid",
+        "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+        "GIT_COMMITTER_NAME": "kperf bench",
+        "GIT_COMMITTER_EMAIL": "bench@kperf.invalid",
+        "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+    }
+    commit = _git(tree, "commit-tree", new_tree, "-p", base, "-m", f"perturbation {n}", env=who)
+    _git(tree, "update-ref", f"refs/heads/{name}", commit)
+    return name
+
+
+def boot_once(backend: QemuBackend, kernel: Path, bench: str, state: Path) -> dict[str, list[float]]:
+    """One instruction-clock boot of `kernel` running `bench`'s quick grid: {metric: iteration values}."""
+    b = get_benchmark(bench)
+    params = resolve_params(bench, "quick")
+    commands = b.command(params, backend.bindir)
+    binaries = compile_all(b.sources(), "x86_64", state)
+    for name in b.artifacts():
+        binaries[name] = kernel.parent / name
+    timeout = backend.timeout(b.expected_seconds(params), len(commands), CLOCK)
+    result = backend.boot(BootJob(commands, binaries, timeout=timeout, clock=CLOCK), kernel)
+    out: dict[str, list[float]] = {}
+    for sample in b.parse(result.raw_output, params):
+        out.setdefault(sample.metric, []).append(sample.value)
+    return out
+
+
+def _flagged(results: Iterable[Any]) -> int:
+    return sum(r.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT) for r in results)
+
+
+def compare_at(inputs: Mapping[str, MetricInput], threshold: float) -> dict[str, Any]:
+    """kperf's A/B test of one pair at practical threshold `threshold` (percent)."""
+    return compare_metrics({m: replace(i, min_effect_pct=threshold) for m, i in inputs.items()})
+
+
+def analyse(
+    runs: Runs,
+    directions: Mapping[str, bool],
+    perturbed: Sequence[str],
+    fixtures: Mapping[str, Sequence[str]] = {},
+    thresholds: Sequence[float] = THRESHOLDS,
+) -> dict[str, Any]:
+    """The figures from runs of "base", the perturbed kernels and any fixtures.
+
+    directions: {metric: higher_is_better}. fixtures: {kernel: fnmatch patterns of the metrics it moves}.
+    """
+    metrics = sorted(set.intersection(*(set(runs[k]) for k in ("base", *perturbed))))
+    rows = []
+    for metric in metrics:
+        group = [runs[k][metric] for k in ("base", *perturbed)]
+        noise = between_build_noise([group])
+        diffs: list[float] = []
+        for k in perturbed:
+            one = compare_metrics({metric: MetricInput(runs["base"][metric], runs[k][metric], directions[metric])})
+            change = one[metric].change_pct
+            if change is not None:
+                diffs.append(change)
+        rows.append(
+            {
+                "metric": metric,
+                "between_build_pct": noise.sd * (100.0 if noise.log_scale else 1.0),
+                "boot_sd_pct": noise.boot_sd * (100.0 if noise.log_scale else 1.0),
+                "largest_pct": max((abs(d) for d in diffs), default=0.0),
+            }
+        )
+
+    def pair_inputs(head: str, held_out: Sequence[str]) -> dict[str, MetricInput]:
+        """Base against `head`; the between-build part from the perturbed builds in `held_out`."""
+        inputs = {}
+        for metric in metrics:
+            prior = None
+            if held_out:
+                est = between_build_noise([[runs["base"][metric], *(runs[k][metric] for k in held_out)]])
+                # None when the builds spread no more than their boots explain.
+                prior = est.prior()
+            inputs[metric] = MetricInput(
+                runs["base"][metric],
+                runs[head][metric],
+                directions[metric],
+                min_effect_pct=min_effect_for_clock(CLOCK),
+                build_noise=prior,
+            )
+        return inputs
+
+    ways: dict[str, dict[str, Any]] = {}
+    for way in ("boots only", "with perturbed builds"):
+        flagged = {t: 0 for t in thresholds}
+        covered = total = 0
+        for k in perturbed:
+            others = [o for o in perturbed if o != k] if way != "boots only" else []
+            inputs = pair_inputs(k, others)
+            for t in thresholds:
+                flagged[t] += _flagged(compare_at(inputs, t).values())
+            for r in compare_metrics(inputs).values():
+                if r.ci_low_pct is not None and r.ci_high_pct is not None:
+                    total += 1
+                    covered += r.ci_low_pct <= 0.0 <= r.ci_high_pct
+        pairs = len(perturbed) * len(metrics)
+        ways[way] = {
+            "false_flag_share": {str(t): flagged[t] / pairs if pairs else 0.0 for t in thresholds},
+            "coverage": covered / total if total else 0.0,
+        }
+
+    power: dict[str, Any] = {}
+    for fixture, moves in fixtures.items():
+        if fixture not in runs:
+            continue
+        inputs = {m: i for m, i in pair_inputs(fixture, perturbed).items() if m in runs[fixture]}
+        results = compare_metrics(inputs)
+        expected = [m for m in results if any(fnmatch(m, p) for p in moves)]
+        power[fixture] = {
+            m: {"verdict": str(results[m].verdict), "change_pct": results[m].change_pct} for m in expected
+        }
+    return {"metrics": rows, "ways": ways, "power": power, "kernels": len(perturbed) + 1}
+
+
+def markdown(result: dict[str, Any], header: str) -> str:
+    lines = [header, "", "| metric | between-build sd | boot sd | largest build vs base |", "|---|---|---|---|"]
+    for r in result["metrics"]:
+        lines.append(
+            f"| {r['metric']} | {r['between_build_pct']:.3f}% | {r['boot_sd_pct']:.3f}% | {r['largest_pct']:.3f}% |"
+        )
+    lines += ["", "| interval | " + " | ".join(f"flagged at {t}%" for t in THRESHOLDS) + " | 95% CI covers 0 |"]
+    lines.append("|---|" + "---|" * (len(THRESHOLDS) + 1))
+    for way, w in result["ways"].items():
+        cells = " | ".join(f"{100 * w['false_flag_share'][str(t)]:.1f}%" for t in THRESHOLDS)
+        lines.append(f"| {way} | {cells} | {100 * w['coverage']:.1f}% |")
+    for fixture, found in result["power"].items():
+        listing = ", ".join(f"{m} {v['verdict']} ({v['change_pct']:+.2f}%)" for m, v in found.items())
+        lines.append(f"\n{fixture}, with the between-build part: {listing}")
+    return "\n".join(lines) + "\n"
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "an unknown CPU"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kernels", type=int, default=20, help="perturbed builds of the base (default 20)")
+    parser.add_argument(
+        "--boots", type=int, default=2, help="boots per kernel and benchmark (default 2: the A/B test needs two a side)"
+    )
+    parser.add_argument("--jobs", type=int, default=2, help="boots at once (default 2: the instruction clock allows)")
+    parser.add_argument("--bench", action="append", choices=BENCHMARKS)
+    parser.add_argument("--fixture", action="append", default=[], help="fixture branches to measure power on")
+    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "kperf")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--markdown", type=Path)
+    args = parser.parse_args(argv)
+    benches = args.bench or list(BENCHMARKS)
+    tree = ensure_test_tree(args.cache)
+    perturbed = [perturbed_branch(tree, n) for n in range(1, args.kernels + 1)]
+    kernels: dict[str, Path] = {}
+    started = time.monotonic()
+    for name in ["base", *perturbed, *args.fixture]:
+        t0 = time.monotonic()
+        result = build_fixture_kernel(tree, name, "x86_64", args.cache)
+        if not result.ok:
+            print(f"{name} did not build: {result.error}", file=sys.stderr)
+            return 1
+        kernels[name] = Path(result.artifacts["kernel"])
+        print(f"built {name}: {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+    built = time.monotonic()
+    out: dict[str, Any] = {}
+    for bench in benches:
+        b = get_benchmark(bench)
+        params = resolve_params(bench, "quick")
+        directions = {m.name: m.higher_is_better for m in b.metrics(params)}
+        tasks = [(k, i) for i in range(args.boots) for k in kernels]
+        runs: Runs = {}
+
+        def one(task: tuple[str, int], bench: str = bench) -> tuple[str, dict[str, list[float]]]:
+            kernel, i = task
+            # One state directory per thread: compiled binaries and QEMU's files are not shared.
+            state = args.cache / "build-noise" / f"thread-{threading.get_ident()}"
+            state.mkdir(parents=True, exist_ok=True)
+            got = boot_once(QemuBackend("x86_64", state, accel="tcg"), kernels[kernel], bench, state)
+            print(f"{bench} {kernel} boot {i + 1}", file=sys.stderr, flush=True)
+            return kernel, got
+
+        with ThreadPoolExecutor(args.jobs) as pool:
+            for kernel, got in pool.map(one, tasks):
+                for metric, values in got.items():
+                    runs.setdefault(kernel, {}).setdefault(metric, []).append(values)
+        claims = {f: read_fixture(FIXTURES_DIR / f"{f}.patch").moves for f in args.fixture}
+        out[bench] = analyse(runs, directions, perturbed, claims)
+        out[bench]["runs"] = runs
+    header = (
+        f"Measured {date.today().isoformat()} on {cpu_model()} ({platform.machine()}, "
+        f"{len(os.sched_getaffinity(0))} cores), instruction clock, quick grids, "
+        f"{args.kernels} perturbed builds + base, {args.boots} boot(s) each; "
+        f"builds {built - started:.0f} s, boots {time.monotonic() - built:.0f} s. "
+        f"Practical threshold today: {min_effect_for_clock(CLOCK):g}%."
+    )
+    text = "\n".join(markdown(r, f"### {bench}\n\n{header}") for bench, r in out.items())
+    print(text)
+    if args.markdown:
+        args.markdown.write_text(text)
+    if args.json:
+        args.json.write_text(json.dumps({"header": header, "results": out}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
