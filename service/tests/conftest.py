@@ -45,6 +45,13 @@ def grid_boots_on_every_clock(settings: Any) -> None:
     settings.KPERF_INSTRUCTION_CLOCK_BOOTS = 99
 
 
+@pytest.fixture(autouse=True)
+def quick_password_hashes(settings: Any) -> None:
+    """Users are made by the hundred here; production's 1,000,000 PBKDF2
+    iterations would cost 0.3 s each (kperf_testing.hashers)."""
+    settings.PASSWORD_HASHERS = ["kperf_testing.hashers.QuickPBKDF2PasswordHasher"]
+
+
 @pytest.fixture
 def settings_dirs(settings: Any, tmp_path: Path) -> Any:
     settings.KPERF_MIRROR_ROOT = tmp_path / "mirrors"
