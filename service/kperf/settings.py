@@ -289,6 +289,13 @@ KPERF_INSTRUCTION_CLOCK_BOOT_BUDGET = env_float("KPERF_INSTRUCTION_CLOCK_BOOT_BU
 # since (queued or running ones always qualify); 0 turns sharing off
 # (docs/submitting.md, "Shared base boots").
 KPERF_BASE_SHARE_WINDOW_SECONDS = env_int("KPERF_BASE_SHARE_WINDOW_SECONDS", 6 * 3600, minimum=0)
+# Only on the instruction clock, whose boots repeat whatever the host does
+# and whenever they run. A wall-clock boot measured earlier carries that
+# moment's load: set against head boots measured now it makes a false change
+# (+135% on a loaded class, 15 minutes apart), so by default every
+# wall-clock submission measures its own base, interleaved with its head.
+# On for a wall-clock lab whose machines are known not to drift.
+KPERF_BASE_SHARE_WALL_CLOCK = env_bool("KPERF_BASE_SHARE_WALL_CLOCK", False)
 # Moderate each comparison's boot variance towards the noise learned from
 # earlier runs on the same machine class (docs/statistics.md, "Learned noise").
 KPERF_LEARNED_NOISE = env_bool("KPERF_LEARNED_NOISE", True)

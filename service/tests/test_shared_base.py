@@ -124,8 +124,10 @@ def own_base(sub: Submission) -> int:
 
 
 def test_three_submissions_on_one_base_measure_it_once_per_class_and_clock(
-    lab: Lab, alice: User, bob: User, qemu_class: MachineClass, alice_api: Api
+    lab: Lab, alice: User, bob: User, qemu_class: MachineClass, alice_api: Api, settings: Any
 ) -> None:
+    # A wall-clock lab that says its machines do not drift shares there too.
+    settings.KPERF_BASE_SHARE_WALL_CLOCK = True
     wall_class = MachineClass.objects.create(name="kvm-x86_64", arch="x86_64", clock="wall")
     _, api = qemu_runner("qemu-1", qemu_class)
     _, kvm = qemu_runner("kvm-1", wall_class)
@@ -309,3 +311,47 @@ def test_the_sharer_sees_its_shared_boots_but_not_the_owners_submission(
     assert browser.get(f"/jobs/{shared[0]['id']}/console").status_code == 200
     head = owner.jobs.filter(side="head").first()
     assert head is not None and browser.get(f"/jobs/{head.pk}/console").status_code == 404
+
+
+def run_at(speed: float, *apis: Api) -> None:
+    """Every runner claims until nothing is queued; every kernel measures `speed` (the heads change nothing)."""
+    while True:
+        claimed = False
+        for api in apis:
+            job = api.post("/runner/claim").json()["job"]
+            if job is None:
+                continue
+            claimed = True
+            assert api.post(f"/runner/jobs/{job['id']}/results", results_body(job, speed)).status_code == 200
+        if not claimed:
+            return
+
+
+@pytest.mark.parametrize("share_wall", [False, True])
+def test_a_wall_clock_base_measured_under_other_load_is_not_set_against_heads_measured_now(
+    lab: Lab, alice: User, bob: User, settings: Any, share_wall: bool
+) -> None:
+    """The false improvement of a loaded wall-clock class: base boots measured
+    15 minutes earlier, when the machine did 1000 forks/s, against head boots
+    measured now at 2350 (+135%). Both heads are the base's code."""
+    settings.KPERF_BASE_SHARE_WALL_CLOCK = share_wall
+    wall_class = MachineClass.objects.create(name="kvm-x86_64", arch="x86_64", clock="wall")
+    _, kvm = qemu_runner("kvm-1", wall_class)
+    first = lab.submit(alice, "b" * 40)
+    run_at(1000.0, kvm)
+    base_jobs(lab).update(finished=timezone.now() - timedelta(minutes=15))
+    # The host is busy with something else now: every boot runs 2.35 times as fast.
+    second = lab.submit(bob, "c" * 40)
+    run_at(2350.0, kvm)
+    finish(first, second)
+    assert second.status == Submission.Status.DONE, second.error
+    m = second.comparisons.get().metrics.get(metric="spawn-vmas-0")
+    if share_wall:
+        # What the shared base did: a +135% "improvement" of a change that changes nothing.
+        assert m.verdict == "improvement" and m.change_pct == pytest.approx(135.0, abs=0.5)
+        return
+    # Its own base boots, alternating with its head's, measured at the same moment.
+    assert own_base(second) == BOOTS and not SharedJob.objects.filter(submission=second).exists()
+    seq = list(Job.objects.filter(submission=second).order_by("seq").values_list("side", flat=True))
+    assert seq == ["base", "head"] * BOOTS
+    assert m.verdict != "improvement" and abs(m.change_pct) < 0.5

@@ -8,6 +8,12 @@ queued, is running, or measured within KPERF_BASE_SHARE_WINDOW_SECONDS
 (`SharedJob`), and queues only the boots still missing. The policy, for
 people, is docs/submitting.md ("Shared base boots").
 
+Only instruction-clock boots are shared unless the lab says otherwise
+(KPERF_BASE_SHARE_WALL_CLOCK): a wall-clock boot measured earlier carries
+that moment's load, and set against head boots measured now it makes a
+change of its own, so a wall-clock submission measures its own base boots,
+alternating with its head's.
+
 A boot is shared only when nothing tells it apart from one the submission
 would measure itself:
 
@@ -45,7 +51,7 @@ from django.db import transaction
 from django.db.models import Case, F, IntegerField, Max, Q, QuerySet, Value, When
 from django.utils import timezone
 
-from kperf.core.models import Job, KernelBuild, MachineClass, Runner, SharedJob, Submission
+from kperf.core.models import Clock, Job, KernelBuild, MachineClass, Runner, SharedJob, Submission
 
 log = logging.getLogger("kperf.sharing")
 
@@ -122,6 +128,10 @@ def share_base(
     if span is None or boots <= 0:
         return 0
     clock = Job.clock_for(mclass, bench, sub)
+    if clock == Clock.WALL and not settings.KPERF_BASE_SHARE_WALL_CLOCK:
+        # A wall-clock boot carries its moment's load (settings); the
+        # sharer's own base boots, alternating with its head's, do not.
+        return 0
     found = candidates(sub, build, mclass, bench, params, clock, timezone.now() - span)
     with transaction.atomic():
         jobs = list(found.select_for_update(of=("self",))[:boots])
