@@ -354,4 +354,4 @@ def test_a_wall_clock_base_measured_under_other_load_is_not_set_against_heads_me
     assert own_base(second) == BOOTS and not SharedJob.objects.filter(submission=second).exists()
     seq = list(Job.objects.filter(submission=second).order_by("seq").values_list("side", flat=True))
     assert seq == ["base", "head"] * BOOTS
-    assert m.verdict != "improvement" and abs(m.change_pct) < 0.5
+    assert m.verdict != "improvement" and m.change_pct is not None and abs(m.change_pct) < 0.5
