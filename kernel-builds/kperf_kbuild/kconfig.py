@@ -95,9 +95,14 @@ def release_neutral(options: dict[str, str]) -> dict[str, str]:
     written one way, so that a fragment's pin is met on every release and two
     releases making the same choice do not read as a difference.
 
-    The size of core data structures: up to 6.8 a bool BASE_FULL (off: small)
-    and an int BASE_SMALL derived from it (1: small); from 6.9 only a bool
-    BASE_SMALL. Read here as both bools, whichever the tree has.
+    - The size of core data structures: up to 6.8 a bool BASE_FULL (off:
+      small) and an int BASE_SMALL derived from it (1: small); from 6.9 only
+      a bool BASE_SMALL. Read as both bools, whichever the tree has.
+    - Split page-table locks: up to 6.8 an int SPLIT_PTLOCK_CPUS, the locks
+      split when NR_CPUS reaches it (and the PMD's too where the arch allows);
+      later the bools SPLIT_PTE_PTLOCKS and SPLIT_PMD_PTLOCKS. Read as the bools.
+    - Kernel memory accounting: up to 6.9 MEMCG_KMEM, from 6.10 part of
+      MEMCG. Read as MEMCG_KMEM, on with MEMCG where the tree has no such option.
     """
     out = dict(options)
     small = out.get("CONFIG_BASE_SMALL", "n")
@@ -105,6 +110,17 @@ def release_neutral(options: dict[str, str]) -> dict[str, str]:
         small = out["CONFIG_BASE_SMALL"] = "y" if small == "1" else "n"
     if "CONFIG_BASE_FULL" not in out:
         out["CONFIG_BASE_FULL"] = "n" if small == "y" else "y"
+    threshold = out.pop("CONFIG_SPLIT_PTLOCK_CPUS", None)
+    if threshold is not None and "CONFIG_SPLIT_PTE_PTLOCKS" not in out:
+        try:
+            pte = out.get("CONFIG_MMU", "n") == "y" and int(out.get("CONFIG_NR_CPUS", "1")) >= int(threshold)
+        except ValueError:
+            pte = False
+        out["CONFIG_SPLIT_PTE_PTLOCKS"] = "y" if pte else "n"
+        pmd = pte and out.get("CONFIG_ARCH_ENABLE_SPLIT_PMD_PTLOCK", "n") == "y"
+        out["CONFIG_SPLIT_PMD_PTLOCKS"] = "y" if pmd else "n"
+    if out.get("CONFIG_MEMCG", "n") == "y" and "CONFIG_MEMCG_KMEM" not in out:
+        out["CONFIG_MEMCG_KMEM"] = "y"
     return out
 
 

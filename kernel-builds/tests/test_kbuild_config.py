@@ -107,6 +107,21 @@ def test_the_size_of_core_structures_is_one_choice_however_a_release_spells_it()
         assert {k: wanted[k] for k in full} == full
 
 
+def test_split_page_table_locks_and_kmem_accounting_read_alike_across_releases() -> None:
+    common = "CONFIG_MMU=y\nCONFIG_NR_CPUS=64\nCONFIG_ARCH_ENABLE_SPLIT_PMD_PTLOCK=y\nCONFIG_MEMCG=y\n"
+    # 6.1: an int threshold against NR_CPUS, and MEMCG_KMEM of its own.
+    v61 = release_neutral(parse_fragment(common + "CONFIG_SPLIT_PTLOCK_CPUS=4\nCONFIG_MEMCG_KMEM=y\n"))
+    # 6.12: the bools, and kmem accounting part of MEMCG.
+    v612 = release_neutral(parse_fragment(common + "CONFIG_SPLIT_PTE_PTLOCKS=y\nCONFIG_SPLIT_PMD_PTLOCKS=y\n"))
+    assert v61 == v612
+    assert v61["CONFIG_SPLIT_PTE_PTLOCKS"] == v61["CONFIG_SPLIT_PMD_PTLOCKS"] == v61["CONFIG_MEMCG_KMEM"] == "y"
+    # Fewer CPUs than the threshold: 6.1 did not split them.
+    few = release_neutral(parse_fragment(common.replace("NR_CPUS=64", "NR_CPUS=2") + "CONFIG_SPLIT_PTLOCK_CPUS=4\n"))
+    assert few["CONFIG_SPLIT_PTE_PTLOCKS"] == few["CONFIG_SPLIT_PMD_PTLOCKS"] == "n"
+    # 6.1 with kmem accounting turned off keeps saying so.
+    assert release_neutral(parse_fragment(common + "# CONFIG_MEMCG_KMEM is not set\n"))["CONFIG_MEMCG_KMEM"] == "n"
+
+
 def test_config_digest_is_stable() -> None:
     first = config_digest("x86_64")
     assert first == config_digest("x86_64", ())
