@@ -88,7 +88,7 @@ def padding(n: int) -> str:
     """The unrelated change of perturbed build n: a function nothing calls, PAD_STEP * n bytes long."""
     return (
         f"\n/* kperf bench/build_noise.py: perturbation {n}, code no one runs. */\n"
-        f"void __attribute__((used, noinline)) kperf_perturb_{n}(void)\n"
+        f"static void __used noinline kperf_perturb_{n}(void)\n"
         f'{{\n\tasm volatile(".skip {PAD_STEP * n}, 0");\n}}\n'
     )
 
