@@ -43,6 +43,14 @@ def test_identical_sides_are_no_change() -> None:
     assert r.change_pct == 0.0 and r.ci_low_pct == r.ci_high_pct == 0.0 and r.p_value == 1.0
 
 
+def test_a_tiny_exact_difference_is_printed_with_its_first_digit_not_as_zero() -> None:
+    head = [[99.997, 99.997, 99.997]] * 4
+    r = compare_metrics({"m": MetricInput(FLAT, head, True, 0.5)})["m"]
+    assert r.verdict is Verdict.NO_CHANGE
+    assert r.note.startswith("-0.003% in every boot, below the 0.5% practical threshold"), r.note
+    assert "+0.00%" not in r.note and "-0.00%" not in r.note
+
+
 def test_identical_sides_are_no_change_even_without_a_threshold() -> None:
     assert compare_metrics({"m": MetricInput(FLAT, FLAT, True, 0.0)})["m"].verdict is Verdict.NO_CHANGE
 
@@ -52,7 +60,9 @@ def test_a_deterministic_one_percent_drop_below_the_threshold_is_no_change_with_
     assert r.verdict is Verdict.NO_CHANGE and r.significant
     assert r.change_pct == pytest.approx(-1.0) and r.ci_low_pct == pytest.approx(-1.0)
     assert r.p_value == 0.0 and r.q_value == 0.0
-    assert "significant -1.00% change, below the 3% practical threshold" in r.note
+    # Not "significant": boots that agree exactly only say that they agree.
+    assert "-1.00% in every boot, below the 3% practical threshold" in r.note
+    assert "significant" not in r.note
     assert "the difference is exact" in r.note
 
 

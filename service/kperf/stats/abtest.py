@@ -448,7 +448,17 @@ def decide(r: MetricResult, alpha: float) -> None:
         r.verdict = Verdict.REGRESSION if c < 0 else Verdict.IMPROVEMENT
         return
     if r.significant:
-        below = f"significant {c:+.2f}% change, below the {m:g}% practical threshold"
+        # Below 0.01% two decimals would print "+0.00%": show the first digit that is not 0.
+        size = f"{c:+.2f}%" if abs(c) >= 0.01 else f"{c:+.1g}%"
+        if lo == hi == c:
+            # Boots identical within each side (the instruction clock without a
+            # build component): the test's "significant" only says the boots agree.
+            below = (
+                f"{size} in every boot, below the {m:g}% practical threshold; boots this alike "
+                "say nothing of what another build of the same source would measure"
+            )
+        else:
+            below = f"significant {size} change, below the {m:g}% practical threshold"
         if below not in r.note:  # deciding again (a later look) does not repeat it
             r.note = f"{below}; {r.note}" if r.note else below
     # lo == hi == 0: both sides identical and nothing varies, a no-change even with no threshold.
