@@ -123,7 +123,7 @@ def perturbed_branch(tree: Path, n: int) -> str:
     return name
 
 
-def boot_once(backend: QemuBackend, kernel: Path, bench: str, state: Path) -> dict[str, list[float]]:
+def boot_once(backend: QemuBackend, kernel: Path, bench: str, state: Path, cmdline: str = "") -> dict[str, list[float]]:
     """One instruction-clock boot of `kernel` running `bench`'s quick grid: {metric: iteration values}."""
     b = get_benchmark(bench)
     params = resolve_params(bench, "quick")
@@ -132,7 +132,7 @@ def boot_once(backend: QemuBackend, kernel: Path, bench: str, state: Path) -> di
     for name in b.artifacts():
         binaries[name] = kernel.parent / name
     timeout = backend.timeout(b.expected_seconds(params), len(commands), CLOCK)
-    result = backend.boot(BootJob(commands, binaries, timeout=timeout, clock=CLOCK), kernel)
+    result = backend.boot(BootJob(commands, binaries, cmdline=cmdline, timeout=timeout, clock=CLOCK), kernel)
     out: dict[str, list[float]] = {}
     for sample in b.parse(result.raw_output, params):
         out.setdefault(sample.metric, []).append(sample.value)
@@ -262,16 +262,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="boots at once (default 2: the instruction clock allows)")
     parser.add_argument("--bench", action="append", choices=BENCHMARKS)
     parser.add_argument("--fixture", action="append", default=[], help="fixture branches to measure power on")
+    parser.add_argument(
+        "--phases",
+        type=int,
+        default=0,
+        help="instead of perturbed builds: the base booted this many ways, settling 100, 101, ... ms "
+        "before each command (kperf.settle_ms), so each command starts at another phase of the kernel's "
+        "periodic work",
+    )
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "kperf")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args(argv)
     benches = args.bench or list(BENCHMARKS)
     tree = ensure_test_tree(args.cache)
-    perturbed = [perturbed_branch(tree, n) for n in range(1, args.kernels + 1)]
+    if args.phases:
+        perturbed = [f"phase-{n:02d}" for n in range(1, args.phases + 1)]
+        branches = ["base", *args.fixture]
+    else:
+        perturbed = [perturbed_branch(tree, n) for n in range(1, args.kernels + 1)]
+        branches = ["base", *perturbed, *args.fixture]
+    # What each name boots: a branch's build, with kperf init's settle (ms) on its command line.
+    cmdlines = {name: f"kperf.settle_ms={100 + n}" for n, name in enumerate(perturbed, start=1) if args.phases}
     kernels: dict[str, Path] = {}
     started = time.monotonic()
-    for name in ["base", *perturbed, *args.fixture]:
+    for name in branches:
         t0 = time.monotonic()
         result = build_fixture_kernel(tree, name, "x86_64", args.cache)
         if not result.ok:
@@ -279,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         kernels[name] = Path(result.artifacts["kernel"])
         print(f"built {name}: {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+    for name in cmdlines:
+        kernels[name] = kernels["base"]
     built = time.monotonic()
     out: dict[str, Any] = {}
     for bench in benches:
@@ -293,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
             # One state directory per thread: compiled binaries and QEMU's files are not shared.
             state = args.cache / "build-noise" / f"thread-{threading.get_ident()}"
             state.mkdir(parents=True, exist_ok=True)
-            got = boot_once(QemuBackend("x86_64", state, accel="tcg"), kernels[kernel], bench, state)
+            backend = QemuBackend("x86_64", state, accel="tcg")
+            got = boot_once(backend, kernels[kernel], bench, state, cmdlines.get(kernel, ""))
             print(f"{bench} {kernel} boot {i + 1}", file=sys.stderr, flush=True)
             return kernel, got
 
@@ -307,7 +325,12 @@ def main(argv: list[str] | None = None) -> int:
     header = (
         f"Measured {date.today().isoformat()} on {cpu_model()} ({platform.machine()}, "
         f"{len(os.sched_getaffinity(0))} cores), instruction clock, quick grids, "
-        f"{args.kernels} perturbed builds + base, {args.boots} boot(s) each; "
+        + (
+            f"the base at {args.phases} settle phases + base, "
+            if args.phases
+            else f"{args.kernels} perturbed builds + base, "
+        )
+        + f"{args.boots} boot(s) each; "
         f"builds {built - started:.0f} s, boots {time.monotonic() - built:.0f} s. "
         f"Practical threshold today: {min_effect_for_clock(CLOCK):g}%."
     )
