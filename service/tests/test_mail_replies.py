@@ -578,10 +578,7 @@ def test_two_mailbox_polls_never_overlap(settings: Any) -> None:
         result = mailbox.poll()
         assert result is not None and result.busy and result.read == 0
     finally:
-        # Unlocked here, not left to close(): the server drops a closed
-        # session's locks when its backend exits, which on a loaded machine
-        # can be after the next poll has looked.
-        with other.cursor() as cursor:
+        with other.cursor() as cursor:  # close() frees it only when the backend exits: maybe too late
             cursor.execute("SELECT pg_advisory_unlock(%s)", [mailbox.POLL_LOCK])
         other.close()
     # Once the first is over, a poll runs (and fails to connect); it releases the lock all the same.
