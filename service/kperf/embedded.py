@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 import psycopg
+from kombu import Connection
 
 log = logging.getLogger("kperf.embedded")
 
@@ -76,3 +77,19 @@ def broker_url_for_database(database_url: str) -> str:
     if scheme not in ("postgres", "postgresql"):
         raise ValueError(f"no CELERY_BROKER_URL and DATABASE_URL is {scheme}://, not PostgreSQL: set CELERY_BROKER_URL")
     return f"sqla+postgresql+psycopg://{rest}"
+
+
+def prepare_broker(url: str) -> None:
+    """Create the tables of kombu's SQLAlchemy transport before any Celery process starts.
+
+    The transport creates them when a process first opens a channel; two
+    processes doing so at once (`make up` starts workers and beat together)
+    collide on `CREATE SEQUENCE queue_id_sequence`, and the loser dies at
+    start. Other brokers need nothing.
+    """
+    if not url.startswith("sqla+"):
+        return
+    with Connection(url) as conn:
+        # The first channel's session opens the engine and creates the tables
+        # (a member of the SQLAlchemy transport's channel, not of kombu's typed base).
+        _ = conn.default_channel.session  # type: ignore[attr-defined]

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kperf.conf import SECRET_KEY_RECIPE, secret_key_problem
-from kperf.embedded import EmbeddedPostgres, broker_url_for_database, start_postgres
+from kperf.embedded import EmbeddedPostgres, broker_url_for_database, prepare_broker, start_postgres
 from kperf.web import command as web_command
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -367,6 +367,7 @@ def _start(stack: Stack, args: argparse.Namespace) -> tuple[str, dict[str, Any],
     """Migrate, set up the local accounts, start every child; (URL, credentials, their file)."""
     stack.manage("migrate", "--noinput")
     stack.manage("collectstatic", "--noinput")
+    prepare_broker(stack.env.get("CELERY_BROKER_URL", ""))
     creds_file = stack.home / "credentials.json"
     runner_name = f"local-qemu-{args.arch}"
     stack.manage(
