@@ -122,3 +122,14 @@ def test_two_releases_spelling_the_same_size_of_core_structures_do_not_differ() 
         {"option": "CONFIG_BASE_FULL", "base": "n", "head": "y"},
         {"option": "CONFIG_BASE_SMALL", "base": "y", "head": "n"},
     ]
+
+
+def test_choices_are_listed_before_what_the_architecture_and_compiler_can_do() -> None:
+    base = {"CONFIG_ARCH_HAS_X": "y", "CONFIG_CC_HAS_Y": "y", "CONFIG_X86_KERNEL_IBT": "n", "CONFIG_HZ": "250"}
+    head = {"CONFIG_ARCH_HAS_X": "n", "CONFIG_CC_HAS_Y": "n", "CONFIG_X86_KERNEL_IBT": "y", "CONFIG_HZ": "1000"}
+    assert [d["option"] for d in configs.differences(base, head)] == [
+        "CONFIG_HZ",
+        "CONFIG_X86_KERNEL_IBT",
+        "CONFIG_ARCH_HAS_X",
+        "CONFIG_CC_HAS_Y",
+    ]

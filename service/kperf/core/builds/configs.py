@@ -62,8 +62,17 @@ def _printable(value: str) -> str:
     return value if value.isprintable() else "".join(c if c.isprintable() else "?" for c in value)
 
 
+# What the architecture or the compiler can do, not a choice of what to build:
+# listed after the choices, so that a mail's first lines are the ones that
+# decide what was measured (two releases differ in dozens of these).
+_CAPABILITY_PREFIXES: tuple[str, ...] = tuple(
+    f"CONFIG_{p}_" for p in ("ARCH", "HAVE", "CC", "AS", "LD", "TOOLCHAIN", "RUSTC", "PAHOLE", "GCC", "CLANG")
+)
+
+
 def differences(base: dict[str, str], head: dict[str, str]) -> list[OptionDifference]:
-    """Options whose values differ, by name; an option one side lacks reads as not set ("n"), as in Kconfig.
+    """Options whose values differ, choices first and then capabilities, each by name; an option
+    one side lacks reads as not set ("n"), as in Kconfig.
 
     Both sides are read release-neutrally (kconfig.release_neutral): 6.1's
     int BASE_SMALL=0 and 6.12's unset bool are the same choice.
@@ -71,7 +80,7 @@ def differences(base: dict[str, str], head: dict[str, str]) -> list[OptionDiffer
     base, head = release_neutral(base), release_neutral(head)
     return [
         OptionDifference(option=name, base=base.get(name, "n"), head=head.get(name, "n"))
-        for name in sorted(base.keys() | head.keys())
+        for name in sorted(base.keys() | head.keys(), key=lambda n: (n.startswith(_CAPABILITY_PREFIXES), n))
         if base.get(name, "n") != head.get(name, "n")
     ]
 
