@@ -14,6 +14,7 @@ so the base kernel is built once.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -120,16 +121,25 @@ def web_page(stack: RunningStack, path: str) -> str:
     return resp.text
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, kperf_cache: Path) -> Iterator[RunningStack]:
-    """One stack for every end-to-end test, so the base kernel is built once."""
-    tmp = tmp_path_factory.mktemp("e2e")
+@contextlib.contextmanager
+def own_stack(
+    tmp_path_factory: pytest.TempPathFactory, kperf_cache: Path, name: str, args: list[str] | None = None
+) -> Iterator[RunningStack]:
+    """A stack with a database of its own (kperf-up given `args`), dropped afterwards."""
+    tmp = tmp_path_factory.mktemp(name)
     env, drop_database = stack_env(tmp, kperf_cache)
     try:
-        with running_stack(tmp / "home", env) as running:
+        with running_stack(tmp / "home", env, args) as running:
             yield running
     finally:
         drop_database()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, kperf_cache: Path) -> Iterator[RunningStack]:
+    """One stack for every end-to-end test, so the base kernel is built once."""
+    with own_stack(tmp_path_factory, kperf_cache, "e2e") as running:
+        yield running
 
 
 def submit(stack: RunningStack, tree: Path, branch: str, benchmarks: list[str], **extra: Any) -> dict[str, Any]:

@@ -17,22 +17,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_e2e import stack_env, verdicts, wait_final, web_page
+from test_e2e import own_stack, verdicts, wait_final, web_page
 
-from kperf_testing.stack import RunningStack, running_stack
+from kperf_testing.stack import RunningStack
 
 pytestmark = [pytest.mark.kernel, pytest.mark.e2e]
 
 
 @pytest.fixture(scope="module")
 def arm64_stack(tmp_path_factory: pytest.TempPathFactory, kperf_cache: Path) -> Iterator[RunningStack]:
-    tmp = tmp_path_factory.mktemp("e2e-arm64")
-    env, drop_database = stack_env(tmp, kperf_cache)
-    try:
-        with running_stack(tmp / "home", env, ["--arch", "arm64"]) as running:
-            yield running
-    finally:
-        drop_database()
+    with own_stack(tmp_path_factory, kperf_cache, "e2e-arm64", ["--arch", "arm64"]) as running:
+        yield running
 
 
 def test_a_fork_slowdown_submitted_for_arm64_is_an_arm64_spawn_regression(

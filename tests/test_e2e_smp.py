@@ -18,22 +18,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_e2e import stack_env, verdicts, wait_final
+from test_e2e import own_stack, verdicts, wait_final
 
-from kperf_testing.stack import RunningStack, running_stack
+from kperf_testing.stack import RunningStack
 
 pytestmark = [pytest.mark.kernel, pytest.mark.e2e]
 
 
 @pytest.fixture(scope="module")
 def smp_stack(tmp_path_factory: pytest.TempPathFactory, kperf_cache: Path) -> Iterator[RunningStack]:
-    tmp = tmp_path_factory.mktemp("e2e-smp")
-    env, drop_database = stack_env(tmp, kperf_cache)
-    try:
-        with running_stack(tmp / "home", env, ["--vcpus", "2"]) as running:
-            yield running
-    finally:
-        drop_database()
+    with own_stack(tmp_path_factory, kperf_cache, "e2e-smp", ["--vcpus", "2"]) as running:
+        yield running
 
 
 def test_a_slower_cross_cpu_wakeup_is_a_regression_on_two_vcpus(smp_stack: RunningStack, kernel_tree: Path) -> None:
