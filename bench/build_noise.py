@@ -40,6 +40,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import subprocess
 import sys
 import tempfile
@@ -137,6 +138,11 @@ def boot_once(backend: QemuBackend, kernel: Path, bench: str, state: Path, cmdli
     for sample in b.parse(result.raw_output, params):
         out.setdefault(sample.metric, []).append(sample.value)
     return out
+
+
+def first_boots(runs: Runs, n: int) -> Runs:
+    """`runs` cut to each kernel's first n boots of every metric."""
+    return {k: {m: boots[:n] for m, boots in metrics.items()} for k, metrics in runs.items()}
 
 
 def _flagged(results: Iterable[Any]) -> int:
@@ -240,6 +246,10 @@ def markdown(result: dict[str, Any], header: str) -> str:
     for way, w in result["ways"].items():
         cells = " | ".join(f"{100 * w['false_flag_share'][str(t)]:.1f}%" for t in THRESHOLDS)
         lines.append(f"| {way} | {cells} | {100 * w['coverage']:.1f}% |")
+    for n, fewer in result.get("by_boots", {}).items():
+        for way, w in fewer["ways"].items():
+            cells = " | ".join(f"{100 * w['false_flag_share'][str(t)]:.1f}%" for t in THRESHOLDS)
+            lines.append(f"| {way}, {n} boots a side | {cells} | {100 * w['coverage']:.1f}% |")
     for fixture, found in result["power"].items():
         listing = ", ".join(f"{m} {v['verdict']} ({v['change_pct']:+.2f}%)" for m, v in found.items())
         lines.append(f"\n{fixture}, with the between-build part: {listing}")
@@ -269,6 +279,13 @@ def main(argv: list[str] | None = None) -> int:
         help="instead of perturbed builds: the base booted this many ways, settling 100, 101, ... ms "
         "before each command (kperf.settle_ms), so each command starts at another phase of the kernel's "
         "periodic work",
+    )
+    parser.add_argument(
+        "--seeded",
+        action="store_true",
+        help="every boot with a phase seed of its own (kperf.phase_seed, as the runner gives each "
+        "instruction-clock boot): the boots sample the phases, and the figures are given for 2, 3, ... "
+        "boots a side",
     )
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "kperf")
     parser.add_argument("--json", type=Path)
@@ -311,7 +328,10 @@ def main(argv: list[str] | None = None) -> int:
             state = args.cache / "build-noise" / f"thread-{threading.get_ident()}"
             state.mkdir(parents=True, exist_ok=True)
             backend = QemuBackend("x86_64", state, accel="tcg")
-            got = boot_once(backend, kernels[kernel], bench, state, cmdlines.get(kernel, ""))
+            cmdline = cmdlines.get(kernel, "")
+            if args.seeded:
+                cmdline = f"{cmdline} kperf.phase_seed={random.getrandbits(32)}".strip()
+            got = boot_once(backend, kernels[kernel], bench, state, cmdline)
             print(f"{bench} {kernel} boot {i + 1}", file=sys.stderr, flush=True)
             return kernel, got
 
@@ -321,6 +341,11 @@ def main(argv: list[str] | None = None) -> int:
                     runs.setdefault(kernel, {}).setdefault(metric, []).append(values)
         claims = {f: read_fixture(FIXTURES_DIR / f"{f}.patch").moves for f in args.fixture}
         out[bench] = analyse(runs, directions, perturbed, claims)
+        if args.seeded:
+            # What fewer boots a side would have given: the first n of each kernel's.
+            out[bench]["by_boots"] = {
+                str(n): analyse(first_boots(runs, n), directions, perturbed, claims) for n in range(2, args.boots)
+            }
         out[bench]["runs"] = runs
     header = (
         f"Measured {date.today().isoformat()} on {cpu_model()} ({platform.machine()}, "
@@ -330,8 +355,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.phases
             else f"{args.kernels} perturbed builds + base, "
         )
-        + f"{args.boots} boot(s) each; "
-        f"builds {built - started:.0f} s, boots {time.monotonic() - built:.0f} s. "
+        + f"{args.boots} boot(s) each"
+        + (", each boot at a seeded phase (kperf.phase_seed); " if args.seeded else "; ")
+        + f"builds {built - started:.0f} s, boots {time.monotonic() - built:.0f} s. "
         f"Practical threshold today: {min_effect_for_clock(CLOCK):g}%."
     )
     text = "\n".join(markdown(r, f"### {bench}\n\n{header}") for bench, r in out.items())

@@ -4,6 +4,7 @@ reports is what kperf's A/B test does with and without the between-build part.""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -45,3 +46,39 @@ def test_builds_that_differ_by_layout_are_flagged_by_boots_alone_and_not_with_th
     # And a 3% slowdown is still found.
     assert result["power"]["slower"]["forks"]["verdict"] == "regression"
     assert result["kernels"] == 16
+
+
+def test_boots_at_seeded_phases_hold_the_phase_part_in_the_boots_alone() -> None:
+    bench = load()
+    rng = np.random.default_rng(11)
+    phased = [f"phase-{n:02d}" for n in range(1, 16)]
+    runs: dict[str, dict[str, list[list[float]]]] = {}
+    for kernel in ["base", *phased]:
+        # One source: each boot lands at a phase of its own (sd 0.2%), the same for all its iterations.
+        runs[kernel] = {"alloc": [[1000.0 * (1 + rng.normal(0, 0.002))] * 3 for _ in range(4)]}
+    result = bench.analyse(runs, {"alloc": False}, phased)
+    boots_only = result["ways"]["boots only"]
+    # The boots now differ by what the phases do, so their interval holds 0 nearly always.
+    assert boots_only["coverage"] >= 0.8
+    assert boots_only["false_flag_share"]["0.5"] == 0.0
+    row = result["metrics"][0]
+    assert 0.1 < row["boot_sd_pct"] < 0.4
+    # first_boots keeps the first n boots of every kernel and metric.
+    two = bench.first_boots(runs, 2)
+    assert all(len(boots) == 2 for metrics in two.values() for boots in metrics.values())
+    assert two["base"]["alloc"] == runs["base"]["alloc"][:2]
+
+
+def test_the_build_part_used_without_history_is_the_one_the_bench_recorded() -> None:
+    """kperf.stats.builds.MEASURED_BUILD_SD is the padding run's largest sd per benchmark, rounded up."""
+    from kperf.stats import builds
+
+    record = json.loads((BENCH.parent / "records" / "build_noise-padding-2026-11-28.json").read_text())
+    for bench, result in record["results"].items():
+        largest = max(row["between_build_pct"] for row in result["metrics"]) / 100.0
+        # (The page allocator's 120 metrics: 0 up to rounding, 2e-15.)
+        assert largest - 1e-12 <= builds.MEASURED_BUILD_SD[bench] <= largest * 1.1 + 1e-5, bench
+        prior = builds.measured_build_prior(bench)
+        assert prior.sd >= builds.MEASURED_BUILD_FLOOR and prior.dof == builds.MEASURED_BUILD_DOF
+    # A benchmark the bench never ran gets the largest part measured for any.
+    assert builds.measured_build_prior("mystery").sd == max(builds.MEASURED_BUILD_SD.values())

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import logging
 import platform
+import secrets
 import threading
 import time
 import traceback
@@ -56,7 +57,7 @@ from typing import Any
 
 from . import __version__, inflight
 from .artifacts import download_bench_artifacts, download_kernel
-from .backends import Backend, BenchmarkFailure, BootFailure, BootJob, BootResult, CannotResume
+from .backends import Backend, BenchmarkFailure, BootFailure, BootJob, BootResult, CannotResume, with_phase_seed
 from .benchmarks import BENCHMARKS, Benchmark, get_benchmark
 from .client import (
     BadAnswer,
@@ -460,7 +461,9 @@ class Agent:
                 log.info("%s: %s: the agent goes away for up to %.0f s", label, step, quiet_seconds)
                 progress.going_quiet(quiet_seconds, f"{step}: in the kernel under test")
 
-        state = self.backend.start(boot_job, kernel, commit, on_console)
+        # A phase of its own for every boot (backends.with_phase_seed); the
+        # seed comes back in the boot's environment.
+        state = self.backend.start(with_phase_seed(boot_job, secrets.randbits(32)), kernel, commit, on_console)
         result: BootResult = self.backend.resume(boot_job, state)
         return self._record(label, bench, params, boot_job, index, boots, result)
 

@@ -42,9 +42,9 @@ ENVIRONMENT_KEYS = (
     "clocksource",
 )
 # The machine's tuning facts (boost, swap, swap_total_kb, numa_nodes, aslr, isolated_cpus,
-# drop_caches, settle_ms, perf_counters; csrc/init_tuning.h, init_memory.h) come in as printed: every
-# init that tunes prints each, "absent" where the kernel lacks the setting.
-_INTEGER_KEYS = ("cpus", "mem_total_kb", "swap_total_kb", "settle_ms", "numa_nodes")
+# drop_caches, settle_ms, phase_seed, phase_span_us, perf_counters; csrc/init_tuning.h, init_memory.h)
+# come in as printed: every init that tunes prints each, "absent" where the kernel lacks the setting.
+_INTEGER_KEYS = ("cpus", "mem_total_kb", "swap_total_kb", "settle_ms", "phase_seed", "phase_span_us", "numa_nodes")
 # Counts whose "absent" (the kernel lacks the feature) is kept as said.
 _ABSENT_KEPT = ("numa_nodes",)
 

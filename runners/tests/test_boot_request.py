@@ -6,7 +6,7 @@ from pathlib import Path
 
 from test_agent_failures import FakeService, NativeBackend, _agent, _job, service
 
-from kperf_runner.backends import BootJob, BootResult, ConsoleCallback
+from kperf_runner.backends import BootJob, BootResult, ConsoleCallback, with_phase_seed
 
 __all__ = ["service"]
 
@@ -39,3 +39,35 @@ def test_a_claim_from_a_service_without_thp_modes_keeps_the_kernels_default(
     backend = RecordingBackend()
     assert _agent(url, tmp_path, backend, runner_state).run() == 0
     assert {(j.cmdline, j.thp) for j in backend.jobs} == {("", "")}
+
+
+class InstructionClockBackend(RecordingBackend):
+    """Records what it is asked to boot on the instruction clock (it runs natively, as its parent)."""
+
+    def clocks(self) -> tuple[str, ...]:
+        return ("wall", "instructions")
+
+
+def test_each_instruction_clock_boot_gets_a_phase_seed_of_its_own(
+    service: tuple[FakeService, str], tmp_path: Path, runner_state: Path, spawn_binary: Path
+) -> None:
+    # Boots that repeat exactly need a phase each (docs/statistics.md, "A phase per boot").
+    fake, url = service
+    fake.job = _job(clock="instructions", boots=3, kernel={"build_id": 3, "sha": "0123abcd" * 5, "cmdline": "nosmt"})
+    backend = InstructionClockBackend()
+    assert _agent(url, tmp_path, backend, runner_state).run() == 0
+    seeds = []
+    for job in backend.jobs:
+        first, rest = job.cmdline.split(" ", 1)
+        assert first.startswith("kperf.phase_seed=") and rest == "nosmt", job.cmdline
+        seeds.append(int(first.partition("=")[2]))
+    assert len(seeds) == 3 and len(set(seeds)) == 3 and all(0 <= s < 2**32 for s in seeds)
+    assert fake.bodies("results") and not fake.bodies("fail")
+
+
+def test_a_phase_the_claim_names_is_kept_and_the_wall_clock_gets_none() -> None:
+    named = BootJob([], {}, cmdline="kperf.phase_seed=9 quiet", clock="instructions")
+    assert with_phase_seed(named, 5) is named
+    wall = BootJob([], {}, cmdline="quiet", clock="wall")
+    assert with_phase_seed(wall, 5) is wall
+    assert with_phase_seed(BootJob([], {}, clock="instructions"), 5).cmdline == "kperf.phase_seed=5"

@@ -32,7 +32,17 @@ TUNING_FACTS = (
     "isolated_cpus",
     "drop_caches",
     "settle_ms",
+    "phase_span_us",
 )
+MASK64 = (1 << 64) - 1
+
+
+def _phase_us(seed: int, n: int, span: int) -> int:
+    """init's seeded phase for command n (csrc/init_tuning.h, splitmix64), written again from its definition."""
+    x = (seed * 1000003 + n + 0x9E3779B97F4A7C15) & MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return (x ^ (x >> 31)) % span
 
 
 def _pmu_counts() -> bool:
@@ -74,6 +84,8 @@ def test_init_records_every_tuning_fact_and_counts_or_says_unsupported(
     assert env["isolated_cpus"] == (isolated or "none")
     assert env["drop_caches"] == "before every command"
     assert env["settle_ms"] == 100  # the default: no kperf.settle_ms= on this machine's command line
+    # No kperf.phase_seed= either: no extra sleep, as before phases existed.
+    assert env["phase_span_us"] == 0 and "KPERF-PHASE" not in console
     assert "KPERF-PERF 1 " in console
     if _pmu_counts():
         assert env["perf_counters"] == "instructions,cycles user+kernel"
@@ -198,7 +210,7 @@ def test_a_qemu_boot_is_tuned_and_records_it(runner_state: Path, x86_64_kernel: 
         compile_all(spawn.sources(), "x86_64", runner_state),
         timeout=300,
         clock="instructions",
-        cmdline="kperf.settle_ms=250",
+        cmdline="kperf.settle_ms=250 kperf.phase_seed=4242 kperf.phase_span_us=4000",
     )
     result = QemuBackend("x86_64", runner_state, accel="tcg").boot(job, x86_64_kernel.artifacts["kernel"])
     env = result.environment
@@ -211,6 +223,11 @@ def test_a_qemu_boot_is_tuned_and_records_it(runner_state: Path, x86_64_kernel: 
     # The tiny profile has neither zram nor NUMA: said, not invented.
     assert env["swap"] == "none (no zram in this kernel)" and env["numa_nodes"] == "absent"
     assert env["drop_caches"] == "before every command" and env["settle_ms"] == 250
+    # The seeded phase: each command waited what the seed gives it, within one 4 ms tick.
+    assert env["phase_seed"] == 4242 and env["phase_span_us"] == 4000
+    phases = [line.split()[1:] for line in result.console.splitlines() if line.startswith("KPERF-PHASE ")]
+    assert len(phases) == len(commands), result.console
+    assert phases == [[n, str(_phase_us(4242, int(n), 4000))] for n, _ in phases]
     assert env["perf_counters"].startswith("unsupported (")
     assert "KPERF-PERF 0 unsupported" in result.console and "KPERF-PERF" not in result.raw_output
     assert "perf" not in result.counters

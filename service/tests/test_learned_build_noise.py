@@ -132,3 +132,37 @@ def test_a_difference_the_size_of_build_noise_is_a_regression_only_without_the_c
             assert m.verdict == MetricComparison.Verdict.REGRESSION, (metric, m.note)
     method = got[METRICS[0]].comparison.method
     assert ("between-build noise learned for 2 of 2 metrics" in method) == learned
+
+
+def test_without_history_the_interval_of_two_exact_builds_holds_the_benchs_build_part(
+    alice: Any, qemu_class: Any, runner_api: Any, tmp_path: Path, alice_api: Api
+) -> None:
+    """No tracked branch on this class: every boot of both sides gives the same
+    number, yet the interval is not a point, because another build of either
+    side could differ by what the perturbed-build bench measured."""
+    _, api = runner_api
+    sub = submission_ready_for_testing(alice, qemu_class, tmp_path)
+    boots = 0
+    while (job := api.post("/runner/claim").json()["job"]) is not None:
+        body = results_body(job)
+        # Each boot at its seeded phase, as the runner reports it; the phase moved nothing here.
+        body["boots"][0]["environment"] |= {"phase_seed": 1000 + job["id"], "phase_span_us": 20000}
+        assert api.post(f"/runner/jobs/{job['id']}/results", body).status_code == 200
+        boots += 1
+    owners.advance(SUBMISSION, sub.pk)
+    analyse_submission(sub.pk)
+    got = {m.metric: m for m in MetricComparison.objects.filter(comparison__submission_id=sub.pk)}
+    for metric in METRICS:
+        m = got[metric]
+        assert m.change_pct == pytest.approx(0.0, abs=1e-9)
+        assert m.ci_low_pct is not None and m.ci_high_pct is not None
+        assert m.ci_low_pct < 0.0 < m.ci_high_pct, (metric, m.ci_low_pct, m.ci_high_pct)
+        assert m.ci_high_pct - m.ci_low_pct > 0.005
+        # Not "significant": exact boots of one build say nothing of another build.
+        assert m.verdict == MetricComparison.Verdict.NO_CHANGE, (metric, m.verdict, m.note)
+        assert "significant" not in (m.note or "")
+    method = got[METRICS[0]].comparison.method
+    assert "between-build noise for 2 of 2 metrics from the perturbed-build bench" in method
+    assert f"boots each at a seeded phase ({boots} of {boots})" in method
+    page = alice_api.get(f"/submissions/{sub.pk}").json()
+    assert "perturbed-build bench" in page["comparisons"][0]["method"]

@@ -34,6 +34,7 @@ TUNED = {
     "clocksource": "tsc",
     "drop_caches": "before every command",
     "settle_ms": 100,
+    "phase_span_us": 20000,
     "perf_counters": "instructions,cycles user+kernel",
 }
 
@@ -118,8 +119,8 @@ def test_a_boot_that_recorded_no_tuning_is_a_difference_not_a_match(
     [comp] = alice_api.get(f"/submissions/{sub.pk}").json()["comparisons"]
     drop = next(t for t in comp["tuning_differences"] if t["fact"] == "drop_caches")
     assert drop["values"]["base"] == {"before every command": 3, "not recorded": 1}
-    # The old boot lacks every fact, so all eleven are named.
-    assert len(comp["tuning_differences"]) == len(tuning.TUNING_FACTS) == 11
+    # The old boot lacks every fact, so all twelve are named.
+    assert len(comp["tuning_differences"]) == len(tuning.TUNING_FACTS) == 12
 
 
 def test_hardware_counters_are_shown_per_boot_with_instructions_per_cycle(

@@ -26,6 +26,7 @@ fault).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import signal
 import uuid
@@ -132,6 +133,28 @@ BENCHMARK_CMDLINE = " ".join(
         "random.trust_bootloader=off",
     ]
 )
+
+
+# Under the instruction clock every boot of a build repeats the last, so the
+# phase at which each command starts against the kernel's periodic work is
+# fixed by the build, and an unrelated change that shifts it moves a metric
+# with no boot noise to show it (docs/statistics.md, "A phase per boot").
+# Each such boot gets a seed of its own: the test kernel's init sleeps a
+# seeded 0-20 ms before every command (csrc/init_tuning.h), so a side's boots
+# sample the phases and their spread holds what the phase can do. The wall
+# clock has that variation from the hardware and gets no seed.
+PHASE_SEED_KEY = "kperf.phase_seed"
+
+
+def with_phase_seed(job: BootJob, seed: int) -> BootJob:
+    """`job` with its own phase seed on the command line, on the instruction clock.
+
+    A command line that already names a seed (a job that asks for one phase,
+    a bench that sets them) keeps it.
+    """
+    if job.clock != "instructions" or f"{PHASE_SEED_KEY}=" in job.cmdline:
+        return job
+    return dataclasses.replace(job, cmdline=f"{PHASE_SEED_KEY}={seed} {job.cmdline}".strip())
 
 
 # The clocks a benchmark can be timed with. Numbers from two clocks are
@@ -316,4 +339,5 @@ __all__ = [
     "check_complete",
     "describe_incomplete_boot",
     "parse_boot",
+    "with_phase_seed",
 ]

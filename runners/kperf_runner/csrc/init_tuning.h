@@ -61,6 +61,65 @@ static void settle(void)
 		;
 }
 
+/*
+ * A seeded phase per command: an extra sleep of 0 to phase_span_us before
+ * each command, drawn from kperf.phase_seed (the runner gives every boot its
+ * own seed) and the command's number.
+ *
+ * Under the instruction clock a boot repeats the last exactly, so where a
+ * command's window falls against the kernel's periodic work (the tick,
+ * vmstat and RCU callbacks, workqueues) is fixed by everything the kernel
+ * executed before it.  Two builds of unrelated changes reach the command at
+ * another phase, and that alone moved the page allocator's metrics by up to
+ * 0.45% with every boot of each build identical (bench/build_noise.py
+ * --phases): a difference the boots could not show as noise.  With a phase
+ * drawn per boot, each side's boots sample the phases, the boots differ by
+ * what unrelated builds differ by, and the interval of the comparison holds
+ * it.  Without kperf.phase_seed there is no extra sleep (phase_span_us=0),
+ * as before.  Idle time costs nothing under the instruction clock and at
+ * most phase_span_us a command on real hardware.
+ */
+static unsigned long long phase_seed;
+static long phase_span_us;
+
+static void read_phase(void)
+{
+	char value[32];
+
+	if (cmdline_value("kperf.phase_seed", value, sizeof(value)) != 0)
+		return;
+	phase_seed = strtoull(value, NULL, 10);
+	phase_span_us = 20000;	/* five 4 ms ticks at HZ=250, two at HZ=100 */
+	if (cmdline_value("kperf.phase_span_us", value, sizeof(value)) == 0)
+		phase_span_us = strtol(value, NULL, 10);
+	if (phase_span_us < 0 || phase_span_us > 1000000)
+		phase_span_us = 20000;
+}
+
+/* splitmix64: a well-mixed 64-bit value from the seed and the command's number. */
+static unsigned long long phase_mix(unsigned long long x)
+{
+	x += 0x9e3779b97f4a7c15ULL;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+	return x ^ (x >> 31);
+}
+
+static void phase_sleep(int n)
+{
+	long us;
+	struct timespec ts;
+
+	if (phase_span_us <= 0)
+		return;
+	us = (long)(phase_mix(phase_seed * 1000003ULL + (unsigned long long)n) % (unsigned long long)phase_span_us);
+	ts.tv_sec = us / 1000000L;
+	ts.tv_nsec = (us % 1000000L) * 1000L;
+	say("KPERF-PHASE %d %ld", n, us);
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
 static int write_text(const char *path, const char *value)
 {
 	int fd = open(path, O_WRONLY | O_CLOEXEC);
@@ -273,6 +332,9 @@ static void tune_machine(void)
 	say("KPERF-ENV drop_caches=%s", drop_caches_ok ? "before every command" : "absent");
 	read_settle();
 	say("KPERF-ENV settle_ms=%ld", drop_caches_ok ? settle_ms : 0L);
+	read_phase();
+	say("KPERF-ENV phase_seed=%llu", phase_seed);
+	say("KPERF-ENV phase_span_us=%ld", phase_span_us);
 	probe_perf();
 }
 
@@ -282,7 +344,6 @@ static void tune_machine(void)
  */
 static void before_command(int n)
 {
-	(void)n;
 	if (drop_caches_ok) {
 		sync();
 		if (write_text(DROP_CACHES, "3") != 0)
@@ -290,6 +351,7 @@ static void before_command(int n)
 		if (settle_ms > 0)
 			settle();
 	}
+	phase_sleep(n);
 	if (perf_exclude_kernel >= 0 && perf_open_all() != 0)
 		say("kperf-init: perf_event_open: %s", strerror(perf_errno));
 }

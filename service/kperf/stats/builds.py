@@ -63,6 +63,25 @@ from kperf.stats.abtest import Boots, NoisePrior, boot_summaries, normalise_boot
 
 BUILD_F_LEVEL = 0.05
 
+# The between-build sd measured without any history, per benchmark, on the instruction clock: the
+# largest over the benchmark's metrics among 20 builds of the base that differ only by code no
+# benchmark runs (bench/build_noise.py, text padding; 2026-11-28, docs/statistics.md "Measured
+# without history"), on the log scale. The phase part, which the padding does not move, is in the
+# boots instead (each boot at a seeded phase, kperf_runner.backends.with_phase_seed). Below
+# MEASURED_BUILD_FLOOR the bench saw nothing (the page allocator's 120 metrics: exactly 0), and 0
+# would make an interval between two exact builds a point; the floor keeps it an interval.
+MEASURED_BUILD_SD: dict[str, float] = {"spawn": 0.00003, "aim9": 0.00061, "pft": 0.00019, "pagealloc": 0.0}
+MEASURED_BUILD_FLOOR = 0.0001
+MEASURED_BUILD_DOF = 19.0  # 20 builds: the estimate's degrees of freedom
+MEASURED_BUILD_SOURCE = "perturbed-build bench (bench/build_noise.py, 20 builds, 2026-11-28)"
+
+
+def measured_build_prior(benchmark: str) -> NoisePrior:
+    """The between-build part for `benchmark` on the instruction clock where nothing was learned yet."""
+    # A benchmark the bench has not measured gets the largest part it measured for any.
+    sd = MEASURED_BUILD_SD.get(benchmark, max(MEASURED_BUILD_SD.values()))
+    return NoisePrior(max(sd, MEASURED_BUILD_FLOOR), MEASURED_BUILD_DOF)
+
 
 @dataclass(frozen=True)
 class BuildNoise:

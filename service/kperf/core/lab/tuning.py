@@ -31,6 +31,7 @@ TUNING_FACTS = {
     "clocksource": "clock source",
     "drop_caches": "drop caches",
     "settle_ms": "settle after drop caches (ms)",
+    "phase_span_us": "seeded phase before each command (µs, 0: none)",
 }
 # What a boot that did not record a fact (an older runner, an imported run) shows.
 NOT_RECORDED = "not recorded"

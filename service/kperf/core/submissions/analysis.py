@@ -18,6 +18,7 @@ from kperf.core.lab import sharing
 from kperf.core.lifecycle import owners, states
 from kperf.core.mail import alerts, replies
 from kperf.core.models import (
+    BootRecord,
     Clock,
     Comparison,
     Job,
@@ -30,6 +31,7 @@ from kperf.core.models import (
     SubmissionBuild,
 )
 from kperf.core.results import drift_pools, noise_pools, outcome, summaries
+from kperf.stats import builds as stats_builds
 from kperf.stats import noise, sequential, summary
 from kperf.stats.builds import BuildNoise
 from kperf.stats.changepoints import DriftEstimate
@@ -94,6 +96,30 @@ def shared_base_boots(sub: Submission) -> dict[Group, int]:
     return counts
 
 
+def phased_boots(sub: Submission) -> dict[Group, tuple[int, int]]:
+    """Per comparison, (boots measured at a seeded phase, boots): what the page says the interval holds
+    (docs/machine-tuning.md, "A phase per boot"). Boots from runners before phases record none."""
+    counts: dict[Group, list[int]] = defaultdict(lambda: [0, 0])
+    rows = BootRecord.objects.filter(
+        Q(job__submission=sub) | Q(job_id__in=list(_shared_sides(sub))), job__status=Job.Status.DONE
+    ).values_list("job__machine_class_id", "job__benchmark", "job__clock", "environment__phase_span_us")
+    for mclass_id, bench, clock, span in rows:
+        entry = counts[(mclass_id, bench, clock)]
+        entry[0] += isinstance(span, int) and span > 0
+        entry[1] += 1
+    return {group: (phased, total) for group, (phased, total) in counts.items()}
+
+
+def _interval_parts(phased: tuple[int, int]) -> str:
+    """The method line's account of the boots in the interval."""
+    done, total = phased
+    if total and done == total:
+        return f"; boots each at a seeded phase ({total} of {total})"
+    if done:
+        return f"; boots at a seeded phase: {done} of {total} (the others from runners without phases)"
+    return ""
+
+
 def analyse_submission(sub_id: int) -> None:
     with transaction.atomic():
         sub = Submission.objects.select_for_update().get(pk=sub_id)
@@ -103,9 +129,11 @@ def analyse_submission(sub_id: int) -> None:
         Comparison.objects.filter(submission=sub).delete()
         more_boots = False
         shared = shared_base_boots(sub)
+        phases = phased_boots(sub)
         for (mclass_id, bench, clock), metrics in load_boots(sub).items():
             priors = learned_priors(sub, mclass_id, bench, clock, metrics)
             builds = learned_build_priors(mclass_id, bench, clock)
+            measured = measured_build_priors(bench, clock, [n for n in metrics if n not in builds])
             inputs = {
                 name: stats.MetricInput(
                     base=sides["base"],
@@ -113,7 +141,7 @@ def analyse_submission(sub_id: int) -> None:
                     higher_is_better=defs[name].higher_is_better,
                     min_effect_pct=benchmarks.min_effect_pct(name, clock, sub.min_effect_pct),
                     noise=priors.get(name),
-                    build_noise=builds.get(name),
+                    build_noise=builds.get(name) or measured.get(name),
                 )
                 for name, sides in metrics.items()
             }
@@ -131,7 +159,14 @@ def analyse_submission(sub_id: int) -> None:
                     f"; between-build noise learned for {sum(n in builds for n in inputs)} of {len(inputs)} metrics"
                     if any(n in builds for n in inputs)
                     else ""
-                ),
+                )
+                + (
+                    f"; between-build noise for {len(measured)} of {len(inputs)} metrics from the "
+                    f"{stats_builds.MEASURED_BUILD_SOURCE}"
+                    if measured
+                    else ""
+                )
+                + _interval_parts(phases.get((mclass_id, bench, clock), (0, 0))),
                 alpha=plan.alpha,
                 look=look.look,
                 looks=len(plan.looks),
@@ -363,6 +398,17 @@ def learned_build_priors(mclass_id: int, bench: str, clock: str) -> dict[str, st
         if prior is not None:
             out[metric] = prior
     return out
+
+
+def measured_build_priors(bench: str, clock: str, metrics: list[str]) -> dict[str, stats.NoisePrior]:
+    """The between-build part where the class has learned none: the bench's figure for the benchmark,
+    under the instruction clock (kperf.stats.builds.measured_build_prior), so that two single builds
+    whose boots agree exactly never get an interval of zero width (docs/statistics.md, "What an
+    interval includes"). The wall clock's boots hold far more than this part."""
+    if clock != Clock.INSTRUCTIONS:
+        return {}
+    prior = stats_builds.measured_build_prior(bench)
+    return {metric: prior for metric in metrics}
 
 
 def requested_clock(machine_class: str, clock: str | None) -> str:
