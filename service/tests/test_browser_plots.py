@@ -82,18 +82,18 @@ def test_a_finished_submission_draws_its_plots(
     page.goto(f"/submissions/{sub.pk}")
     expect(page.locator("#status")).to_have_text("done")
 
-    # The spawn sweep is drawn open; the per-metric plots wait in a fold.
+    # The spawn sweep is drawn open, and so is the plot of every flagged
+    # metric (here all of them: every one halved); nothing is left to fold.
     shape = page.get_by_role("img", name="spawn on qemu-x86_64", exact=False)
     expect(shape).to_have_count(1)
     shape_src = drawn(page, shape)
-    fold = page.locator("details.plots-per-metric")
-    per_metric = fold.locator("figure.plot-metric img")
+    per_metric = page.locator("div.plots-flagged figure.plot-metric img")
     metrics = sorted(MetricComparison.objects.filter(comparison__submission=sub).values_list("metric", flat=True))
     expect(per_metric).to_have_count(len(metrics))
-    expect(per_metric.first).to_be_hidden()
-    fold.locator("summary").click()
+    expect(per_metric.first).to_be_visible()
+    expect(page.locator("details.plots-per-metric")).to_have_count(0)
     sources = [drawn(page, per_metric.nth(i)) for i in range(len(metrics))]
-    fold.scroll_into_view_if_needed()
+    per_metric.first.scroll_into_view_if_needed()
     page.screenshot(path=str(shots / "submission-plots.png"), full_page=True)
 
     points = open_svg(page, shape_src, shots / "submission-spawn-shape.png")

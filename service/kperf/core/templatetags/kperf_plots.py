@@ -37,3 +37,27 @@ def series_index(branch: TrackedBranch) -> list[dict[str, Any]]:
             key=lambda m: (not m["changed"], m["metric"]),
         )
     return groups
+
+
+# Up to this many metrics a comparison did not flag are listed open; more (the
+# page allocator's 120) fold behind a one-line count, so a page of several
+# benchmarks shows what was flagged first and not a 25,000-pixel table.
+UNFLAGGED_OPEN_AT_MOST = 10
+FLAGGED = ("regression", "improvement")
+
+
+@register.simple_tag
+def flag_split(metrics: list[dict[str, Any]]) -> dict[str, Any]:
+    """A comparison's metrics as the page shows them: those flagged (regression or improvement) first,
+    the others with a count of their verdicts ("117 no-change, 3 inconclusive") and whether they fold."""
+    flagged = [m for m in metrics if m.get("verdict") in FLAGGED]
+    rest = [m for m in metrics if m.get("verdict") not in FLAGGED]
+    counts: dict[str, int] = {}
+    for m in rest:
+        counts[str(m.get("verdict"))] = counts.get(str(m.get("verdict")), 0) + 1
+    return {
+        "flagged": flagged,
+        "rest": rest,
+        "counts": ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items(), key=lambda kv: -kv[1])),
+        "fold": len(rest) > UNFLAGGED_OPEN_AT_MOST,
+    }
