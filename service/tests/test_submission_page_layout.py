@@ -49,7 +49,9 @@ def test_flagged_metrics_come_first_with_their_plots_and_the_rest_under_a_count(
     assert 'data-metric="spawn-vmas-0"' in flagged.group(1) and "verdict-regression" in flagged.group(1)
     assert "spawn-vmas-1000" not in flagged.group(1)
     # One metric not flagged: listed open (a short list), under a count of its verdict.
-    rest = re.search(r'<details class="unflagged" open data-unflagged="1"><summary>(.*?)</summary>(.*?)</details>', page, re.S)
+    rest = re.search(
+        r'<details class="unflagged" open data-unflagged="1"><summary>(.*?)</summary>(.*?)</details>', page, re.S
+    )
     assert rest is not None, page
     assert rest.group(1) == "1 metric not flagged: 1 no-change"
     assert 'data-metric="spawn-vmas-1000"' in rest.group(2)
