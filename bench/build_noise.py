@@ -54,8 +54,8 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
-from kperf.stats.abtest import MetricInput, Verdict, compare_metrics, min_effect_for_clock
-from kperf.stats.builds import between_build_noise
+from kperf.stats.abtest import MetricInput, NoisePrior, Verdict, compare_metrics, min_effect_for_clock
+from kperf.stats.builds import between_build_noise, measured_build_prior
 from kperf_runner.backends import BootJob
 from kperf_runner.backends.qemu import QemuBackend
 from kperf_runner.benchmarks import get_benchmark, resolve_params
@@ -63,7 +63,7 @@ from kperf_runner.toolchain import compile_all
 from kperf_testing.kbuild import FIXTURES_DIR, build_fixture_kernel, ensure_test_tree, read_fixture
 
 BENCHMARKS = ("spawn", "aim9", "pft", "pagealloc")
-THRESHOLDS = (0.5, 0.25, 0.1)
+THRESHOLDS = (0.5, 0.4, 0.3, 0.25, 0.2, 0.1)
 CLOCK = "instructions"
 PAD_FILE = "init/main.c"
 # Pad sizes: 48 bytes apart, so K of them land on K different offsets within
@@ -160,10 +160,13 @@ def analyse(
     perturbed: Sequence[str],
     fixtures: Mapping[str, Sequence[str]] = {},
     thresholds: Sequence[float] = THRESHOLDS,
+    service_prior: NoisePrior | None = None,
 ) -> dict[str, Any]:
     """The figures from runs of "base", the perturbed kernels and any fixtures.
 
     directions: {metric: higher_is_better}. fixtures: {kernel: fnmatch patterns of the metrics it moves}.
+    service_prior: the between-build part the service uses where it has learned none
+    (kperf.stats.builds.measured_build_prior); given, a third way ("as the service") is reported.
     """
     metrics = sorted(set.intersection(*(set(runs[k]) for k in ("base", *perturbed))))
     rows = []
@@ -185,12 +188,12 @@ def analyse(
             }
         )
 
-    def pair_inputs(head: str, held_out: Sequence[str]) -> dict[str, MetricInput]:
-        """Base against `head`; the between-build part from the perturbed builds in `held_out`."""
+    def pair_inputs(head: str, held_out: Sequence[str], fixed: NoisePrior | None = None) -> dict[str, MetricInput]:
+        """Base against `head`; the between-build part `fixed`, or from the perturbed builds in `held_out`."""
         inputs = {}
         for metric in metrics:
-            prior = None
-            if held_out:
+            prior = fixed
+            if held_out and fixed is None:
                 est = between_build_noise([[runs["base"][metric], *(runs[k][metric] for k in held_out)]])
                 # None when the builds spread no more than their boots explain.
                 prior = est.prior()
@@ -204,12 +207,12 @@ def analyse(
         return inputs
 
     ways: dict[str, dict[str, Any]] = {}
-    for way in ("boots only", "with perturbed builds"):
+    for way in ("boots only", "with perturbed builds", *(["as the service"] if service_prior else [])):
         flagged = {t: 0 for t in thresholds}
         covered = total = 0
         for k in perturbed:
-            others = [o for o in perturbed if o != k] if way != "boots only" else []
-            inputs = pair_inputs(k, others)
+            others = [o for o in perturbed if o != k] if way == "with perturbed builds" else []
+            inputs = pair_inputs(k, others, service_prior if way == "as the service" else None)
             for t in thresholds:
                 flagged[t] += _flagged(compare_at(inputs, t).values())
             for r in compare_metrics(inputs).values():
@@ -226,13 +229,45 @@ def analyse(
     for fixture, moves in fixtures.items():
         if fixture not in runs:
             continue
-        inputs = {m: i for m, i in pair_inputs(fixture, perturbed).items() if m in runs[fixture]}
+        # As the service would judge it when a prior is given, else with the held-out builds' part.
+        chosen = pair_inputs(fixture, [], service_prior) if service_prior else pair_inputs(fixture, perturbed)
+        inputs = {m: i for m, i in chosen.items() if m in runs[fixture]}
         results = compare_metrics(inputs)
         expected = [m for m in results if any(fnmatch(m, p) for p in moves)]
         power[fixture] = {
             m: {"verdict": str(results[m].verdict), "change_pct": results[m].change_pct} for m in expected
         }
     return {"metrics": rows, "ways": ways, "power": power, "kernels": len(perturbed) + 1}
+
+
+def figures(
+    bench: str, runs: Runs, perturbed: Sequence[str], claims: Mapping[str, Sequence[str]], boots: int
+) -> dict[str, Any]:
+    """analyse() for one benchmark, as the service judges too; with `boots` (seeded runs) also for 2..boots-1 a side."""
+    b = get_benchmark(bench)
+    directions = {m.name: m.higher_is_better for m in b.metrics(resolve_params(bench, "quick"))}
+    prior = measured_build_prior(bench)
+    out = analyse(runs, directions, perturbed, claims, service_prior=prior)
+    # What fewer boots a side would have given: the first n of each kernel's.
+    out["by_boots"] = {
+        str(n): analyse(first_boots(runs, n), directions, perturbed, claims, service_prior=prior)
+        for n in range(2, boots)
+    }
+    out["runs"] = runs
+    return out
+
+
+def reanalyse(record: Path, boots: int) -> dict[str, Any]:
+    """The figures again from a record's runs, with today's analysis: no boot needed."""
+    data = json.loads(record.read_text())
+    out: dict[str, Any] = {}
+    for bench, result in data["results"].items():
+        runs: Runs = result["runs"]
+        perturbed = sorted(k for k in runs if k.startswith(("phase-", "perturb-")))
+        fixtures = [k for k in runs if k != "base" and k not in perturbed]
+        claims = {f: read_fixture(FIXTURES_DIR / f"{f}.patch").moves for f in fixtures}
+        out[bench] = figures(bench, runs, perturbed, claims, boots)
+    return {"header": data["header"] + " Analysed again " + date.today().isoformat() + ".", "results": out}
 
 
 def markdown(result: dict[str, Any], header: str) -> str:
@@ -287,10 +322,21 @@ def main(argv: list[str] | None = None) -> int:
         "instruction-clock boot): the boots sample the phases, and the figures are given for 2, 3, ... "
         "boots a side",
     )
+    parser.add_argument(
+        "--phase-span-us", type=int, default=0, help="with --seeded: kperf.phase_span_us (default: init's own)"
+    )
+    parser.add_argument("--reanalyse", type=Path, help="no boots: the figures again from this --json record's runs")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "kperf")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args(argv)
+    if args.reanalyse:
+        again = reanalyse(args.reanalyse, args.boots)
+        text = "\n".join(markdown(r, f"### {b}\n\n{again['header']}") for b, r in again["results"].items())
+        print(text)
+        if args.json:
+            args.json.write_text(json.dumps(again, indent=1))
+        return 0
     benches = args.bench or list(BENCHMARKS)
     tree = ensure_test_tree(args.cache)
     if args.phases:
@@ -316,9 +362,6 @@ def main(argv: list[str] | None = None) -> int:
     built = time.monotonic()
     out: dict[str, Any] = {}
     for bench in benches:
-        b = get_benchmark(bench)
-        params = resolve_params(bench, "quick")
-        directions = {m.name: m.higher_is_better for m in b.metrics(params)}
         tasks = [(k, i) for i in range(args.boots) for k in kernels]
         runs: Runs = {}
 
@@ -331,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
             cmdline = cmdlines.get(kernel, "")
             if args.seeded:
                 cmdline = f"{cmdline} kperf.phase_seed={random.getrandbits(32)}".strip()
+                if args.phase_span_us:
+                    cmdline += f" kperf.phase_span_us={args.phase_span_us}"
             got = boot_once(backend, kernels[kernel], bench, state, cmdline)
             print(f"{bench} {kernel} boot {i + 1}", file=sys.stderr, flush=True)
             return kernel, got
@@ -340,13 +385,7 @@ def main(argv: list[str] | None = None) -> int:
                 for metric, values in got.items():
                     runs.setdefault(kernel, {}).setdefault(metric, []).append(values)
         claims = {f: read_fixture(FIXTURES_DIR / f"{f}.patch").moves for f in args.fixture}
-        out[bench] = analyse(runs, directions, perturbed, claims)
-        if args.seeded:
-            # What fewer boots a side would have given: the first n of each kernel's.
-            out[bench]["by_boots"] = {
-                str(n): analyse(first_boots(runs, n), directions, perturbed, claims) for n in range(2, args.boots)
-            }
-        out[bench]["runs"] = runs
+        out[bench] = figures(bench, runs, perturbed, claims, args.boots if args.seeded else 0)
     header = (
         f"Measured {date.today().isoformat()} on {cpu_model()} ({platform.machine()}, "
         f"{len(os.sched_getaffinity(0))} cores), instruction clock, quick grids, "

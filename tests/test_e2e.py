@@ -348,9 +348,11 @@ def test_the_instruction_clock_finds_one_to_three_percent_and_flags_no_unrelated
     first = judge_fixture(fork, "fork-vma-slower")
     again = judge_fixture(submit(stack, kernel_tree, "fork-vma-slower", ["spawn"]), "fork-vma-slower")
     assert {n: m["verdict"] for n, m in again.items()} == {n: m["verdict"] for n, m in first.items()}
-    # Deterministic: the second run's numbers are the first's, to the instruction.
+    # Repeatable: the second run's numbers are the first's up to the phase
+    # each boot drew (spawn moves by at most a few hundredths of a percent
+    # with the phase: docs/statistics.md, "A phase per boot, measured").
     for name, m in first.items():
-        assert again[name]["change_pct"] == pytest.approx(m["change_pct"], abs=0.05), name
+        assert again[name]["change_pct"] == pytest.approx(m["change_pct"], abs=0.1), name
     unrelated = judge_fixture(submit(stack, kernel_tree, "unrelated-mincore", ["spawn", "aim9"]), "unrelated-mincore")
     assert "regression" not in {m["verdict"] for m in unrelated.values()}, unrelated
     # What the page says about the clock.

@@ -79,14 +79,19 @@ def worker_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CELERY_BROKER_URL", f"redis://:{CANARY}@127.0.0.1:6379/0")
 
 
-def sandbox_processes() -> list[int]:
-    """Processes still running as the build user (none may outlive a build)."""
+def sandbox_processes(marker: str) -> list[int]:
+    """Processes of this test's build still running as the build user (none may outlive a build).
+
+    Only those whose command line holds `marker`: other builds of the same
+    user may run on this machine at the same time (a bench, a second test
+    run), and they are not this build's leftovers.
+    """
     uid = Sandbox.from_environ().uid
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if entry.stat().st_uid == uid:
+                if entry.stat().st_uid == uid and marker.encode() in (entry / "cmdline").read_bytes():
                     found.append(int(entry.name))
             except OSError:
                 continue
@@ -233,13 +238,14 @@ def test_planted_symlinks_are_never_followed_by_the_worker(tmp_path: Path) -> No
 def test_a_fork_bomb_is_stopped_and_leaves_no_process(tmp_path: Path) -> None:
     sandbox = Sandbox.from_environ().with_limits(wall_seconds=20, processes=256)
     started = time.monotonic()
-    result = build(tmp_path, "bash -c 'b() { b | b & }; b'; sleep 5; exit 1", sandbox)
+    # $0 of the bomb's shell, which every fork of it keeps in its command line.
+    result = build(tmp_path, "bash -c 'b() { b | b & }; b' kperf-fork-bomb; sleep 5; exit 1", sandbox)
     assert not result.ok
     assert time.monotonic() - started < 90
     deadline = time.monotonic() + 10
-    while sandbox_processes() and time.monotonic() < deadline:
+    while sandbox_processes("kperf-fork-bomb") and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert sandbox_processes() == []
+    assert sandbox_processes("kperf-fork-bomb") == []
     # The host still forks.
     assert subprocess.run(["true"], check=False).returncode == 0
 
@@ -255,11 +261,11 @@ def test_a_build_that_fills_the_disk_is_stopped_at_its_limit(tmp_path: Path) -> 
 def test_a_build_that_runs_forever_is_stopped_at_its_wall_limit(tmp_path: Path) -> None:
     sandbox = Sandbox.from_environ().with_limits(wall_seconds=5)
     started = time.monotonic()
-    result = build(tmp_path, "sleep 3600", sandbox)
+    result = build(tmp_path, "sleep 3600.25", sandbox)
     assert time.monotonic() - started < 60
     assert not result.ok
     assert "ran for more than 5 s" in result.error and "KPERF_BUILD_WALL_SECONDS" in result.error
-    assert sandbox_processes() == [] or os.geteuid() != 0
+    assert sandbox_processes("3600.25") == [] or os.geteuid() != 0
 
 
 def test_a_build_that_floods_its_log_is_stopped(tmp_path: Path) -> None:

@@ -146,7 +146,7 @@ def test_without_history_the_interval_of_two_exact_builds_holds_the_benchs_build
     while (job := api.post("/runner/claim").json()["job"]) is not None:
         body = results_body(job)
         # Each boot at its seeded phase, as the runner reports it; the phase moved nothing here.
-        body["boots"][0]["environment"] |= {"phase_seed": 1000 + job["id"], "phase_span_us": 20000}
+        body["boots"][0]["environment"] |= {"phase_seed": 1000 + job["id"], "phase_span_us": 1000000}
         assert api.post(f"/runner/jobs/{job['id']}/results", body).status_code == 200
         boots += 1
     owners.advance(SUBMISSION, sub.pk)

@@ -34,7 +34,7 @@ TUNED = {
     "clocksource": "tsc",
     "drop_caches": "before every command",
     "settle_ms": 100,
-    "phase_span_us": 20000,
+    "phase_span_us": 1000000,
     "perf_counters": "instructions,cycles user+kernel",
 }
 

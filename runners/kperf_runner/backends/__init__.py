@@ -140,7 +140,7 @@ BENCHMARK_CMDLINE = " ".join(
 # fixed by the build, and an unrelated change that shifts it moves a metric
 # with no boot noise to show it (docs/statistics.md, "A phase per boot").
 # Each such boot gets a seed of its own: the test kernel's init sleeps a
-# seeded 0-20 ms before every command (csrc/init_tuning.h), so a side's boots
+# seeded 0-1 s before every command (csrc/init_tuning.h), so a side's boots
 # sample the phases and their spread holds what the phase can do. The wall
 # clock has that variation from the hardware and gets no seed.
 PHASE_SEED_KEY = "kperf.phase_seed"

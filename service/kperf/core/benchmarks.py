@@ -114,11 +114,12 @@ def _fitting(benchmark: str) -> list[str]:
 def boots_per_side(grid_boots: int, clock: str) -> int:
     """The first look's boots per side on a machine class of `clock`.
 
-    Under QEMU's instruction clock every boot of one build repeats the same
-    numbers (docs/statistics.md, "Two clocks"): the noise left lies between
-    builds, which no number of boots reduces, so boots beyond
-    KPERF_INSTRUCTION_CLOCK_BOOTS (2: enough to see a boot that does not
-    repeat) cost machine time and tell nothing. The wall clock keeps the grid's.
+    Under QEMU's instruction clock the boots of one build differ only by the
+    phase each draws (a seeded sleep before every command): two a side kept
+    unrelated changes inside the interval in the bench (docs/statistics.md,
+    "A phase per boot, measured"), so a first look takes at most
+    KPERF_INSTRUCTION_CLOCK_BOOTS (2) and later looks add more where a metric
+    is still open. The wall clock keeps the grid's.
     """
     if clock == "instructions":
         return max(1, min(grid_boots, int(settings.KPERF_INSTRUCTION_CLOCK_BOOTS)))
