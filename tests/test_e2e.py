@@ -353,8 +353,17 @@ def test_the_instruction_clock_finds_one_to_three_percent_and_flags_no_unrelated
     # with the phase: docs/statistics.md, "A phase per boot, measured").
     for name, m in first.items():
         assert again[name]["change_pct"] == pytest.approx(m["change_pct"], abs=0.1), name
-    unrelated = judge_fixture(submit(stack, kernel_tree, "unrelated-mincore", ["spawn", "aim9"]), "unrelated-mincore")
+    unrelated_run = submit(stack, kernel_tree, "unrelated-mincore", ["spawn", "aim9"])
+    unrelated = judge_fixture(unrelated_run, "unrelated-mincore")
     assert "regression" not in {m["verdict"] for m in unrelated.values()}, unrelated
+    # This lab tracks no branch: every interval holds the boots at their
+    # seeded phases and the perturbed-build bench's between-build part, and
+    # none is a point (docs/statistics.md, "What an interval includes").
+    for c in unrelated_run["comparisons"]:
+        assert "boots each at a seeded phase" in c["method"], c["method"]
+        assert "from the perturbed-build bench" in c["method"], c["method"]
+        for m in c["metrics"]:
+            assert m["ci_low_pct"] < m["change_pct"] < m["ci_high_pct"], m
     # What the page says about the clock.
     page = web_page(stack, f"/submissions/{fork['id']}")
     assert 'data-clock="instructions"' in page and "instruction clock" in page
