@@ -41,7 +41,8 @@ def test_builds_that_differ_by_layout_are_flagged_by_boots_alone_and_not_with_th
     assert boots_only["false_flag_share"]["0.1"] > 0.1
     assert boots_only["coverage"] < 0.6
     # With the part the other builds measured: no unrelated pair flagged, 0 inside the intervals.
-    assert with_builds["false_flag_share"] == {"0.5": 0.0, "0.25": 0.0, "0.1": 0.0}
+    assert set(with_builds["false_flag_share"].values()) == {0.0}
+    assert {"0.5", "0.25", "0.1"} <= set(with_builds["false_flag_share"])
     assert with_builds["coverage"] == 1.0
     # And a 3% slowdown is still found.
     assert result["power"]["slower"]["forks"]["verdict"] == "regression"
