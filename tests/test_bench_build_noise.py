@@ -64,6 +64,12 @@ def test_boots_at_seeded_phases_hold_the_phase_part_in_the_boots_alone() -> None
     assert boots_only["false_flag_share"]["0.5"] == 0.0
     row = result["metrics"][0]
     assert 0.1 < row["boot_sd_pct"] < 0.4
+    # As the service judges: the boots plus a fixed between-build part, which only widens the interval.
+    from kperf.stats.abtest import NoisePrior
+
+    served = bench.analyse(runs, {"alloc": False}, phased, service_prior=NoisePrior(0.001, 19.0))
+    assert served["ways"]["as the service"]["coverage"] >= boots_only["coverage"]
+    assert "as the service" not in result["ways"]
     # first_boots keeps the first n boots of every kernel and metric.
     two = bench.first_boots(runs, 2)
     assert all(len(boots) == 2 for metrics in two.values() for boots in metrics.values())
