@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.test import Client
 
-from kperf.core.models import Submission
+from kperf.core.lifecycle import owners
+from kperf.core.models import Job, Submission
+from kperf.core.submissions.analysis import analyse_submission
+from kperf.core.submissions.pipeline import SUBMISSION
 from kperf_testing.lab import built, submission_ready_for_testing
 
-__all__ = ["built", "results_body", "submission_page", "submission_ready_for_testing"]
+__all__ = ["built", "finish_all", "results_body", "submission_page", "submission_ready_for_testing"]
 
 
 def results_body(job: dict[str, Any], value: float = 1000.0) -> dict[str, Any]:
@@ -46,3 +50,18 @@ def submission_page(user: Any, sub: Submission) -> str:
     resp = browser.get(f"/submissions/{sub.pk}")
     assert resp.status_code == 200
     return str(resp.content.decode())
+
+
+def finish_all(sub: Submission, api: Any, body: Callable[[dict[str, Any], str], dict[str, Any]]) -> int:
+    """Claim every queued job as the runner, report `body(job, side)` for it, then analyse `sub`.
+
+    Returns how many jobs (one boot each) were reported.
+    """
+    jobs = 0
+    while (job := api.post("/runner/claim").json()["job"]) is not None:
+        side = Job.objects.get(pk=job["id"]).side
+        assert api.post(f"/runner/jobs/{job['id']}/results", body(job, side)).status_code == 200
+        jobs += 1
+    owners.advance(SUBMISSION, sub.pk)
+    analyse_submission(sub.pk)
+    return jobs

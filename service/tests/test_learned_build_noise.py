@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kperf.core.lifecycle import owners
 from kperf.core.models import (
     BootRecord,
     BranchCommit,
@@ -25,15 +24,14 @@ from kperf.core.models import (
     MetricComparison,
     MetricDef,
     Sample,
+    Submission,
     TrackedBranch,
     Tree,
 )
-from kperf.core.submissions.analysis import analyse_submission
-from kperf.core.submissions.pipeline import SUBMISSION
 from kperf_testing import reference_history
 
 from .conftest import Api
-from .lab_fixtures import results_body, submission_ready_for_testing
+from .lab_fixtures import finish_all, results_body, submission_ready_for_testing
 
 pytestmark = pytest.mark.django_db
 
@@ -76,13 +74,13 @@ def branch_of_builds(owner: Any, mclass: Any, tmp: Path, n: int = 16, boots: int
     return branch
 
 
-def finish(sub_id: int, api: Api, head_value: float) -> dict[str, MetricComparison]:
-    while (job := api.post("/runner/claim").json()["job"]) is not None:
-        value = 1000.0 if Job.objects.get(pk=job["id"]).side == "base" else head_value
-        assert api.post(f"/runner/jobs/{job['id']}/results", results_body(job, value)).status_code == 200
-    owners.advance(SUBMISSION, sub_id)
-    analyse_submission(sub_id)
-    return {m.metric: m for m in MetricComparison.objects.filter(comparison__submission_id=sub_id)}
+def compared(sub: Submission) -> dict[str, MetricComparison]:
+    return {m.metric: m for m in MetricComparison.objects.filter(comparison__submission=sub)}
+
+
+def finish(sub: Submission, api: Api, head_value: float) -> dict[str, MetricComparison]:
+    finish_all(sub, api, lambda job, side: results_body(job, 1000.0 if side == "base" else head_value))
+    return compared(sub)
 
 
 def test_the_between_build_spread_is_learned_from_a_branch_and_reported(
@@ -120,7 +118,7 @@ def test_a_difference_the_size_of_build_noise_is_a_regression_only_without_the_c
     sub.save(update_fields=["min_effect_pct"])
     settings.KPERF_LEARNED_BUILD_NOISE = learned
     branch_of_builds(alice, qemu_class, tmp_path)
-    got = finish(sub.pk, api, head_value=998.0)
+    got = finish(sub, api, head_value=998.0)
     for metric in METRICS:
         m = got[metric]
         assert m.min_effect_pct == 0.1 and m.change_pct == pytest.approx(-0.2, abs=0.01)
@@ -142,16 +140,15 @@ def test_without_history_the_interval_of_two_exact_builds_holds_the_benchs_build
     side could differ by what the perturbed-build bench measured."""
     _, api = runner_api
     sub = submission_ready_for_testing(alice, qemu_class, tmp_path)
-    boots = 0
-    while (job := api.post("/runner/claim").json()["job"]) is not None:
+
+    def phased(job: dict[str, Any], side: str) -> dict[str, Any]:
         body = results_body(job)
         # Each boot at its seeded phase, as the runner reports it; the phase moved nothing here.
         body["boots"][0]["environment"] |= {"phase_seed": 1000 + job["id"], "phase_span_us": 1000000}
-        assert api.post(f"/runner/jobs/{job['id']}/results", body).status_code == 200
-        boots += 1
-    owners.advance(SUBMISSION, sub.pk)
-    analyse_submission(sub.pk)
-    got = {m.metric: m for m in MetricComparison.objects.filter(comparison__submission_id=sub.pk)}
+        return body
+
+    boots = finish_all(sub, api, phased)
+    got = compared(sub)
     for metric in METRICS:
         m = got[metric]
         assert m.change_pct == pytest.approx(0.0, abs=1e-9)

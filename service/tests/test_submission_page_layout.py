@@ -8,42 +8,30 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.test import Client
 
-from kperf.core.lifecycle import owners
-from kperf.core.models import Job
-from kperf.core.submissions.analysis import analyse_submission
-from kperf.core.submissions.pipeline import SUBMISSION
 from kperf.core.templatetags.kperf_plots import UNFLAGGED_OPEN_AT_MOST, flag_split
 
-from .lab_fixtures import results_body, submission_ready_for_testing
+from .lab_fixtures import finish_all, results_body, submission_page, submission_ready_for_testing
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def browser(alice: Any) -> Client:
-    client = Client()
-    client.force_login(alice)
-    return client
-
-
 def test_flagged_metrics_come_first_with_their_plots_and_the_rest_under_a_count(
-    browser: Client, alice: Any, qemu_class: Any, runner_api: Any, tmp_path: Path
+    alice: Any, qemu_class: Any, runner_api: Any, tmp_path: Path
 ) -> None:
     sub = submission_ready_for_testing(alice, qemu_class, tmp_path)
-    _, api = runner_api
-    while (job := api.post("/runner/claim").json()["job"]) is not None:
-        body = results_body(job)
-        if Job.objects.get(pk=job["id"]).side == "head":
+
+    def body(job: dict[str, Any], side: str) -> dict[str, Any]:
+        out = results_body(job)
+        if side == "head":
             # Half the forks with no extra VMAs; the 1000-VMA step untouched.
-            for sample in body["boots"][0]["samples"]:
+            for sample in out["boots"][0]["samples"]:
                 if sample["metric"] == "spawn-vmas-0":
                     sample["value"] /= 2
-        assert api.post(f"/runner/jobs/{job['id']}/results", body).status_code == 200
-    owners.advance(SUBMISSION, sub.pk)
-    analyse_submission(sub.pk)
-    page = browser.get(f"/submissions/{sub.pk}").content.decode()
+        return out
+
+    finish_all(sub, runner_api[1], body)
+    page = submission_page(alice, sub)
     flagged = re.search(r'<table class="comparison flagged" data-flagged="1">(.*?)</table>', page, re.S)
     assert flagged is not None, page
     assert 'data-metric="spawn-vmas-0"' in flagged.group(1) and "verdict-regression" in flagged.group(1)
