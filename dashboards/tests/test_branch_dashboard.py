@@ -49,7 +49,7 @@ def test_a_bisected_regression_on_the_tracked_branch_dashboard(
     chosen["profile"] = Choice("tiny", "tiny")
     assert variable_options(board, "benchmark", chosen) == [Choice("spawn", "spawn")]
     chosen["benchmark"] = Choice("spawn", "spawn")
-    commits, series = branches.series(branch, qemu_class.pk, "spawn", qemu_class.clock)
+    commits, series, _more = branches.series(branch, qemu_class.pk, "spawn", qemu_class.clock)
     units = dict(MetricDef.objects.values_list("name", "unit"))
     assert variable_options(board, "metric", chosen) == [Choice(f"{m} ({units[m]})", m) for m in sorted(series)]
     metric = cps[0].metric

@@ -184,12 +184,33 @@ def test_the_series_of_one_metric_comes_in_a_window_and_pages(
     older = alice_api.get(url + f"&since=5&until={got['next_until']}&limit=10").json()
     assert [p["position"] for p in older["points"]] == list(range(5, 11))
     assert older["next_until"] is None
-    raw = alice_api.get(f"/branches/{branch.pk}/series?machine_class=qemu-x86_64&benchmark=spawn").json()
+    raw_url = f"/branches/{branch.pk}/series?machine_class=qemu-x86_64&benchmark=spawn"
+    raw = alice_api.get(raw_url + "&since=5&until=20&limit=10").json()
+    # The raw form pages the same way, over the same commits.
+    assert [c["position"] for c in raw["commits"]] == list(range(11, 21)) and raw["next_until"] == 10
     # The level is the commit's summary the change-point search uses (one boot: its trimmed mean).
-    boots = raw["metrics"][WANDERS][10]
+    boots = raw["metrics"][WANDERS][0]
     assert got["points"][0]["value"] == pytest.approx(float(np.exp(np.mean(np.log(sorted(boots[0])[0:3])))))
     assert got["log_scale"] is True and got["points"][0]["boots"] == 1
     assert alice_api.get(url + "&limit=0").status_code == 400
+
+
+def test_every_boots_samples_come_a_bounded_page_at_a_time(
+    alice: Any, alice_api: Api, qemu_class: Any, tmp_path: Path
+) -> None:
+    """The raw form reads samples, so it never reads a whole branch: 20 commits
+    unless asked, at most 100, older ones by next_until."""
+    branch, measured = branch_with_series(alice, qemu_class, tmp_path, "raw", 30, walk=0.0)
+    positions = sorted(c.position for c in measured)
+    url = f"/branches/{branch.pk}/series?machine_class=qemu-x86_64&benchmark=spawn"
+    newest = alice_api.get(url).json()
+    assert [c["position"] for c in newest["commits"]] == positions[10:]
+    assert newest["next_until"] == positions[10] - 1 and all(len(v) == 20 for v in newest["metrics"].values())
+    rest = alice_api.get(url + f"&until={newest['next_until']}").json()
+    assert [c["position"] for c in rest["commits"]] == positions[:10] and rest["next_until"] is None
+    too_many = alice_api.get(url + "&limit=101")
+    assert too_many.status_code == 400
+    assert "1 to 100 commits" in too_many.json()["detail"] and "metric=NAME" in too_many.json()["detail"]
 
 
 def test_rebuild_history_recomputes_every_summary(alice: Any, qemu_class: Any, tmp_path: Path) -> None:

@@ -210,8 +210,10 @@ def test_a_step_in_the_series_is_found_at_its_commit(
     assert {cp["sha"] for cp in detail["change_points"]} == {after[0]}
     assert detail["change_points"][0]["untested_between"] == 0
     assert len(detail["commits"]) == 26
-    series = alice_api.get(f"/branches/{branch.pk}/series?machine_class={qemu_class.name}&benchmark=spawn").json()
+    url = f"/branches/{branch.pk}/series?machine_class={qemu_class.name}&benchmark=spawn"
+    series = alice_api.get(url + "&limit=100").json()
     assert len(series["commits"]) == 25  # the broken commit has no measurements
+    assert series["next_until"] is None
     assert all(len(boots) == 2 for points in series["metrics"].values() for boots in points)
     assert alice_api.get(f"/branches/{branch.pk}/series?machine_class=nope&benchmark=spawn").status_code == 404
 

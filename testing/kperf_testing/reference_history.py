@@ -30,7 +30,7 @@ def history_segments(
         commits__jobs__machine_class_id=mclass_id, commits__jobs__benchmark=bench, commits__jobs__clock=clock
     )
     for branch in branches.distinct():
-        commits, metrics = (known or {}).get(branch.pk) or series(branch, mclass_id, bench, clock)
+        commits, metrics = (known or {}).get(branch.pk) or series(branch, mclass_id, bench, clock)[:2]
         cuts: dict[str, set[int]] = defaultdict(set)
         for metric, commit_id in ChangePoint.objects.filter(
             branch=branch, machine_class_id=mclass_id, benchmark=bench, clock=clock

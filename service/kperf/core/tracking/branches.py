@@ -278,19 +278,31 @@ def analyse_branch_commit(commit_id: int) -> None:
 Series = dict[str, list[list[list[float]]]]  # metric -> per commit -> per boot -> iterations
 
 
-def series(branch: TrackedBranch, mclass_id: int, bench: str, clock: str) -> tuple[list[BranchCommit], Series]:
-    """The measured commits in branch order and, per metric, one entry per
-    commit: its boots, each a list of iterations (empty where nothing ran).
-    One clock: a commit measured only with another clock is not in it."""
-    newest = list(
-        branch.commits.filter(on_branch=True, status__in=[BranchCommit.Status.DONE, BranchCommit.Status.ANALYSING])
-        .filter(
-            jobs__machine_class_id=mclass_id, jobs__benchmark=bench, jobs__clock=clock, jobs__status=Job.Status.DONE
-        )
-        .distinct()
-        .order_by("-position")[:SERIES_WINDOW]
-    )
-    commits = newest[::-1]
+def series(
+    branch: TrackedBranch,
+    mclass_id: int,
+    bench: str,
+    clock: str,
+    *,
+    since: int | None = None,
+    until: int | None = None,
+    limit: int = SERIES_WINDOW,
+) -> tuple[list[BranchCommit], Series, bool]:
+    """The newest `limit` measured commits at positions since..until, in
+    branch order, and per metric one entry per commit: its boots, each a list
+    of iterations (empty where nothing ran); and whether older commits are
+    left. One clock: a commit measured only with another clock is not in it.
+    It reads raw samples, so callers bound `limit` (the API: RAW_MAX_LIMIT)."""
+    measured = branch.commits.filter(
+        on_branch=True, status__in=[BranchCommit.Status.DONE, BranchCommit.Status.ANALYSING]
+    ).filter(jobs__machine_class_id=mclass_id, jobs__benchmark=bench, jobs__clock=clock, jobs__status=Job.Status.DONE)
+    if since is not None:
+        measured = measured.filter(position__gte=since)
+    if until is not None:
+        measured = measured.filter(position__lte=until)
+    newest = list(measured.distinct().order_by("-position")[: limit + 1])
+    more = len(newest) > limit
+    commits = newest[:limit][::-1]
     where = {c.pk: i for i, c in enumerate(commits)}
     per_boot: dict[tuple[str, int, int], dict[int, float]] = defaultdict(dict)
     rows = (
@@ -309,7 +321,7 @@ def series(branch: TrackedBranch, mclass_id: int, bench: str, clock: str) -> tup
     out: Series = defaultdict(lambda: [[] for _ in commits])
     for (metric, idx, _), iters in per_boot.items():
         out[metric][idx].append([iters[i] for i in sorted(iters)])
-    return commits, dict(out)
+    return commits, dict(out), more
 
 
 def analyse_series(branch: TrackedBranch, mclass_id: int, bench: str, clock: str) -> list[ChangePoint]:

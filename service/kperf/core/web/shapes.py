@@ -326,6 +326,7 @@ class BranchSeries(TypedDict):
     clock: str
     commits: list[SeriesCommit]
     metrics: dict[str, list[list[list[float]]]]  # metric -> per commit -> per boot -> iterations
+    next_until: int | None  # the position to ask for next (until=) when older commits are left
     change_points: list[ChangePointOut]
 
 

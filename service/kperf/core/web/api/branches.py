@@ -148,22 +148,45 @@ def branch_series(
     metric: str | None = None,
     since: int | None = None,
     until: int | None = None,
-    limit: int = history_api.DEFAULT_LIMIT,
+    limit: int | None = None,
 ) -> BranchSeries | MetricSeries:
     """Per measured commit, in branch order: every boot's iterations of every
     metric of one benchmark on one machine class and clock (default: the
-    class's), and the change points.
+    class's), and the change points; the newest `limit` commits of
+    `since`..`until` (default 20, at most 100: raw samples), `next_until`
+    pages back.
 
     With `metric`: that metric's per-commit points from the summaries (boots,
     level, spread), commits at positions `since`..`until` (the newest `limit`,
-    at most 5000; `next_until` pages back), and its change points."""
+    default 1000, at most 5000; `next_until` pages back), and its change points."""
     if metric is not None:
         return history_api.metric_series(
-            _branch(request, branch_id), machine_class, benchmark, clock, metric, since, until, limit
+            _branch(request, branch_id),
+            machine_class,
+            benchmark,
+            clock,
+            metric,
+            since,
+            until,
+            history_api.DEFAULT_LIMIT if limit is None else limit,
         )
     branch = _branch(request, branch_id)
     mclass, clock = history_api.class_and_clock(machine_class, clock)
-    commits, metrics = branches.series(branch, mclass.pk, benchmark, clock)
+    limit = history_api.RAW_DEFAULT_LIMIT if limit is None else limit
+    if not 1 <= limit <= history_api.RAW_MAX_LIMIT:
+        raise ApiError(
+            400,
+            "invalid-series",
+            f"limit must be 1 to {history_api.RAW_MAX_LIMIT} commits for every boot's samples; "
+            "page with next_until, or ask for one metric's summaries with metric=NAME (up to "
+            f"{history_api.MAX_LIMIT} commits)",
+        )
+    commits, metrics, more = branches.series(branch, mclass.pk, benchmark, clock, since=since, until=until, limit=limit)
+    change_points = branch.change_points.filter(machine_class=mclass, benchmark=benchmark, clock=clock)
+    if commits:
+        change_points = change_points.filter(
+            commit__position__gte=commits[0].position, commit__position__lte=commits[-1].position
+        )
     return {
         "branch": branch.pk,
         "machine_class": machine_class,
@@ -171,10 +194,11 @@ def branch_series(
         "clock": clock,
         "commits": [{"sha": c.sha, "position": c.position, "subject": c.subject} for c in commits],
         "metrics": {name: points for name, points in sorted(metrics.items())},
+        "next_until": commits[0].position - 1 if more and commits else None,
         "change_points": [
             presenters.change_point_dict(cp)
-            for cp in branch.change_points.filter(
-                machine_class=mclass, benchmark=benchmark, clock=clock
-            ).select_related("machine_class", "commit", "previous", "detected_at")
-        ],
+            for cp in change_points.select_related("machine_class", "commit", "previous", "detected_at")
+        ]
+        if commits
+        else [],
     }

@@ -16,6 +16,9 @@ from kperf.core.web.shapes import MetricPoint, MetricSeries
 
 DEFAULT_LIMIT = 1000
 MAX_LIMIT = 5000
+# The form without metric= reads every boot's raw samples: a few commits a page.
+RAW_DEFAULT_LIMIT = 20
+RAW_MAX_LIMIT = 100
 
 
 def class_and_clock(machine_class: str, clock: str | None) -> tuple[MachineClass, str]:
