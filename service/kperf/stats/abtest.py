@@ -66,7 +66,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats as sps
+
+from kperf.stats import dist
 
 METHOD = "welch-t on trimmed boot means (log scale), noise prior when learned, Benjamini-Hochberg across metrics"
 
@@ -229,7 +230,7 @@ def _keep_boots(x: np.ndarray, prior: NoisePrior | None) -> np.ndarray:
     if prior is None or prior.sd <= 0.0 or not prior.dof >= MIN_PRIOR_DOF or len(x) < 3:
         return keep
     d0 = min(prior.dof, PRIOR_DOF_CAP)
-    upper = prior.sd * math.sqrt(d0 / float(sps.chi2.ppf(0.05, d0)))
+    upper = prior.sd * math.sqrt(d0 / dist.chi2_ppf(0.05, d0))
     dev = np.abs(x - float(np.median(x)))
     far = np.flatnonzero(dev > BOOT_OUTLIER_SDS * upper)
     limit = (len(x) - 1) // 2
@@ -250,7 +251,7 @@ def _moderated_var(x: np.ndarray, prior: NoisePrior | None) -> tuple[float, floa
         return s2, float(n - 1), False
     d0 = min(prior.dof, PRIOR_DOF_CAP)
     s02 = prior.sd**2
-    if n > 1 and s2 > 0.0 and (s02 == 0.0 or float(sps.f.sf(s2 / s02, n - 1, d0)) < PRIOR_REJECT_P):
+    if n > 1 and s2 > 0.0 and (s02 == 0.0 or dist.f_sf(s2 / s02, n - 1, d0) < PRIOR_REJECT_P):
         return s2, float(n - 1), False
     return (d0 * s02 + (n - 1) * s2) / (d0 + n - 1), d0 + n - 1, True
 
@@ -275,7 +276,7 @@ class BootTest:
     def p_value(self) -> float:
         if self.se == 0.0:
             return 1.0 if self.diff == 0.0 else 0.0
-        return float(2.0 * sps.t.sf(abs(self.t), self.dof))
+        return 2.0 * dist.t_sf(abs(self.t), self.dof)
 
     def to_pct(self, d: float, higher_is_better: bool) -> float | None:
         """A difference on the compared scale as a signed percent; None when base is 0 on a linear scale."""
@@ -390,7 +391,7 @@ def compare_one(inp: MetricInput, alpha: float = 0.05) -> MetricResult:
         if diff != 0.0 and result.change_pct is not None:
             notes.append("boots identical within each side: the difference is exact")
     else:
-        half = float(sps.t.ppf(1.0 - alpha / 2.0, test.dof)) * test.se
+        half = dist.t_ppf(1.0 - alpha / 2.0, test.dof) * test.se
         lo, hi = test.to_pct(diff - half, inp.higher_is_better), test.to_pct(diff + half, inp.higher_is_better)
         if lo is not None and hi is not None:
             result.ci_low_pct, result.ci_high_pct = sorted((lo, hi))

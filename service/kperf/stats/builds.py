@@ -57,8 +57,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps
 
+from kperf.stats import dist
 from kperf.stats.abtest import Boots, NoisePrior, boot_summaries, normalise_boots, sum_sq_dev
 
 BUILD_F_LEVEL = 0.05
@@ -176,7 +176,7 @@ def between_build_noise_from_sums(
     if var <= 0.0:
         return BuildNoise(0.0, 0.0, builds, used, boot_sd, dfw, log_scale, clipped=True)
     # Boots that agree exactly (or no boot-level information): any spread of builds is theirs.
-    p = float(sps.f.sf(msb / msw, dfb, dfw)) if msw > 0.0 and dfw > 0 else 0.0
+    p = dist.f_sf(msb / msw, dfb, dfw) if msw > 0.0 and dfw > 0 else 0.0
     denom = msb * msb / dfb + (msw * msw / dfw if dfw > 0 else 0.0)
     dof = (msb - msw) ** 2 / denom if denom > 0 else dfb
     return BuildNoise(math.sqrt(var), dof, builds, used, boot_sd, dfw, log_scale, p_value=p)

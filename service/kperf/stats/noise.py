@@ -31,6 +31,7 @@ import numpy as np
 from scipy import optimize
 from scipy import stats as sps
 
+from kperf.stats import dist
 from kperf.stats.abtest import BOOT_TRIM, PRIOR_DOF_CAP, NoisePrior, normalise_boots, sum_sq_dev, trimmed_mean
 
 OUTLIER_RUN_P = 0.001
@@ -230,7 +231,7 @@ def components_from_runs(runs: Sequence[RunStats]) -> NoiseModel:
                 continue
             v = per_run[i][0] / (k - 1)
             # Drop a run only when its boots are implausibly spread for the pooled noise.
-            if float(sps.chi2.sf((k - 1) * v / s2, k - 1)) >= OUTLIER_RUN_P / len(keep):
+            if dist.chi2_sf((k - 1) * v / s2, k - 1) >= OUTLIER_RUN_P / len(keep):
                 ok.append(i)
         dropped = len(keep) - len(ok)
         keep = ok
@@ -325,7 +326,7 @@ def outlier_floor(total: RunPool, boots: int) -> float | None:
     ssb, dfb = total.between()
     if boots < 2 or not (dfb > 0 and ssb > 0) or total.runs < 1:
         return None
-    limit = float(sps.chi2.isf(OUTLIER_RUN_P / total.runs, boots - 1))
+    limit = dist.chi2_isf(OUTLIER_RUN_P / total.runs, boots - 1)
     return 0.999 * limit * ssb / dfb
 
 
@@ -345,7 +346,7 @@ def components_from_pool(total: RunPool, candidates: Sequence[RunStats]) -> Nois
         for r in candidates:
             k = r.boots
             run_ssb = r.ssb_log if log_scale else r.ssb_lin
-            if k >= 2 and float(sps.chi2.sf(run_ssb / s2, k - 1)) < OUTLIER_RUN_P / total.runs:
+            if k >= 2 and dist.chi2_sf(run_ssb / s2, k - 1) < OUTLIER_RUN_P / total.runs:
                 kept = kept - RunPool.of(r)
     ssb, dfb = kept.between()
     ssw, dfw = (kept.ssw_log, kept.dfw_log) if log_scale else (kept.ssw_lin, kept.dfw_lin)
@@ -381,7 +382,7 @@ def detectable_shift(
         return math.inf if boots < 1 else 0.0
     se = boot_sd * math.sqrt(2.0 / boots)
     if dof is None:
-        return (float(sps.norm.ppf(1 - alpha / 2)) + float(sps.norm.ppf(power))) * se
+        return (dist.norm_ppf(1 - alpha / 2) + dist.norm_ppf(power)) * se
     if dof <= 0:
         return math.inf
     return _noncentrality(float(dof), alpha, power) * se

@@ -46,6 +46,7 @@ import numpy as np
 from scipy import optimize, special
 from scipy import stats as sps
 
+from kperf.stats import dist
 from kperf.stats.abtest import (
     MetricInput,
     MetricResult,
@@ -183,8 +184,8 @@ class Look:
 
 
 def _z_from_t(t: float, dof: float) -> float:
-    p = float(2.0 * sps.t.sf(abs(t), dof))
-    return math.copysign(float(sps.norm.isf(p / 2.0)), t) if p > 0 else math.copysign(40.0, t)
+    p = 2.0 * dist.t_sf(abs(t), dof)
+    return math.copysign(dist.norm_isf(p / 2.0), t) if p > 0 else math.copysign(40.0, t)
 
 
 def sequential_look(metrics: Mapping[str, MetricInput], look: int, plan: Plan) -> Look:

@@ -67,6 +67,16 @@ class SummaryRow:
     change_pct: float  # negative is worse, like mmtests
     significant: bool = False
 
+    def as_dict(self) -> dict[str, Any]:
+        # dataclasses.asdict deep-copies field by field: a comparison's 840 rows took 20 ms.
+        return {
+            "label": self.label,
+            "base": self.base,
+            "head": self.head,
+            "change_pct": self.change_pct,
+            "significant": self.significant,
+        }
+
 
 def _sum(values: Iterable[float]) -> float:
     """Left to right, as Stat.pm adds (sum() compensates its rounding from Python 3.12 on)."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections import defaultdict
 from typing import Any
@@ -218,7 +217,7 @@ def _store_metrics(
                 base_samples=r.base_samples,
                 head_samples=r.head_samples,
                 values={"base": metrics[name]["base"], "head": metrics[name]["head"]},
-                summary=[dataclasses.asdict(row) for row in summary.summary_rows(inputs[name], r.verdict)],
+                summary=[row.as_dict() for row in summary.summary_rows(inputs[name], r.verdict)],
                 note=r.note,
             )
             for name, r in sorted(results.items())
@@ -314,7 +313,7 @@ def compare_kernels(
             {
                 **outcome.metric_verdict(name, defs[name].unit, defs[name].higher_is_better, r),
                 # compare-mmtests.pl's rows of the pooled iterations, as a submission's comparisons have them.
-                "summary": [dataclasses.asdict(row) for row in summary.summary_rows(inputs[name], r.verdict)],
+                "summary": [row.as_dict() for row in summary.summary_rows(inputs[name], r.verdict)],
             }
             for name, r in sorted(results.items())
         ],
