@@ -17,8 +17,10 @@ from kperf.core.models import (
     CommitSummary,
     Job,
     NoisePool,
+    Runner,
     RunSummary,
     Sample,
+    SeriesCatchUp,
     SeriesPool,
     SeriesState,
 )
@@ -398,3 +400,31 @@ def test_the_series_pools_stay_the_sum_of_the_branches_rows(alice: Any, qemu_cla
     left = drift_pools.class_sums(qemu_class.pk, clock)
     _assert_pools_hold_the_rows(qemu_class)
     assert set(left) == {("spawn", WANDERS)} and left[("spawn", WANDERS)].drift == kept[WANDERS].drift
+
+
+def test_a_read_catches_up_only_what_arrived_since_the_last(
+    alice: Any, alice_api: Api, qemu_class: Any, tmp_path: Path
+) -> None:
+    """Jobs stored without the results hook and a branch never analysed are
+    caught up by the next read, through what was noted, not a scan of the jobs."""
+    branch, measured = branch_with_series(alice, qemu_class, tmp_path, "unhooked", 12, walk=0.0)
+    assert not SeriesState.objects.exists() and not Job.objects.filter(summarised=True).exists()
+    assert alice_api.get("/noise?machine_class=qemu-x86_64").status_code == 200
+    # Every finished job is flagged, the branch's series has its state, the note is gone.
+    assert not Job.objects.filter(status=Job.Status.DONE, summarised=False).exists()
+    assert set(SeriesState.objects.values_list("branch_id", flat=True)) == {branch.pk}
+    assert not SeriesCatchUp.objects.exists()
+    # A boot of another kind (a calibration's) is flagged but pooled nowhere.
+    runs = RunSummary.objects.count()
+    calibration = _one_more_boot(Job.objects.get(branch_commit=measured[0]), 9000.0)
+    Job.objects.filter(pk=calibration.pk).update(branch_commit=None, pinned_runner=Runner.register("calibrated", qemu_class)[0])
+    assert summaries.summarise(Job.objects.filter(machine_class=qemu_class)) == 0
+    calibration.refresh_from_db()
+    assert calibration.summarised and RunSummary.objects.count() == runs
+    # What the catch-up reads is served by the partial index of unsummarised jobs.
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        plan = Job.objects.filter(
+            machine_class=qemu_class, clock=qemu_class.clock, status=Job.Status.DONE, summarised=False
+        ).explain()
+    assert "job_unsummarised" in plan, plan

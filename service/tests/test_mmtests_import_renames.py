@@ -10,7 +10,7 @@ import pytest
 from django.apps import apps
 from django.core.management import call_command
 
-from kperf.core.models import Job, MetricDef, NoisePool, RunSummary, Sample, SummarisedJob
+from kperf.core.models import Job, MetricDef, NoisePool, RunSummary, Sample
 from kperf.core.results import mmtests_import, summaries
 
 pytestmark = pytest.mark.django_db
@@ -66,7 +66,7 @@ def test_exported_runs_of_extra_vmas_move_to_their_series_and_the_summaries_foll
     none.refresh_from_db()
     assert "renamed" not in none.params
     # Only the moved job is caught up again, on the next read.
-    assert set(SummarisedJob.objects.values_list("job_id", flat=True)) == {none.pk, lab.pk}
+    assert set(Job.objects.filter(summarised=True).values_list("pk", flat=True)) == {none.pk, lab.pk}
 
     assert summaries.summarise(Job.objects.all()) == 1
     runs = {r.metric: r.boots for r in RunSummary.objects.filter(sha=SHA)}

@@ -8,9 +8,9 @@ from kperf.core.models.history import (
     CommitSummary,
     NoisePool,
     RunSummary,
+    SeriesCatchUp,
     SeriesPool,
     SeriesState,
-    SummarisedJob,
 )
 from kperf.core.models.lab import Clock, Job, MachineClass, Runner
 from kperf.core.models.mail import InboundMail, ReplyToken, UnreadableMail
@@ -48,13 +48,13 @@ __all__ = [
     "Runner",
     "RunnerEvent",
     "Sample",
+    "SeriesCatchUp",
     "SeriesPool",
     "SeriesState",
     "SharedJob",
     "StatusChange",
     "Submission",
     "SubmissionBuild",
-    "SummarisedJob",
     "TrackedBranch",
     "Tree",
     "Triage",

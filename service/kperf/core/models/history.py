@@ -7,7 +7,7 @@ from __future__ import annotations
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
-from kperf.core.models.lab import Job, MachineClass
+from kperf.core.models.lab import MachineClass
 from kperf.core.models.tracking import BranchCommit, TrackedBranch
 
 
@@ -195,10 +195,25 @@ class SeriesPool(models.Model):
         return f"{self.metric}: {self.states} branches"
 
 
-class SummarisedJob(models.Model):
-    """A finished job whose samples are in the summaries: what is not here is caught up on next read."""
+class SeriesCatchUp(models.Model):
+    """A branch's series (machine class, benchmark, clock) whose commits were
+    summarised while it had no SeriesState: its results reached the database
+    without the change-point analysis that makes one (an import, a hook that
+    failed). Noted by summaries.summarise, given its state by
+    drift_pools.ensure_states before drift or between-build noise is read,
+    then removed: a read never scans jobs to find such series."""
 
-    job = models.OneToOneField(Job, on_delete=models.CASCADE, primary_key=True, related_name="+")
+    branch = models.ForeignKey(TrackedBranch, on_delete=models.CASCADE, related_name="+")
+    machine_class = models.ForeignKey(MachineClass, on_delete=models.CASCADE, related_name="+")
+    benchmark = models.CharField(max_length=64)
+    clock = models.CharField(max_length=16)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["machine_class", "clock", "benchmark", "branch"], name="unique_series_catch_up"
+            )
+        ]
 
     def __str__(self) -> str:
-        return f"job {self.job_id} summarised"
+        return f"branch {self.branch_id} {self.benchmark} on class {self.machine_class_id}: no state yet"

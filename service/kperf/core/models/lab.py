@@ -264,6 +264,11 @@ class Job(models.Model):
     created = models.DateTimeField(auto_now_add=True)
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)
+    # Set once a finished job has been through kperf.core.results.summaries.summarise:
+    # its samples are in the summaries, or it was seen to be no part of the
+    # class's history (a calibration, other boot parameters). A finished job
+    # without it, however it reached the database, is caught up on the next read.
+    summarised = models.BooleanField(default=False)
 
     class Meta:
         indexes = [
@@ -271,6 +276,14 @@ class Job(models.Model):
             models.Index(fields=["machine_class", "status", "seq"], name="job_claim_idx"),
             # Serves lease expiry: leased jobs whose lease ran out.
             models.Index(fields=["status", "lease_expires"], name="job_lease_idx"),
+            # Serves the catch-up before every read of history: only the finished
+            # jobs not yet summarised are in it, so its size is what arrived since
+            # the last read, not the number of jobs ever run.
+            models.Index(
+                fields=["machine_class", "clock"],
+                condition=models.Q(status="done", summarised=False),
+                name="job_unsummarised",
+            ),
         ]
         constraints = [
             # Whom a job's boots are for: one side of a submission, one commit

@@ -14,8 +14,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 from django.db import connection, transaction
+from django.db.models import QuerySet
 
-from kperf.core.models import Job, SeriesPool, SeriesState, TrackedBranch
+from kperf.core.models import Job, SeriesCatchUp, SeriesPool, SeriesState
 from kperf.core.results import summaries
 from kperf.stats import history as sh
 from kperf.stats.builds import BuildNoise
@@ -260,36 +261,35 @@ def ensure_states(mclass_id: int, bench: str, clock: str) -> int:
     summaries.summarise(
         Job.objects.filter(machine_class_id=mclass_id, benchmark=bench, clock=clock, branch_commit__isnull=False)
     )
-    have = SeriesState.objects.filter(machine_class_id=mclass_id, benchmark=bench, clock=clock).values("branch_id")
-    missing = (
-        TrackedBranch.objects.filter(
-            commits__jobs__machine_class_id=mclass_id,
-            commits__jobs__benchmark=bench,
-            commits__jobs__clock=clock,
-            commits__jobs__status=Job.Status.DONE,
-        )
-        .exclude(pk__in=have)
-        .distinct()
-        .values_list("pk", flat=True)
-    )
-    return _add_states([(b, bench) for b in missing], mclass_id, clock)
+    return _catch_up(SeriesCatchUp.objects.filter(machine_class_id=mclass_id, benchmark=bench, clock=clock))
 
 
 def ensure_class_states(mclass_id: int, clock: str) -> list[str]:
-    """ensure_states() for every benchmark some branch measured on a machine class
-    and clock, in one pass over its jobs (the caller has summarised them); returns those benchmarks."""
-    measured = set(
-        Job.objects.filter(status=Job.Status.DONE, machine_class_id=mclass_id, clock=clock, branch_commit__isnull=False)
-        .values_list("branch_commit__branch_id", "benchmark")
-        .distinct()
+    """ensure_states() for every benchmark of a machine class and clock (the
+    caller has summarised its jobs); returns the benchmarks some branch measured there."""
+    _catch_up(SeriesCatchUp.objects.filter(machine_class_id=mclass_id, clock=clock))
+    return sorted(
+        set(SeriesState.objects.filter(machine_class_id=mclass_id, clock=clock).values_list("benchmark", flat=True))
     )
+
+
+def _catch_up(noted: QuerySet[SeriesCatchUp]) -> int:
+    """States for the series summaries.summarise noted without one; the notes removed.
+    Reads the notes (a handful, usually none), never the jobs."""
+    rows = list(noted.values_list("pk", "branch_id", "machine_class_id", "benchmark", "clock"))
+    if not rows:
+        return 0
     have = set(
-        SeriesState.objects.filter(machine_class_id=mclass_id, clock=clock)
-        .values_list("branch_id", "benchmark")
+        SeriesState.objects.filter(branch_id__in={r[1] for r in rows}, machine_class_id__in={r[2] for r in rows})
+        .values_list("branch_id", "machine_class_id", "benchmark", "clock")
         .distinct()
     )
-    _add_states(sorted(measured - have), mclass_id, clock)
-    return sorted({bench for _, bench in measured})
+    added = 0
+    for pk, branch_id, mclass_id, bench, clock in rows:
+        if (branch_id, mclass_id, bench, clock) not in have:
+            added += _add_states([(branch_id, bench)], mclass_id, clock)
+        SeriesCatchUp.objects.filter(pk=pk).delete()
+    return added
 
 
 def _add_states(missing: Iterable[tuple[int, str]], mclass_id: int, clock: str) -> int:

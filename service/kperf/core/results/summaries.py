@@ -5,9 +5,9 @@ kernel's run (RunSummary: what the noise model pools) and, for a tracked
 commit, the commit's point (CommitSummary). Each is recomputed from the raw
 samples of that one kernel or commit, so the cost is that kernel's boots,
 never the history's. Jobs that reached the database another way (imports,
-tests, a hook that failed) are caught up on the next read: SummarisedJob
-says which are in. A branch's series is read from CommitSummary as arrays
-(series_points) and reduced to its drift and between-build sums
+tests, a hook that failed) are caught up on the next read: Job.summarised
+says which are in, and a partial index holds only those that are not. A
+branch's series is read from CommitSummary as arrays (series_points) and reduced to its drift and between-build sums
 (branch_sums); kperf.core.results.drift_pools keeps those per branch and added up
 per machine class. `kperf-manage rebuild_history` recomputes everything
 from the raw samples.
@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 from django.db import connection, transaction
-from django.db.models import Exists, F, OuterRef, QuerySet
+from django.db.models import F, QuerySet
 
 from kperf.core.models import (
     BranchCommit,
@@ -33,7 +33,8 @@ from kperf.core.models import (
     NoisePool,
     RunSummary,
     Sample,
-    SummarisedJob,
+    SeriesCatchUp,
+    SeriesState,
 )
 from kperf.stats import history as sh
 from kperf.stats.abtest import boot_summaries, normalise_boots
@@ -248,24 +249,55 @@ def summarise(jobs: QuerySet[Job]) -> int:
     Called where results are stored (one job) and before summaries are read
     (the jobs a read covers), so a job stored by any path is in before it counts.
     """
+    # Through the job_unsummarised index: what arrived since the last read, not every job.
+    new = list(jobs.filter(status=Job.Status.DONE, summarised=False).values_list("pk", flat=True))
+    if not new:
+        return 0
     pending = list(
         # Calibrations measure the runner, not a kernel: they stay out of the
         # noise pools (a drifted one would inflate the class's noise).
         # Boots with a submission's own boot parameters stay out too (default_boots).
-        default_boots(jobs.filter(status=Job.Status.DONE, pinned_runner__isnull=True))
-        # NOT EXISTS: an anti-join probing SummarisedJob's key, not a NOT IN over all of it.
-        .exclude(Exists(SummarisedJob.objects.filter(job_id=OuterRef("pk"))))
-        .values_list("pk", "machine_class_id", "clock", "benchmark", "grid", "build__sha", "branch_commit_id")
+        default_boots(Job.objects.filter(pk__in=new, pinned_runner__isnull=True)).values_list(
+            "machine_class_id",
+            "clock",
+            "benchmark",
+            "grid",
+            "build__sha",
+            "branch_commit_id",
+            "branch_commit__branch_id",
+        )
     )
-    if not pending:
-        return 0
     with transaction.atomic():
-        for run in sorted({(m, c, b, g, s) for _, m, c, b, g, s, _ in pending}):
+        for run in sorted({(m, c, b, g, s) for m, c, b, g, s, _, _ in pending}):
             refresh_run(*run)
-        for commit in sorted({(bc, m, b, c) for _, m, c, b, _, _, bc in pending if bc is not None}):
+        for commit in sorted({(bc, m, b, c) for m, c, b, _, _, bc, _ in pending if bc is not None}):
             refresh_commit(*commit)
-        SummarisedJob.objects.bulk_create([SummarisedJob(job_id=p[0]) for p in pending], ignore_conflicts=True)
+        _note_series_without_state({(br, m, b, c) for m, c, b, _, _, _, br in pending if br is not None})
+        # The others are done with too: no later read would count them.
+        Job.objects.filter(pk__in=new).update(summarised=True)
     return len(pending)
+
+
+def _note_series_without_state(series: set[tuple[int, int, str, str]]) -> None:
+    """SeriesCatchUp rows for the branches' series that have no SeriesState (drift_pools.ensure_states)."""
+    if not series:
+        return
+    have = set(
+        SeriesState.objects.filter(
+            branch_id__in={s[0] for s in series},
+            machine_class_id__in={s[1] for s in series},
+            benchmark__in={s[2] for s in series},
+        )
+        .values_list("branch_id", "machine_class_id", "benchmark", "clock")
+        .distinct()
+    )
+    SeriesCatchUp.objects.bulk_create(
+        [
+            SeriesCatchUp(branch_id=br, machine_class_id=m, benchmark=b, clock=c)
+            for br, m, b, c in sorted(series - have)
+        ],
+        ignore_conflicts=True,
+    )
 
 
 def job_stored(job_id: int) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from django.db import connection, transaction
 
-from kperf.core.models import CommitSummary, Job, NoisePool, RunSummary, SeriesPool, SeriesState, SummarisedJob
+from kperf.core.models import CommitSummary, Job, NoisePool, RunSummary, SeriesCatchUp, SeriesPool, SeriesState
 from kperf.core.results import drift_pools, summaries
 from kperf.stats import history as sh
 from kperf.stats.abtest import boot_summaries
@@ -185,7 +185,7 @@ def _store(out: Pass, jobs: list[int]) -> None:
     """Replace the summary tables with what `_read` made, in one transaction."""
     run_table, commit_table = RunSummary._meta.db_table, CommitSummary._meta.db_table
     with transaction.atomic():
-        SummarisedJob.objects.all().delete()
+        Job.objects.filter(summarised=True).update(summarised=False)
         RunSummary.objects.all().delete()
         CommitSummary.objects.all().delete()
         NoisePool.objects.all().delete()
@@ -236,12 +236,10 @@ def _store(out: Pass, jobs: list[int]) -> None:
                 f"FROM {run_table} GROUP BY machine_class_id, clock, benchmark, grid, metric, boots"
             )
         for start in range(0, len(jobs), 10000):
-            SummarisedJob.objects.bulk_create(
-                [SummarisedJob(job_id=j) for j in jobs[start : start + 10000]], ignore_conflicts=True
-            )
+            Job.objects.filter(pk__in=jobs[start : start + 10000]).update(summarised=True)
     with connection.cursor() as cursor:
         # The tables were replaced wholesale: give the planner their new sizes.
-        for model in (RunSummary, CommitSummary, NoisePool, SummarisedJob):
+        for model in (RunSummary, CommitSummary, NoisePool, Job):
             cursor.execute(f"ANALYZE {model._meta.db_table}")
 
 
@@ -254,6 +252,8 @@ def _rebuild_series(window: int) -> list[tuple[int, int, str, str]]:
     )
     SeriesState.objects.all().delete()
     SeriesPool.objects.all().delete()
+    # Every series measured gets its state here.
+    SeriesCatchUp.objects.all().delete()
     for branch_id, mclass_id, bench, clock in sorted(series):
         ids = [c for c, _ in summaries.series_commits(branch_id, mclass_id, bench, clock, window)]
         points = summaries.series_points(ids, mclass_id, bench, clock)
