@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 from django.core.management import call_command
 from django.db import connection, transaction
+from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from kperf.core.models import (
@@ -417,7 +419,9 @@ def test_a_read_catches_up_only_what_arrived_since_the_last(
     # A boot of another kind (a calibration's) is flagged but pooled nowhere.
     runs = RunSummary.objects.count()
     calibration = _one_more_boot(Job.objects.get(branch_commit=measured[0]), 9000.0)
-    Job.objects.filter(pk=calibration.pk).update(branch_commit=None, pinned_runner=Runner.register("calibrated", qemu_class)[0])
+    Job.objects.filter(pk=calibration.pk).update(
+        branch_commit=None, pinned_runner=Runner.register("calibrated", qemu_class)[0]
+    )
     assert summaries.summarise(Job.objects.filter(machine_class=qemu_class)) == 0
     calibration.refresh_from_db()
     assert calibration.summarised and RunSummary.objects.count() == runs
@@ -428,3 +432,23 @@ def test_a_read_catches_up_only_what_arrived_since_the_last(
             machine_class=qemu_class, clock=qemu_class.clock, status=Job.Status.DONE, summarised=False
         ).explain()
     assert "job_unsummarised" in plan, plan
+
+
+def test_the_branch_page_shows_the_newest_commits_and_offers_the_rest(
+    alice: Any, qemu_class: Any, tmp_path: Path
+) -> None:
+    branch, measured = branch_with_series(alice, qemu_class, tmp_path, "long", 60, walk=0.0)
+    browser = Client()
+    browser.force_login(alice)
+    newest = sorted(c.position for c in measured)[::-1]
+
+    def rows(query: str = "") -> list[int]:
+        page = browser.get(f"/branches/{branch.pk}{query}").content.decode()
+        return [int(p) for p in re.findall(r'<tr>\n<td class="num">(\d+)</td>', page)]
+
+    assert rows() == newest[:50]
+    page = browser.get(f"/branches/{branch.pk}").content.decode()
+    assert "The newest 50 of 60 commits" in page and "?commits=60" in page
+    assert rows("?commits=60") == newest
+    # Nonsense asks for the default, never an error.
+    assert rows("?commits=lots") == newest[:50]

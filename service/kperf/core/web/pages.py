@@ -19,6 +19,8 @@ from kperf.core.submissions import pipeline
 from kperf.core.web import presenters
 from kperf_kbuild.driver import SUPPORTED_ARCHES
 
+PAGE_COMMITS = 50
+
 
 class SubmissionForm(forms.Form):
     tree = forms.CharField(
@@ -155,4 +157,13 @@ def branch_list(request: HttpRequest) -> HttpResponse:
 @login_required
 def branch_detail(request: HttpRequest, branch_id: int) -> HttpResponse:
     branch = get_object_or_404(access.visible_branches(request.user).select_related("tree", "owner"), pk=branch_id)
-    return render(request, "kperf/branch_detail.html", {"b": branch, "d": presenters.branch_detail(branch)})
+    # The newest commits unless more are asked for: a long branch's every row
+    # is most of the page's time and length.
+    try:
+        shown = min(max(int(request.GET.get("commits", PAGE_COMMITS)), 1), presenters.MAX_BRANCH_COMMITS)
+    except ValueError:
+        shown = PAGE_COMMITS
+    detail = presenters.branch_detail(branch, commits_limit=shown)
+    total = branch.commits.count()
+    more = min(total, presenters.MAX_BRANCH_COMMITS) if total > shown else None
+    return render(request, "kperf/branch_detail.html", {"b": branch, "d": detail, "total": total, "more": more})

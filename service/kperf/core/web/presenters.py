@@ -404,6 +404,9 @@ def change_point_dict(cp: ChangePoint) -> ChangePointOut:
     }
 
 
+MAX_BRANCH_COMMITS = 1000
+
+
 def branch_detail(b: TrackedBranch, commits_limit: int = 200) -> BranchDetail:
     commits = list(b.commits.order_by("-position")[:commits_limit])
     # Boots per commit added up in the database: a commit of a long branch has a job per boot and benchmark.
@@ -442,6 +445,6 @@ def branch_detail(b: TrackedBranch, commits_limit: int = 200) -> BranchDetail:
         "commits": rows,
         "change_points": [
             change_point_dict(cp)
-            for cp in b.change_points.select_related("machine_class", "commit", "previous", "detected_at")
+            for cp in b.change_points.select_related("machine_class", "commit", "previous", "detected_at", "triage")
         ],
     }

@@ -197,7 +197,7 @@ def branch_series(
         "next_until": commits[0].position - 1 if more and commits else None,
         "change_points": [
             presenters.change_point_dict(cp)
-            for cp in change_points.select_related("machine_class", "commit", "previous", "detected_at")
+            for cp in change_points.select_related("machine_class", "commit", "previous", "detected_at", "triage")
         ]
         if commits
         else [],

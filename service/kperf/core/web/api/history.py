@@ -71,7 +71,7 @@ def metric_series(
     definition = MetricDef.objects.filter(name=metric).first()
     change_points = branch.change_points.filter(
         machine_class=mclass, benchmark=benchmark, clock=clock, metric=metric
-    ).select_related("machine_class", "commit", "previous", "detected_at")
+    ).select_related("machine_class", "commit", "previous", "detected_at", "triage")
     if page:
         change_points = change_points.filter(commit__position__gte=page[0][1], commit__position__lte=page[-1][1])
     return {
