@@ -12,15 +12,23 @@ them (kperf-manage rebuild_history) and reports p50/p95/p99 of the series
 endpoint (one metric, newest 1000 commits), the noise report, a kernel
 comparison, the branch page, and the change-point update after one new
 commit. Never point it at a deployment's database: it drops the tables.
+
+Each figure is printed with the machine's 1-minute load average before and
+after it was measured (the goals hold "with the machine loaded as it is
+during a test run"); --record FILE writes them all as JSON with the
+machine and date (bench/records/).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import platform
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import django
 
@@ -139,18 +147,36 @@ def build(samples: int, classes: int, branches: int, commits: int) -> None:
     print(f"{n} samples, database {size / 1e6:.0f} MB", flush=True)
 
 
+RESULTS: dict[str, dict[str, float]] = {}
+
+
+def _load() -> float:
+    return os.getloadavg()[0]
+
+
+def report(name: str, times: list[float], load_before: float) -> dict[str, float]:
+    """p50/p95/p99 of `times` (ms) with the load average around them, printed and kept for --record."""
+    times = sorted(times)
+    q = statistics.quantiles(times, n=100, method="inclusive") if len(times) > 1 else times * 99
+    row = {"p50": q[49], "p95": q[94], "p99": q[98], "load_before": load_before, "load_after": _load()}
+    RESULTS[name] = row
+    print(
+        f"{name:<44} p50 {row['p50']:8.1f} ms  p95 {row['p95']:8.1f} ms  p99 {row['p99']:8.1f} ms"
+        f"  load {row['load_before']:.1f}-{row['load_after']:.1f}",
+        flush=True,
+    )
+    return row
+
+
 def timed(name: str, fn: Callable[[], object], runs: int) -> dict[str, float]:
     fn()  # warm caches, catch up anything not summarised
+    load = _load()
     times = []
     for _ in range(runs):
         t = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t) * 1000)
-    times.sort()
-    q = statistics.quantiles(times, n=100, method="inclusive") if len(times) > 1 else times * 99
-    row = {"p50": q[49], "p95": q[94], "p99": q[98]}
-    print(f"{name:<44} p50 {row['p50']:8.1f} ms  p95 {row['p95']:8.1f} ms  p99 {row['p99']:8.1f} ms", flush=True)
-    return row
+    return report(name, times, load)
 
 
 def new_commit(branch: TrackedBranch, mclass: MachineClass, n: int, spent: dict[str, list[float]]) -> None:
@@ -196,10 +222,8 @@ def new_commit(branch: TrackedBranch, mclass: MachineClass, n: int, spent: dict[
     BranchCommit.objects.filter(pk=commit.pk).update(status="done")
 
 
-def quantiles(name: str, times: list[float]) -> None:
-    times = sorted(times)
-    q = statistics.quantiles(times, n=100, method="inclusive") if len(times) > 1 else times * 99
-    print(f"{name:<44} p50 {q[49]:8.1f} ms  p95 {q[94]:8.1f} ms  p99 {q[98]:8.1f} ms", flush=True)
+def quantiles(name: str, times: list[float], load_before: float) -> None:
+    report(name, times, load_before)
 
 
 def learned_prior(mclass: MachineClass, own: list[str]) -> None:
@@ -228,11 +252,13 @@ def measure(runs: int) -> None:
     # New commits' shas go on from those of an earlier run (--reuse).
     counter = iter(range(KernelBuild.objects.filter(sha__startswith="ffff").count(), 10**6))
     # The first analysis after a rebuild replays each detector: time it, then the steady state.
+    load = _load()
     new_commit(branch, mclass, next(counter), spent)
-    quantiles("first analysis after a rebuild (replay)", spent["analyse"])
+    quantiles("first analysis after a rebuild (replay)", spent["analyse"], load)
     SeriesState.objects.filter(branch=branch, benchmark="pagealloc").update(detector=b"")
+    load = _load()
     new_commit(branch, mclass, next(counter), spent)
-    quantiles("analysis replaying 105 metrics' detectors", spent["analyse"][1:])
+    quantiles("analysis replaying 105 metrics' detectors", spent["analyse"][1:], load)
     timed(
         "series (1 metric, newest 1000 commits)",
         lambda: history_api.metric_series(branch, mclass.name, "pagealloc", "wall", "pagealloc-7", None, None, 1000),
@@ -246,6 +272,13 @@ def measure(runs: int) -> None:
         ),
         runs,
     )
+    timed(
+        "GET /api/v1/branches/ID/series (raw, 20 commits)",
+        lambda: client.get(
+            f"/api/v1/branches/{branch.pk}/series", {"machine_class": mclass.name, "benchmark": "pagealloc"}
+        ),
+        runs,
+    )
     timed("noise report (all metrics of a class)", lambda: analysis.noise_report(mclass.name, 5, 5, "wall"), runs)
     timed("GET /api/v1/noise", lambda: client.get("/api/v1/noise", {"machine_class": mclass.name}), runs)
     timed("learned prior of a submission (pagealloc)", lambda: learned_prior(mclass, shas), runs)
@@ -256,10 +289,11 @@ def measure(runs: int) -> None:
     )
     timed("branch page /branches/ID", lambda: client.get(f"/branches/{branch.pk}"), runs)
     spent = {"stored": [], "analyse": []}
+    load = _load()
     for _ in range(max(5, runs // 2)):
         new_commit(branch, mclass, next(counter), spent)
-    quantiles("noise model update: one job's results stored", spent["stored"])
-    quantiles("change points after one new commit", spent["analyse"])
+    quantiles("noise model update: one job's results stored", spent["stored"], load)
+    quantiles("change points after one new commit", spent["analyse"], load)
 
 
 def main() -> None:
@@ -270,6 +304,7 @@ def main() -> None:
     ap.add_argument("--commits", type=int, default=1000, help="commits of each long branch")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--reuse", action="store_true", help="measure the database as it is")
+    ap.add_argument("--record", help="write the figures, machine and date to this JSON file")
     args = ap.parse_args()
     assert "history_bench" in connection.settings_dict["NAME"], "use a database of its own (kperf_history_bench)"
     if not args.reuse:
@@ -280,6 +315,36 @@ def main() -> None:
         call_command("rebuild_history")
         print(f"summaries rebuilt in {time.perf_counter() - t:.0f} s", flush=True)
     measure(args.runs)
+    if args.record:
+        with connection.cursor() as cur:
+            cur.execute("SELECT count(*) FROM core_sample")
+            samples = cur.fetchone()[0]
+            cur.execute("SELECT count(*) FROM core_job")
+            jobs = cur.fetchone()[0]
+        record = {
+            "bench": "history",
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "machine": {
+                "cpus": os.cpu_count(),
+                "cpu": next(
+                    (
+                        ln.split(":", 1)[1].strip()
+                        for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                        if ln.startswith("model name")
+                    ),
+                    "",
+                ),
+                "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30),
+                "platform": platform.platform(),
+                "python": platform.python_version(),
+            },
+            "samples": samples,
+            "jobs": jobs,
+            "args": vars(args),
+            "results_ms": RESULTS,
+        }
+        with open(args.record, "w") as f:
+            json.dump(record, f, indent=1)
 
 
 if __name__ == "__main__":

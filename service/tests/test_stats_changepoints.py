@@ -5,8 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kperf.stats import history as sh
 from kperf.stats.changepoints import (
     DEFAULT_THRESHOLD,
+    HUBER_C,
+    MEDIAN_SPAN,
     OnlineDetector,
     detect,
     drift_window,
@@ -179,3 +182,24 @@ def test_on_a_wandering_level_a_step_is_still_placed_on_its_commit() -> None:
         placed += any(cp.index == 250 for cp in cps)
         assert any(abs(cp.index - 250) <= 3 for cp in cps), [cp.index for cp in cps]
     assert placed >= 16
+
+
+def test_the_clipping_of_drift_sums_takes_numpys_running_median_exactly() -> None:
+    """kperf.stats.history clips with prefix medians of its own: bit for bit np.median's."""
+    rng = np.random.default_rng(7)
+    for size in [1, 2, 3, 8, 9, 10, 11, 40, 200]:
+        for rounded in (False, True):
+            y = 1000.0 + rng.normal(0, 1, size) * 10 ** rng.uniform(-3, 2)
+            y = np.round(y, 1) if rounded else y  # ties, as identical boots give
+            sigma = robust_sigma(y)
+            if sigma <= 0.0:
+                assert np.array_equal(sh._clipped(y), y)
+                continue
+            med = np.array(
+                [
+                    np.median(y[: i + 1]) if i < MEDIAN_SPAN else np.median(y[i - MEDIAN_SPAN : i + 1])
+                    for i in range(size)
+                ]
+            )
+            expected = np.clip(y, med - HUBER_C * sigma, med + HUBER_C * sigma)
+            assert np.array_equal(sh._clipped(y), expected)
