@@ -29,6 +29,7 @@ from kperf.core.models import (
 from kperf.core.results import drift_pools, summaries
 from kperf.core.submissions import analysis
 from kperf.core.tracking import branches
+from kperf.core.web.api import history as history_api
 from kperf.stats import history as sh
 from kperf.stats.changepoints import OnlineDetector, detect, estimate_drift
 from kperf.stats.noise import (
@@ -200,7 +201,7 @@ def test_the_series_of_one_metric_comes_in_a_window_and_pages(
 
 
 def test_every_boots_samples_come_a_bounded_page_at_a_time(
-    alice: Any, alice_api: Api, qemu_class: Any, tmp_path: Path
+    alice: Any, alice_api: Api, qemu_class: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The raw form reads samples, so it never reads a whole branch: 20 commits
     unless asked, at most 100, older ones by next_until."""
@@ -215,6 +216,14 @@ def test_every_boots_samples_come_a_bounded_page_at_a_time(
     too_many = alice_api.get(url + "&limit=101")
     assert too_many.status_code == 400
     assert "1 to 100 commits" in too_many.json()["detail"] and "metric=NAME" in too_many.json()["detail"]
+    # However few commits, no more samples than the bound: fewer commits a page then.
+    per_commit = sum(CommitSummary.objects.filter(commit=measured[-1]).values_list("samples", flat=True))
+    monkeypatch.setattr(history_api, "RAW_MAX_SAMPLES", 3 * per_commit)
+    few = alice_api.get(url).json()
+    assert [c["position"] for c in few["commits"]] == positions[-3:] and few["next_until"] == positions[-3] - 1
+    assert sum(len(b) for v in few["metrics"].values() for boots in v for b in boots) == 3 * per_commit
+    monkeypatch.setattr(history_api, "RAW_MAX_SAMPLES", 1)
+    assert [c["position"] for c in alice_api.get(url).json()["commits"]] == positions[-1:]
 
 
 def test_rebuild_history_recomputes_every_summary(alice: Any, qemu_class: Any, tmp_path: Path) -> None:

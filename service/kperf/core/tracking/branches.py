@@ -20,7 +20,7 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import Max, Sum
 from django.utils import timezone
 
 from kperf.core import access, benchmarks
@@ -30,6 +30,7 @@ from kperf.core.lifecycle.task_names import Task
 from kperf.core.models import (
     BranchCommit,
     ChangePoint,
+    CommitSummary,
     Job,
     KernelBuild,
     Sample,
@@ -287,12 +288,15 @@ def series(
     since: int | None = None,
     until: int | None = None,
     limit: int = SERIES_WINDOW,
+    max_samples: int | None = None,
 ) -> tuple[list[BranchCommit], Series, bool]:
     """The newest `limit` measured commits at positions since..until, in
     branch order, and per metric one entry per commit: its boots, each a list
     of iterations (empty where nothing ran); and whether older commits are
     left. One clock: a commit measured only with another clock is not in it.
-    It reads raw samples, so callers bound `limit` (the API: RAW_MAX_LIMIT)."""
+    It reads raw samples, so callers bound it: `limit` commits, and with
+    `max_samples` only as many of the newest as hold that many samples
+    together (at least one), counted from the commits' summaries."""
     measured = branch.commits.filter(
         on_branch=True, status__in=[BranchCommit.Status.DONE, BranchCommit.Status.ANALYSING]
     ).filter(jobs__machine_class_id=mclass_id, jobs__benchmark=bench, jobs__clock=clock, jobs__status=Job.Status.DONE)
@@ -302,7 +306,26 @@ def series(
         measured = measured.filter(position__lte=until)
     newest = list(measured.distinct().order_by("-position")[: limit + 1])
     more = len(newest) > limit
-    commits = newest[:limit][::-1]
+    newest = newest[:limit]
+    if max_samples is not None and newest:
+        summaries.summarise(
+            Job.objects.filter(branch_commit__in=newest, machine_class_id=mclass_id, benchmark=bench, clock=clock)
+        )
+        held = dict(
+            CommitSummary.objects.filter(commit__in=newest, machine_class_id=mclass_id, benchmark=bench, clock=clock)
+            .values("commit_id")
+            .annotate(n=Sum("samples"))
+            .values_list("commit_id", "n")
+        )
+        total, keep = 0, 0
+        for c in newest:
+            total += held.get(c.pk, 0)
+            if keep and total > max_samples:
+                break
+            keep += 1
+        more = more or keep < len(newest)
+        newest = newest[:keep]
+    commits = newest[::-1]
     where = {c.pk: i for i, c in enumerate(commits)}
     per_boot: dict[tuple[str, int, int], dict[int, float]] = defaultdict(dict)
     rows = (

@@ -153,8 +153,8 @@ def branch_series(
     """Per measured commit, in branch order: every boot's iterations of every
     metric of one benchmark on one machine class and clock (default: the
     class's), and the change points; the newest `limit` commits of
-    `since`..`until` (default 20, at most 100: raw samples), `next_until`
-    pages back.
+    `since`..`until` (default 20, at most 100) that hold at most 10,000
+    samples together (at least one commit), `next_until` pages back.
 
     With `metric`: that metric's per-commit points from the summaries (boots,
     level, spread), commits at positions `since`..`until` (the newest `limit`,
@@ -181,7 +181,16 @@ def branch_series(
             "page with next_until, or ask for one metric's summaries with metric=NAME (up to "
             f"{history_api.MAX_LIMIT} commits)",
         )
-    commits, metrics, more = branches.series(branch, mclass.pk, benchmark, clock, since=since, until=until, limit=limit)
+    commits, metrics, more = branches.series(
+        branch,
+        mclass.pk,
+        benchmark,
+        clock,
+        since=since,
+        until=until,
+        limit=limit,
+        max_samples=history_api.RAW_MAX_SAMPLES,
+    )
     change_points = branch.change_points.filter(machine_class=mclass, benchmark=benchmark, clock=clock)
     if commits:
         change_points = change_points.filter(

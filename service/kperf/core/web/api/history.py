@@ -19,6 +19,8 @@ MAX_LIMIT = 5000
 # The form without metric= reads every boot's raw samples: a few commits a page.
 RAW_DEFAULT_LIMIT = 20
 RAW_MAX_LIMIT = 100
+# ... and no more commits than hold this many samples together (always one).
+RAW_MAX_SAMPLES = 10_000
 
 
 def class_and_clock(machine_class: str, clock: str | None) -> tuple[MachineClass, str]:
