@@ -9,13 +9,14 @@ the pools (one row per metric) instead of every branch's rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 import psycopg
 from django.db import connection, transaction
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
+from django.utils import timezone
 
 from kperf.core.models import Job, SeriesCatchUp, SeriesPool, SeriesState
 from kperf.core.results import summaries
@@ -83,25 +84,47 @@ def _write_pools(mclass_id: int, bench: str, clock: str, pools: dict[str, np.nda
             continue
         s = _class_sums(v)
         rows.append(
-            SeriesPool(
+            {
                 **key,
-                metric=metric,
-                states=round(v[0]),
-                nonpositive=round(v[1]),
-                drift_ssq=list(s.drift.ssq),
-                drift_logf=list(s.drift.logf),
-                drift_n=s.drift.n,
-                drift_used=s.drift.used,
-                build_log=s.build_log.as_list(),
-                build_lin=s.build_lin.as_list(),
-            )
+                "metric": metric,
+                "states": round(v[0]),
+                "nonpositive": round(v[1]),
+                "drift_ssq": s.drift.ssq,
+                "drift_logf": s.drift.logf,
+                "drift_n": s.drift.n,
+                "drift_used": s.drift.used,
+                "build_log": s.build_log.as_list(),
+                "build_lin": s.build_lin.as_list(),
+            }
         )
-    SeriesPool.objects.bulk_create(
-        rows,
-        update_conflicts=True,
-        unique_fields=["machine_class", "clock", "benchmark", "metric"],
-        update_fields=["states", "nonpositive", *_SUMS],
-    )
+    _upsert(SeriesPool, ["machine_class_id", "clock", "benchmark", "metric"], rows, ["states", "nonpositive", *_SUMS])
+
+
+def _float_array(values: Sequence[float]) -> str:
+    # repr is the shortest text that reads back as the same float; one string
+    # per array instead of psycopg quoting every element in Python.
+    return "{" + ",".join(map(repr, values)) + "}"
+
+
+def _upsert(model: type[Model], unique: list[str], rows: list[dict[str, Any]], update: list[str]) -> None:
+    """INSERT ... ON CONFLICT (unique) DO UPDATE of `update`, arrays sent as one literal each.
+
+    What bulk_create(update_conflicts=True) does, for rows whose float arrays
+    (tuples or lists) made Django's and psycopg's per-element quoting a fifth
+    of an analysis after a commit."""
+    if not rows:
+        return
+    columns = list(rows[0])
+    arrays = {c for c in columns if isinstance(rows[0][c], (list, tuple))}
+    one = "(" + ", ".join("%s::float8[]" if c in arrays else "%s" for c in columns) + ")"
+    params = [_float_array(r[c]) if c in arrays else r[c] for r in rows for c in columns]
+    sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in update)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {model._meta.db_table} ({', '.join(columns)}) VALUES {', '.join([one] * len(rows))} "
+            f"ON CONFLICT ({', '.join(unique)}) DO UPDATE SET {sets}",
+            params,
+        )
 
 
 def _write_detectors(key: dict[str, Any], detectors: dict[str, bytes]) -> None:
@@ -163,26 +186,28 @@ def store_branch_sums(
         )
         delta[metric] = delta.get(metric, np.zeros(_WIDTH)) + new
     SeriesState.objects.filter(**key).exclude(metric__in=list(sums)).delete()
-    SeriesState.objects.bulk_create(
+    now = timezone.now()
+    _upsert(
+        SeriesState,
+        ["branch_id", "machine_class_id", "benchmark", "clock", "metric"],
         [
-            SeriesState(
-                metric=m,
+            {
                 **key,
-                commits=commits,
-                drift_ssq=list(s.drift.ssq),
-                drift_logf=list(s.drift.logf),
-                drift_n=s.drift.n,
-                drift_used=s.drift.used,
-                build_log=s.build_log.as_list(),
-                build_lin=s.build_lin.as_list(),
-                positive=s.positive,
-                detector=b"",
-            )
-            for m, s in sums.items()
+                "metric": m,
+                "commits": commits,
+                "drift_ssq": s.drift.ssq,
+                "drift_logf": s.drift.logf,
+                "drift_n": s.drift.n,
+                "drift_used": s.drift.used,
+                "build_log": s.build_log.as_list(),
+                "build_lin": s.build_lin.as_list(),
+                "positive": s.positive,
+                "detector": b"",
+                "updated": now,
+            }
+            for m, s in sorted(sums.items())
         ],
-        update_conflicts=True,
-        unique_fields=["branch", "machine_class", "benchmark", "clock", "metric"],
-        update_fields=["commits", "positive", *_SUMS],
+        ["commits", "positive", *_SUMS, "updated"],
     )
     if detectors is not None:
         _write_detectors(key, {m: detectors.get(m, b"") for m in sums})
