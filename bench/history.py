@@ -273,7 +273,7 @@ def measure(runs: int) -> None:
         runs,
     )
     timed(
-        "GET /api/v1/branches/ID/series (raw, 20 commits)",
+        "GET /api/v1/branches/ID/series (raw page)",
         lambda: client.get(
             f"/api/v1/branches/{branch.pk}/series", {"machine_class": mclass.name, "benchmark": "pagealloc"}
         ),
