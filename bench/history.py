@@ -335,7 +335,7 @@ def main() -> None:
                     "",
                 ),
                 "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30),
-                "platform": platform.platform(),
+                "arch": platform.machine(),
                 "python": platform.python_version(),
             },
             "samples": samples,

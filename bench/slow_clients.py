@@ -382,7 +382,7 @@ def main() -> int:
         "slow_connections": flood.summary(),
         "server": server.summary(),
         "web_log": web_counts(web_log),
-        "machine": {"cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "machine": {"cores": os.cpu_count(), "arch": platform.machine(), "python": platform.python_version()},
         "date": time.strftime("%Y-%m-%d %H:%M"),
     }
     print(json.dumps(result, indent=2))
