@@ -163,12 +163,16 @@ def synthetic(n: int, seed: int, mean_gap_s: float) -> dict[str, Any]:
                 for side in sides:
                     bid = len(builds) + 1
                     median = INCREMENTAL_BUILD_S if side == "head" else CLEAN_BUILD_S
+                    kind = "incremental" if side == "head" else "clean"
                     builds[bid] = {
                         "id": bid,
                         "submissions": [sub.id],
                         "created": now,
                         "started": None,
                         "finished": None,
+                        # What it was, and what kperf.core.lab.eta._kind would have expected.
+                        "kind": kind,
+                        "expected_kind": kind,
                         "_duration": _draw(rng, median, 0.25, slow=0.02),
                     }
                     sub.builds.append(bid)
@@ -244,13 +248,26 @@ def from_database(url: str) -> dict[str, Any]:
             for row in cur.fetchall()
         ]
         cur.execute(
-            "SELECT b.id, b.created, b.started, b.finished, array_remove(array_agg(sb.submission_id), NULL) "
+            "SELECT b.id, b.created, b.started, b.finished, array_remove(array_agg(sb.submission_id), NULL), "
+            "CASE WHEN b.reused_sha <> '' THEN 'incremental' ELSE 'clean' END, "
+            # kperf.core.lab.eta._kind's guess when the build was queued: the lab had built the tree for the arch.
+            "CASE WHEN EXISTS (SELECT 1 FROM core_kernelbuild o WHERE o.tree_id = b.tree_id AND o.arch = b.arch "
+            "AND o.status = 'done' AND o.finished < b.created AND o.scope IN (b.scope, 'lab')) "
+            "THEN 'incremental' ELSE 'clean' END "
             "FROM core_kernelbuild b LEFT JOIN core_submissionbuild sb ON sb.build_id = b.id "
             "WHERE b.status = 'done' AND b.started IS NOT NULL AND b.finished IS NOT NULL GROUP BY b.id"
         )
         builds = [
-            {"id": i, "created": ts(c), "started": ts(s), "finished": ts(f), "submissions": subs}
-            for i, c, s, f, subs in cur.fetchall()
+            {
+                "id": i,
+                "created": ts(c),
+                "started": ts(s),
+                "finished": ts(f),
+                "submissions": subs,
+                "kind": kind,
+                "expected_kind": expected,
+            }
+            for i, c, s, f, subs, kind, expected in cur.fetchall()
         ]
         cur.execute("SELECT id, created, finished FROM core_submission WHERE status = 'done'")
         rows = cur.fetchall()
@@ -312,13 +329,16 @@ def situation_at(rec: dict[str, Any], sub: dict[str, Any], t: float) -> tuple[Si
     for j in sorted((j for j in rec["jobs"] if j["finished"] < t), key=lambda j: j["finished"]):
         hist.add_job(j["machine_class"], j["benchmark"], j["grid"], j["finished"] - j["started"])
     for b in sorted((b for b in rec["builds"] if b["finished"] < t), key=lambda b: b["finished"]):
-        hist.add_build(b["finished"] - b["started"])
+        hist.add_build(b["finished"] - b["started"], b.get("kind", ""))
     sid = sub["id"]
     own_builds = [b for b in rec["builds"] if sid in b["submissions"] and b["created"] <= t and b["finished"] > t]
     own_jobs = [j for j in rec["jobs"] if j["submission"] == sid and j["created"] <= t]
     planned = not own_jobs and bool(own_builds)
     mine: list[float | None] = [t - b["started"] if _running(b, t) else None for b in own_builds]
+    # Older records (before build kinds) say nothing: any build then.
+    mine_kinds = [b.get("expected_kind", "") for b in own_builds]
     ahead: list[float | None] = []
+    ahead_kinds: list[str] = []
     # As kperf.core.lab.eta._builds: the builds before the submission's own, or all once they are done.
     oldest = min((b["created"] for b in own_builds), default=t)
     for b in rec["builds"]:
@@ -326,8 +346,10 @@ def situation_at(rec: dict[str, Any], sub: dict[str, Any], t: float) -> tuple[Si
             continue
         if _running(b, t):
             ahead.append(t - b["started"])
+            ahead_kinds.append(b.get("expected_kind", ""))
         elif _queued(b, t) and b["created"] < oldest:
             ahead.append(None)
+            ahead_kinds.append(b.get("expected_kind", ""))
     busy = sum(1 for b in rec["builds"] if _running(b, t))
     classes = set(rec["runners"]) | {p["machine_class"] for p in sub["planned"]}
     running: list[Work] = []
@@ -371,6 +393,8 @@ def situation_at(rec: dict[str, Any], sub: dict[str, Any], t: float) -> tuple[Si
         builds=mine,
         builds_ahead=ahead,
         build_workers=max(1, busy),
+        build_kinds=mine_kinds,
+        ahead_kinds=ahead_kinds,
         jobs=jobs,
         more=more,
     )

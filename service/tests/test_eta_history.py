@@ -75,3 +75,31 @@ def test_build_durations_are_read_from_the_last_start_to_done(db: Any, tmp_path:
 
     typical = eta.history([]).build()
     assert typical.low == typical.high == 240.0, typical
+
+
+def test_a_build_is_expected_incremental_where_the_lab_built_its_tree_before(db: Any, tmp_path: Path) -> None:
+    """Finished builds are learned per kind (a warm object tree reused or not);
+    one still to run is expected incremental once the tree was built for its arch."""
+    tree = Tree.objects.create(url=str(tmp_path / "tree"))
+    t0 = timezone.now() - timedelta(hours=1)
+    first = KernelBuild.objects.create(tree=tree, sha="a" * 40, arch="x86_64", config_digest="d" * 64)
+    assert eta._kind(tree.pk, "x86_64") == "clean"
+    states.move(first, KernelBuild.Status.BUILDING, started=t0)
+    _at(first, KernelBuild.Status.BUILDING, t0)
+    states.move(first, KernelBuild.Status.DONE, finished=t0 + timedelta(minutes=10))
+    _at(first, KernelBuild.Status.DONE, t0 + timedelta(minutes=10))
+    second = KernelBuild.objects.create(
+        tree=tree, sha="b" * 40, arch="x86_64", config_digest="d" * 64, reused_sha="a" * 40
+    )
+    states.move(second, KernelBuild.Status.BUILDING, started=t0 + timedelta(minutes=20))
+    _at(second, KernelBuild.Status.BUILDING, t0 + timedelta(minutes=20))
+    states.move(second, KernelBuild.Status.DONE, finished=t0 + timedelta(minutes=21))
+    _at(second, KernelBuild.Status.DONE, t0 + timedelta(minutes=21))
+    hist = eta.history([])
+    assert hist.build("clean").mid == 600.0 and hist.build("incremental").mid == 60.0
+    assert eta._kind(tree.pk, "x86_64") == "incremental"
+    assert eta._kind(tree.pk, "arm64") == "clean"
+    # Another submitter's scope is not reused; the lab's is.
+    assert eta._kind(tree.pk, "x86_64", "user-7") == "incremental"
+    KernelBuild.objects.filter(tree=tree).update(scope="user-3")
+    assert eta._kind(tree.pk, "x86_64", "user-7") == "clean"

@@ -168,3 +168,29 @@ def test_a_class_nobody_measured_on_learns_from_the_lab_s_other_classes() -> Non
     typical = hist.job(CLASS, "spawn", "quick")
     assert typical.mid == pytest.approx(50.0)
     assert typical.basis.endswith("on other machine classes")
+
+
+def test_builds_take_the_time_of_their_own_kind() -> None:
+    # Clean builds take 600 s here, incremental ones 40 s. A clean build ahead
+    # and the submission's incremental one: 600 + 40, not two medians of the mix.
+    hist = history(60)
+    for s in (590.0, 600.0, 610.0):
+        hist.add_build(s, "clean")
+    for s in (35.0, 40.0, 45.0):
+        hist.add_build(s, "incremental")
+    s = Situation(
+        runners={CLASS: 1},
+        builds=[None],
+        build_kinds=["incremental"],
+        builds_ahead=[None],
+        ahead_kinds=["clean"],
+        jobs=[work(own=True, after_builds=True)],
+    )
+    est = known(estimate(s, hist))
+    assert est.seconds == pytest.approx(600 + 40 + 60)
+    assert "median of 3 recent incremental builds" in est.basis
+    # A kind nothing was measured of yet takes every build's median; unknown kinds too.
+    assert History().build("clean").mid == DEFAULT_BUILD_S
+    only_clean = History()
+    only_clean.add_build(500.0, "clean")
+    assert only_clean.build("incremental").mid == 500.0 and only_clean.build().mid == 500.0

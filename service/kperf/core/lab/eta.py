@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
@@ -76,11 +76,22 @@ def history(classes: list[int]) -> History:
         KernelBuild.objects.filter(status=KernelBuild.Status.DONE, started__isnull=False, finished__isnull=False)
         .annotate(ran_from=build_ran[0], done_at=build_ran[1])
         .order_by("-finished")
-        .values_list("ran_from", "done_at", "started", "finished")[:RECENT]
+        # RECENT of each kind at least, as they come: clean and incremental builds mixed.
+        .values_list("ran_from", "done_at", "started", "finished", "reused_sha")[: 4 * RECENT]
     )
-    for ran_from, done_at, started, finished in reversed(list(builds)):
-        hist.add_build(_seconds(ran_from, done_at, started, finished))
+    for ran_from, done_at, started, finished, reused in reversed(list(builds)):
+        hist.add_build(_seconds(ran_from, done_at, started, finished), "incremental" if reused else "clean")
     return hist
+
+
+def _kind(tree_id: int, arch: str, scope: str | None = None) -> str:
+    """What a build still to run will likely be: incremental where the lab has
+    built this tree for this arch before (a warm object tree to start from, in
+    the build's scope or the lab's), clean where it never has."""
+    done = KernelBuild.objects.filter(tree_id=tree_id, arch=arch, status=KernelBuild.Status.DONE)
+    if scope is not None:
+        done = done.filter(scope__in={scope, "lab"})
+    return "incremental" if done.exists() else "clean"
 
 
 def _runners(classes: list[int], now: datetime) -> dict[int, int]:
@@ -97,12 +108,21 @@ def _elapsed(started: datetime | None, now: datetime) -> float | None:
     return max((now - started).total_seconds(), 0.0) if started else None
 
 
-def _builds(sub: Submission, now: datetime) -> tuple[list[float | None], list[float | None], int]:
-    """The submission's unfinished builds, the builds ahead of them, and how many build at once."""
+class _Builds(NamedTuple):
+    mine: list[float | None]  # the submission's unfinished builds: seconds running, None while queued
+    mine_kinds: list[str]
+    ahead: list[float | None]  # others' builds before them
+    ahead_kinds: list[str]
+    workers: int
+
+
+def _builds(sub: Submission, now: datetime) -> _Builds:
+    """The submission's unfinished builds, the builds ahead of them, their kinds, and how many build at once."""
     if sub.status == Submission.Status.QUEUED:
         # Refs not resolved yet: a base and a head per arch, some perhaps already built.
-        own_rows: list[tuple[int, datetime | None, datetime]] = []
+        own_rows: list[tuple[int, datetime | None, datetime, int, str, str]] = []
         mine: list[float | None] = [None] * (2 * len(sub.arches))
+        mine_kinds = [_kind(sub.tree_id, arch) for arch in sub.arches for _side in (0, 1)]
         oldest = sub.created
     elif sub.status == Submission.Status.BUILDING:
         own_rows = list(
@@ -111,24 +131,29 @@ def _builds(sub: Submission, now: datetime) -> tuple[list[float | None], list[fl
                 status__in=(KernelBuild.Status.QUEUED, KernelBuild.Status.BUILDING),
             )
             .distinct()
-            .values_list("id", "started", "created")
+            .values_list("id", "started", "created", "tree_id", "arch", "scope")
         )
-        mine = [_elapsed(started, now) for _, started, _c in own_rows]
-        oldest = min((created for _, _s, created in own_rows), default=now)
+        mine = [_elapsed(started, now) for _, started, *_rest in own_rows]
+        mine_kinds = [_kind(tree, arch, scope) for *_head, tree, arch, scope in own_rows]
+        oldest = min((created for _, _s, created, *_rest in own_rows), default=now)
     else:
         # Its builds are done; those running or queued now still matter to
         # it when an older submission waits for them (kperf.core.lab.eta_model.Work).
-        own_rows, mine, oldest = [], [], now
+        own_rows, mine, mine_kinds, oldest = [], [], [], now
     busy = KernelBuild.objects.filter(status=KernelBuild.Status.BUILDING, lease_expires__gt=now)
     waiting = KernelBuild.objects.filter(status=KernelBuild.Status.QUEUED, created__lt=oldest)
-    own_ids = {pk for pk, _s, _c in own_rows}
-    ahead = [
-        _elapsed(started, now) if status == KernelBuild.Status.BUILDING else None
-        for pk, status, started in (busy | waiting).values_list("id", "status", "started")
-        if pk not in own_ids
+    own_ids = {row[0] for row in own_rows}
+    others = [
+        row
+        for row in (busy | waiting).values_list("id", "status", "started", "tree_id", "arch", "scope")
+        if row[0] not in own_ids
     ]
+    ahead = [
+        _elapsed(started, now) if status == KernelBuild.Status.BUILDING else None for _, status, started, *_r in others
+    ]
+    ahead_kinds = [_kind(tree, arch, scope) for *_head, tree, arch, scope in others]
     # As many build workers as there are builds running now, at least one.
-    return mine, ahead, max(1, busy.count())
+    return _Builds(mine, mine_kinds, ahead, ahead_kinds, max(1, busy.count()))
 
 
 def _planned(sub: Submission, classes: dict[int, MachineClass], own: bool = True) -> list[Work]:
@@ -259,12 +284,14 @@ def for_submission(sub: Submission, jobs: Sequence[Mapping[str, Any]]) -> Eta:
     if not classes:
         return {"eta": None, "eta_reason": "no machine class runs its architectures", "jobs_ahead": {}}
     runners = _runners(list(classes), now)
-    mine, ahead, workers = _builds(sub, now)
+    builds = _builds(sub, now)
     situation = Situation(
         runners={classes[c].name: n for c, n in runners.items()},
-        builds=mine,
-        builds_ahead=ahead,
-        build_workers=workers,
+        builds=builds.mine,
+        builds_ahead=builds.ahead,
+        build_workers=builds.workers,
+        build_kinds=builds.mine_kinds,
+        ahead_kinds=builds.ahead_kinds,
         jobs=_queues(sub, {j["id"] for j in jobs}, classes, now),
         more=_more(sub, jobs, classes),
     )

@@ -74,13 +74,17 @@ class History:
         self._jobs: dict[tuple[str, str, str], deque[float]] = {}
         self._per_class: dict[str, deque[float]] = {}
         self._builds: deque[float] = deque(maxlen=recent)
+        self._build_kinds: dict[str, deque[float]] = {}
 
     def add_job(self, machine_class: str, benchmark: str, grid: str, seconds: float) -> None:
         self._jobs.setdefault((machine_class, benchmark, grid), deque(maxlen=self.recent)).append(seconds)
         self._per_class.setdefault(machine_class, deque(maxlen=self.recent)).append(seconds)
 
-    def add_build(self, seconds: float) -> None:
+    def add_build(self, seconds: float, kind: str = "") -> None:
+        """A finished build; `kind` "clean" or "incremental" (from a warm object tree), "" if unknown."""
         self._builds.append(seconds)
+        if kind:
+            self._build_kinds.setdefault(kind, deque(maxlen=self.recent)).append(seconds)
 
     def job(self, machine_class: str, benchmark: str, grid: str) -> Typical:
         """The same benchmark and grid on the class; else any job of the class; else the default."""
@@ -96,7 +100,12 @@ class History:
             return Typical(lab.low, lab.mid, lab.high, f"{lab.basis} on other machine classes")
         return Typical(DEFAULT_JOB_S, DEFAULT_JOB_S, DEFAULT_JOB_S, f"{DEFAULT_JOB_S:.0f} s a job: none measured yet")
 
-    def build(self) -> Typical:
+    def build(self, kind: str = "") -> Typical:
+        """Builds of the same kind (an incremental build takes a fraction of a clean
+        one); else any build; else the default."""
+        same = typical(self._build_kinds.get(kind, ()), f"{kind} build") if kind else None
+        if same is not None:
+            return same
         known = typical(self._builds, "build")
         if known is not None:
             return known
@@ -134,6 +143,10 @@ class Situation:
     # are done, those of older submissions still building).
     builds_ahead: Sequence[float | None] = ()
     build_workers: int = 1
+    # The kind of each build in `builds` and `builds_ahead` ("clean",
+    # "incremental" or "" when it cannot be told), in the same order.
+    build_kinds: Sequence[str] = ()
+    ahead_kinds: Sequence[str] = ()
     # Per class: the jobs running, then the queued ones in claim order up to
     # the submission's last (later ones cannot delay it).
     jobs: Sequence[Work] = ()
@@ -176,17 +189,22 @@ def _builds_done(s: Situation, hist: History, q: str, bases: _Bases) -> tuple[fl
     """When the builds ahead and the submission's own are done: workers take them first come, first served."""
     if not s.builds and not s.builds_ahead:
         return 0.0, 0.0
-    t = hist.build()
-    if s.builds:
-        bases.add(t.basis)
+
+    def kind(kinds: Sequence[str], i: int) -> str:
+        return kinds[i] if i < len(kinds) else ""
+
     workers = [0.0] * max(1, s.build_workers)
     # Running builds hold a worker now; queued ones follow, others' first.
     order = sorted(
-        [(e, False) for e in s.builds_ahead] + [(e, True) for e in s.builds],
+        [(e, False, kind(s.ahead_kinds, i)) for i, e in enumerate(s.builds_ahead)]
+        + [(e, True, kind(s.build_kinds, i)) for i, e in enumerate(s.builds)],
         key=lambda b: b[0] is None,
     )
     ahead = done = 0.0
-    for elapsed, own in order:
+    for elapsed, own, what in order:
+        t = hist.build(what)
+        if own:
+            bases.add(t.basis)
         start = heapq.heappop(workers)
         end = start + _remaining(t, q, elapsed)
         heapq.heappush(workers, end)
