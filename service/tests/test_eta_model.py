@@ -174,10 +174,10 @@ def test_builds_take_the_time_of_their_own_kind() -> None:
     # Clean builds take 600 s here, incremental ones 40 s. A clean build ahead
     # and the submission's incremental one: 600 + 40, not two medians of the mix.
     hist = history(60)
-    for s in (590.0, 600.0, 610.0):
-        hist.add_build(s, "clean")
-    for s in (35.0, 40.0, 45.0):
-        hist.add_build(s, "incremental")
+    for seconds in (590.0, 600.0, 610.0):
+        hist.add_build(seconds, "clean")
+    for seconds in (35.0, 40.0, 45.0):
+        hist.add_build(seconds, "incremental")
     s = Situation(
         runners={CLASS: 1},
         builds=[None],
