@@ -338,7 +338,6 @@ def situation_at(rec: dict[str, Any], sub: dict[str, Any], t: float) -> tuple[Si
     # Older records (before build kinds) say nothing: any build then.
     mine_kinds = [b.get("expected_kind", "") for b in own_builds]
     ahead: list[float | None] = []
-    ahead_kinds: list[str] = []
     # As kperf.core.lab.eta._builds: the builds before the submission's own, or all once they are done.
     oldest = min((b["created"] for b in own_builds), default=t)
     for b in rec["builds"]:
@@ -346,10 +345,8 @@ def situation_at(rec: dict[str, Any], sub: dict[str, Any], t: float) -> tuple[Si
             continue
         if _running(b, t):
             ahead.append(t - b["started"])
-            ahead_kinds.append(b.get("expected_kind", ""))
         elif _queued(b, t) and b["created"] < oldest:
             ahead.append(None)
-            ahead_kinds.append(b.get("expected_kind", ""))
     busy = sum(1 for b in rec["builds"] if _running(b, t))
     classes = set(rec["runners"]) | {p["machine_class"] for p in sub["planned"]}
     running: list[Work] = []
@@ -394,7 +391,6 @@ def situation_at(rec: dict[str, Any], sub: dict[str, Any], t: float) -> tuple[Si
         builds_ahead=ahead,
         build_workers=max(1, busy),
         build_kinds=mine_kinds,
-        ahead_kinds=ahead_kinds,
         jobs=jobs,
         more=more,
     )

@@ -171,8 +171,8 @@ def test_a_class_nobody_measured_on_learns_from_the_lab_s_other_classes() -> Non
 
 
 def test_builds_take_the_time_of_their_own_kind() -> None:
-    # Clean builds take 600 s here, incremental ones 40 s. A clean build ahead
-    # and the submission's incremental one: 600 + 40, not two medians of the mix.
+    # Clean builds take 600 s here, incremental ones 40 s. A build ahead (the
+    # median of all six: 317.5 s) and the submission's incremental one: 317.5 + 40.
     hist = history(60)
     for seconds in (590.0, 600.0, 610.0):
         hist.add_build(seconds, "clean")
@@ -183,11 +183,10 @@ def test_builds_take_the_time_of_their_own_kind() -> None:
         builds=[None],
         build_kinds=["incremental"],
         builds_ahead=[None],
-        ahead_kinds=["clean"],
         jobs=[work(own=True, after_builds=True)],
     )
     est = known(estimate(s, hist))
-    assert est.seconds == pytest.approx(600 + 40 + 60)
+    assert est.seconds == pytest.approx(317.5 + 40 + 60)
     assert "median of 3 recent incremental builds" in est.basis
     # A kind nothing was measured of yet takes every build's median; unknown kinds too.
     assert History().build("clean").mid == DEFAULT_BUILD_S

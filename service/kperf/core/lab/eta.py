@@ -112,7 +112,6 @@ class _Builds(NamedTuple):
     mine: list[float | None]  # the submission's unfinished builds: seconds running, None while queued
     mine_kinds: list[str]
     ahead: list[float | None]  # others' builds before them
-    ahead_kinds: list[str]
     workers: int
 
 
@@ -143,17 +142,13 @@ def _builds(sub: Submission, now: datetime) -> _Builds:
     busy = KernelBuild.objects.filter(status=KernelBuild.Status.BUILDING, lease_expires__gt=now)
     waiting = KernelBuild.objects.filter(status=KernelBuild.Status.QUEUED, created__lt=oldest)
     own_ids = {row[0] for row in own_rows}
-    others = [
-        row
-        for row in (busy | waiting).values_list("id", "status", "started", "tree_id", "arch", "scope")
-        if row[0] not in own_ids
-    ]
     ahead = [
-        _elapsed(started, now) if status == KernelBuild.Status.BUILDING else None for _, status, started, *_r in others
+        _elapsed(started, now) if status == KernelBuild.Status.BUILDING else None
+        for pk, status, started in (busy | waiting).values_list("id", "status", "started")
+        if pk not in own_ids
     ]
-    ahead_kinds = [_kind(tree, arch, scope) for *_head, tree, arch, scope in others]
     # As many build workers as there are builds running now, at least one.
-    return _Builds(mine, mine_kinds, ahead, ahead_kinds, max(1, busy.count()))
+    return _Builds(mine, mine_kinds, ahead, max(1, busy.count()))
 
 
 def _planned(sub: Submission, classes: dict[int, MachineClass], own: bool = True) -> list[Work]:
@@ -291,7 +286,6 @@ def for_submission(sub: Submission, jobs: Sequence[Mapping[str, Any]]) -> Eta:
         builds_ahead=builds.ahead,
         build_workers=builds.workers,
         build_kinds=builds.mine_kinds,
-        ahead_kinds=builds.ahead_kinds,
         jobs=_queues(sub, {j["id"] for j in jobs}, classes, now),
         more=_more(sub, jobs, classes),
     )

@@ -143,10 +143,11 @@ class Situation:
     # are done, those of older submissions still building).
     builds_ahead: Sequence[float | None] = ()
     build_workers: int = 1
-    # The kind of each build in `builds` and `builds_ahead` ("clean",
-    # "incremental" or "" when it cannot be told), in the same order.
+    # The kind of each build in `builds` ("clean", "incremental" or "" when
+    # it cannot be told), in the same order. The builds ahead take the
+    # median of every recent build: given their kinds too, the busy lab of
+    # bench/eta.py came out worse (docs/eta.md, "Builds by kind").
     build_kinds: Sequence[str] = ()
-    ahead_kinds: Sequence[str] = ()
     # Per class: the jobs running, then the queued ones in claim order up to
     # the submission's last (later ones cannot delay it).
     jobs: Sequence[Work] = ()
@@ -196,8 +197,7 @@ def _builds_done(s: Situation, hist: History, q: str, bases: _Bases) -> tuple[fl
     workers = [0.0] * max(1, s.build_workers)
     # Running builds hold a worker now; queued ones follow, others' first.
     order = sorted(
-        [(e, False, kind(s.ahead_kinds, i)) for i, e in enumerate(s.builds_ahead)]
-        + [(e, True, kind(s.build_kinds, i)) for i, e in enumerate(s.builds)],
+        [(e, False, "") for e in s.builds_ahead] + [(e, True, kind(s.build_kinds, i)) for i, e in enumerate(s.builds)],
         key=lambda b: b[0] is None,
     )
     ahead = done = 0.0
