@@ -146,7 +146,7 @@ class Situation:
     # The kind of each build in `builds` ("clean", "incremental" or "" when
     # it cannot be told), in the same order. The builds ahead take the
     # median of every recent build: given their kinds too, the busy lab of
-    # bench/eta.py came out worse (docs/eta.md, "Builds by kind").
+    # bench/eta.py came out worse (docs/eta.md, "The estimate", Builds).
     build_kinds: Sequence[str] = ()
     # Per class: the jobs running, then the queued ones in claim order up to
     # the submission's last (later ones cannot delay it).
