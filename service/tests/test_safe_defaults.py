@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from kperf import up
 from kperf.conf import secret_key_problem
 from kperf.up import local_secret_key
 from kperf.up import main as kperf_up
@@ -119,3 +120,14 @@ def test_kperf_up_refuses_a_weak_key_from_the_environment_before_starting_anythi
     assert "kperf-up: KPERF_SECRET_KEY is too weak: it is 1 characters long; it needs at least 50" in err
     assert f"keeps a random key in {tmp_path / 'home' / 'secret_key'}" in err and "token_urlsafe(50)" in err
     assert not (tmp_path / "home" / "secret_key").exists()
+
+
+def test_kperf_up_s_runners_claim_every_second_unless_told(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its few loopback runners claim every second; an operator's setting stands."""
+    monkeypatch.setenv("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")
+    monkeypatch.setenv("CELERY_BROKER_URL", "redis://127.0.0.1:1/0")
+    monkeypatch.delenv("KPERF_RUNNER_POLL_SECONDS", raising=False)
+    env, pg = up._environment(tmp_path)
+    assert pg is None and env["KPERF_RUNNER_POLL_SECONDS"] == "1"
+    monkeypatch.setenv("KPERF_RUNNER_POLL_SECONDS", "5")
+    assert up._environment(tmp_path)[0]["KPERF_RUNNER_POLL_SECONDS"] == "5"
