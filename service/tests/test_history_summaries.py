@@ -461,3 +461,23 @@ def test_the_branch_page_shows_the_newest_commits_and_offers_the_rest(
     assert rows("?commits=60") == newest
     # Nonsense asks for the default, never an error.
     assert rows("?commits=lots") == newest[:50]
+
+
+def test_a_class_that_measures_another_kind_of_kernel_starts_its_history_anew(
+    alice: Any, alice_api: Api, qemu_class: Any, tmp_path: Path
+) -> None:
+    """add_runner --profile: the pools, runs, points and series states of the old kernels go."""
+    branch_with_series(alice, qemu_class, tmp_path, "tiny-kernels", 8, walk=0.0)
+    assert alice_api.get("/noise?machine_class=qemu-x86_64").json()["metrics"]
+    assert NoisePool.objects.filter(machine_class=qemu_class).exists()
+    assert SeriesState.objects.filter(machine_class=qemu_class).exists()
+    call_command(
+        "add_runner", "mm-1", "--machine-class", qemu_class.name, "--arch", "x86_64", "--profile", "mm",
+        stdout=io.StringIO(), stderr=io.StringIO(),
+    )  # fmt: skip
+    for model in (NoisePool, RunSummary, CommitSummary, SeriesState, SeriesPool):
+        assert not model.objects.filter(machine_class=qemu_class).exists(), model
+    # The next read flags the old jobs again and pools none of them: they are tiny kernels.
+    assert alice_api.get("/noise?machine_class=qemu-x86_64").json()["metrics"] == []
+    assert not Job.objects.filter(machine_class=qemu_class, status=Job.Status.DONE, summarised=False).exists()
+    assert not RunSummary.objects.filter(machine_class=qemu_class).exists()

@@ -261,3 +261,16 @@ def _rebuild_series(window: int) -> list[tuple[int, int, str, str]]:
         with transaction.atomic():
             drift_pools.store_branch_sums(branch_id, mclass_id, bench, clock, sums, len(ids))
     return series
+
+
+def forget_class(mclass_id: int) -> None:
+    """A machine class's summaries dropped, for a class that measures another
+    kind of kernel or VM from now on (a new profile, vCPUs or NUMA nodes):
+    its noise pools, runs, commits' points and series states held the old
+    boots, which summaries.default_boots no longer counts. Its finished jobs
+    are caught up again on the next read, and only the new kind's count.
+    Change points found already stay: they were findings about those kernels."""
+    with transaction.atomic():
+        for model in (NoisePool, RunSummary, CommitSummary, SeriesState, SeriesPool, SeriesCatchUp):
+            model.objects.filter(machine_class_id=mclass_id).delete()
+        Job.objects.filter(machine_class_id=mclass_id, summarised=True).update(summarised=False)

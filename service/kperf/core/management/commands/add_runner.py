@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kperf.core.models import Clock, MachineClass, Runner
+from kperf.core.tracking import rebuild
 from kperf_kbuild.driver import PROFILES, SUPPORTED_ARCHES
 
 
@@ -71,6 +72,7 @@ class Command(BaseCommand):
         if shape:
             # Never mixed with the old kernels or VM shape: summaries.default_boots keeps only the class's own.
             MachineClass.objects.filter(pk=mclass.pk).update(**shape)
+            rebuild.forget_class(mclass.pk)
             words = ", ".join(f"{k} {v}" for k, v in shape.items())
             self.stderr.write(f"machine class {mclass.name} now measures with {words}; its history starts anew")
         runner, token = Runner.register(opts["name"], mclass)
