@@ -121,7 +121,8 @@ def _builds(sub: Submission, now: datetime) -> _Builds:
         # Refs not resolved yet: a base and a head per arch, some perhaps already built.
         own_rows: list[tuple[int, datetime | None, datetime, int, str, str]] = []
         mine: list[float | None] = [None] * (2 * len(sub.arches))
-        mine_kinds = [_kind(sub.tree_id, arch) for arch in sub.arches for _side in (0, 1)]
+        # Base and head of an arch: one guess for both.
+        mine_kinds = [kind for arch in sub.arches for kind in [_kind(sub.tree_id, arch)] * 2]
         oldest = sub.created
     elif sub.status == Submission.Status.BUILDING:
         own_rows = list(

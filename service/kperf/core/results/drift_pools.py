@@ -89,15 +89,22 @@ def _write_pools(mclass_id: int, bench: str, clock: str, pools: dict[str, np.nda
                 "metric": metric,
                 "states": round(v[0]),
                 "nonpositive": round(v[1]),
-                "drift_ssq": s.drift.ssq,
-                "drift_logf": s.drift.logf,
-                "drift_n": s.drift.n,
-                "drift_used": s.drift.used,
-                "build_log": s.build_log.as_list(),
-                "build_lin": s.build_lin.as_list(),
+                **_sum_columns(s.drift, s.build_log, s.build_lin),
             }
         )
     _upsert(SeriesPool, ["machine_class_id", "clock", "benchmark", "metric"], rows, ["states", "nonpositive", *_SUMS])
+
+
+def _sum_columns(drift: sh.DriftStats, build_log: sh.BuildSums, build_lin: sh.BuildSums) -> dict[str, Any]:
+    """The _SUMS columns of a SeriesState or SeriesPool row."""
+    return {
+        "drift_n": drift.n,
+        "drift_used": drift.used,
+        "drift_ssq": drift.ssq,
+        "drift_logf": drift.logf,
+        "build_log": build_log.as_list(),
+        "build_lin": build_lin.as_list(),
+    }
 
 
 def _float_array(values: Sequence[float]) -> str:
@@ -195,12 +202,7 @@ def store_branch_sums(
                 **key,
                 "metric": m,
                 "commits": commits,
-                "drift_ssq": s.drift.ssq,
-                "drift_logf": s.drift.logf,
-                "drift_n": s.drift.n,
-                "drift_used": s.drift.used,
-                "build_log": s.build_log.as_list(),
-                "build_lin": s.build_lin.as_list(),
+                **_sum_columns(s.drift, s.build_log, s.build_lin),
                 "positive": s.positive,
                 "detector": b"",
                 "updated": now,
@@ -336,10 +338,10 @@ def _catch_up(noted: QuerySet[SeriesCatchUp]) -> int:
         .distinct()
     )
     added = 0
-    for pk, branch_id, mclass_id, bench, clock in rows:
+    for _pk, branch_id, mclass_id, bench, clock in rows:
         if (branch_id, mclass_id, bench, clock) not in have:
             added += _add_states([(branch_id, bench)], mclass_id, clock)
-        SeriesCatchUp.objects.filter(pk=pk).delete()
+    SeriesCatchUp.objects.filter(pk__in=[r[0] for r in rows]).delete()
     return added
 
 

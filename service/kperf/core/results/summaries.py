@@ -7,9 +7,10 @@ samples of that one kernel or commit, so the cost is that kernel's boots,
 never the history's. Jobs that reached the database another way (imports,
 tests, a hook that failed) are caught up on the next read: Job.summarised
 says which are in, and a partial index holds only those that are not. A
-branch's series is read from CommitSummary as arrays (series_points) and reduced to its drift and between-build sums
-(branch_sums); kperf.core.results.drift_pools keeps those per branch and added up
-per machine class. `kperf-manage rebuild_history` recomputes everything
+branch's series is read from CommitSummary as arrays (series_points) and
+reduced to its drift and between-build sums (branch_sums);
+kperf.core.results.drift_pools keeps those per branch and added up per
+machine class. `kperf-manage rebuild_history` recomputes everything
 from the raw samples.
 """
 

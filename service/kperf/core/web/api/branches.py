@@ -192,10 +192,6 @@ def branch_series(
         max_samples=history_api.RAW_MAX_SAMPLES,
     )
     change_points = branch.change_points.filter(machine_class=mclass, benchmark=benchmark, clock=clock)
-    if commits:
-        change_points = change_points.filter(
-            commit__position__gte=commits[0].position, commit__position__lte=commits[-1].position
-        )
     return {
         "branch": branch.pk,
         "machine_class": machine_class,
@@ -204,10 +200,7 @@ def branch_series(
         "commits": [{"sha": c.sha, "position": c.position, "subject": c.subject} for c in commits],
         "metrics": {name: points for name, points in sorted(metrics.items())},
         "next_until": commits[0].position - 1 if more and commits else None,
-        "change_points": [
-            presenters.change_point_dict(cp)
-            for cp in change_points.select_related("machine_class", "commit", "previous", "detected_at", "triage")
-        ]
+        "change_points": history_api.change_points_between(change_points, commits[0].position, commits[-1].position)
         if commits
         else [],
     }

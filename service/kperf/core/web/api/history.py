@@ -7,12 +7,12 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from kperf.core.models import BranchCommit, CommitSummary, Job, MachineClass, MetricDef, TrackedBranch
+from kperf.core.models import BranchCommit, ChangePoint, CommitSummary, Job, MachineClass, MetricDef, TrackedBranch
 from kperf.core.results import summaries
 from kperf.core.submissions import analysis
 from kperf.core.web import presenters
 from kperf.core.web.api.errors import ApiError
-from kperf.core.web.shapes import MetricPoint, MetricSeries
+from kperf.core.web.shapes import ChangePointOut, MetricPoint, MetricSeries
 
 DEFAULT_LIMIT = 1000
 MAX_LIMIT = 5000
@@ -71,11 +71,7 @@ def metric_series(
     log_scale = all(r[4] for r in page)
     points = [_point(row, log_scale) for row in page]
     definition = MetricDef.objects.filter(name=metric).first()
-    change_points = branch.change_points.filter(
-        machine_class=mclass, benchmark=benchmark, clock=clock, metric=metric
-    ).select_related("machine_class", "commit", "previous", "detected_at", "triage")
-    if page:
-        change_points = change_points.filter(commit__position__gte=page[0][1], commit__position__lte=page[-1][1])
+    change_points = branch.change_points.filter(machine_class=mclass, benchmark=benchmark, clock=clock, metric=metric)
     return {
         "branch": branch.pk,
         "machine_class": machine_class,
@@ -87,8 +83,18 @@ def metric_series(
         "log_scale": log_scale,
         "points": points,
         "next_until": page[0][1] - 1 if more and page else None,
-        "change_points": [presenters.change_point_dict(cp) for cp in change_points] if page else [],
+        "change_points": change_points_between(change_points, page[0][1], page[-1][1]) if page else [],
     }
+
+
+def change_points_between(change_points: QuerySet[ChangePoint], first: int, last: int) -> list[ChangePointOut]:
+    """The change points at commit positions first..last (a page of a series), as the API gives them."""
+    return [
+        presenters.change_point_dict(cp)
+        for cp in change_points.filter(commit__position__gte=first, commit__position__lte=last).select_related(
+            "machine_class", "commit", "previous", "detected_at", "triage"
+        )
+    ]
 
 
 def _summaries(
