@@ -19,13 +19,19 @@ venv: $(STAMP)
 up: venv
 	$(VENV)/bin/kperf-up
 
+# Two pytest-xdist workers: one runs every test that builds or boots a kernel,
+# in order, the other the rest beside it (conftest.py, docs/development.md).
+# TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadgroup)
+
 # Everything: unit, service, runner, kernel build, QEMU boot and end-to-end tests.
 test: venv
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest $(PYTEST_PARALLEL)
 
 # Without the tests that build or boot kernels.
 test-fast: venv
-	$(VENV)/bin/pytest -m "not kernel"
+	$(VENV)/bin/pytest $(PYTEST_PARALLEL) -m "not kernel"
 
 lint: venv
 	$(VENV)/bin/ruff check .

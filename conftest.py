@@ -46,6 +46,23 @@ def x86_64_kernel(kernel_tree: Path, kperf_cache: Path):  # type: ignore[no-unty
     return build_fixture_kernel(kernel_tree, "base", "x86_64", kperf_cache)
 
 
+# Fixtures that build, boot or share the kernel cache. Under pytest-xdist's
+# `--dist loadgroup` (`make test`) every test that uses one is sent to one
+# worker as one unit, in collection order: the fixture kernels are session
+# fixtures, built once by the process that holds them, and the builds and
+# boots measure nothing if two of them race for the same two cores. The other
+# worker runs the service tests beside them.
+KERNEL_FIXTURES = frozenset({"kernel_tree", "x86_64_kernel", "kperf_cache", "kernel"})
+KERNEL_GROUP = "kernels"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("kernel") or KERNEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group(KERNEL_GROUP))
+
+
 # The Debian image the kexec test boots (kperf_testing.baremetal) is mostly
 # downloading and unpacking packages: made in a process of its own from the
 # start of the run, it overlaps the kernel builds instead of adding its
@@ -57,7 +74,9 @@ _image_builder: subprocess.Popen[bytes] | None = None
 def pytest_collection_finish(session: pytest.Session) -> None:
     global _image_builder
     wanted = any(item.nodeid.startswith("tests/test_kexec_runner.py") for item in session.items)
-    if not wanted or os.geteuid() != 0 or _image_builder is not None:
+    # One xdist worker starts it (the test waits on its lock wherever it runs).
+    first_process = os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0"
+    if not wanted or not first_process or os.geteuid() != 0 or _image_builder is not None:
         return
     cache = cache_dir()
     log = (cache / "baremetal-prepare.log").open("wb")

@@ -32,6 +32,7 @@ import requests
 
 from kperf_testing.kbuild import FIXTURES_DIR, read_fixture
 from kperf_testing.mbox import b4_mbox, message_id
+from kperf_testing.plugin import redis_stack_db
 from kperf_testing.stack import RunningStack, running_stack
 
 pytestmark = [pytest.mark.kernel, pytest.mark.e2e]
@@ -74,7 +75,7 @@ def stack_env(tmp_path: Path, cache: Path) -> tuple[dict[str, str], Callable[[],
     if broker.startswith("redis://"):
         import redis
 
-        env["CELERY_BROKER_URL"] = re.sub(r"/\d*$", "/14", broker)
+        env["CELERY_BROKER_URL"] = re.sub(r"/\d*$", f"/{redis_stack_db()}", broker)
         redis.Redis.from_url(env["CELERY_BROKER_URL"]).flushdb()
     else:
         env["CELERY_BROKER_URL"] = ""  # kperf-up keeps the queues in its database

@@ -11,6 +11,11 @@ and broker the tests use:
   to database KPERF_TEST_REDIS_DB (default 15), which is flushed; any other
   or no broker becomes kombu's SQLAlchemy transport inside the test database
   that pytest-django creates, which dies with it.
+- Under pytest-xdist (`make test` runs two workers, docs/development.md) each
+  worker has its own test database (pytest-django's `_gwN` suffix) and its own
+  pair of Redis databases: gwN takes KPERF_TEST_REDIS_DB - 2N for its tests and
+  the one below it for the stacks its end-to-end tests start. The controller
+  process starts the embedded server once; the workers inherit its URL.
 """
 
 from __future__ import annotations
@@ -39,11 +44,40 @@ if not os.environ.get("DATABASE_URL"):
     os.environ["DATABASE_URL"] = _embedded.database_url
 
 
+def xdist_worker() -> str:
+    """This process's pytest-xdist worker id (gw0, gw1, ...), or "" outside one."""
+    return os.environ.get("PYTEST_XDIST_WORKER", "")
+
+
+def _worker_index() -> int:
+    worker = xdist_worker()
+    return int(worker.removeprefix("gw")) if worker.startswith("gw") else 0
+
+
 def database_url_for_tests() -> str:
-    """The URL of the database pytest-django creates (test_<name>)."""
+    """The URL of the database pytest-django creates (test_<name>, with
+    pytest-django's _gwN suffix in an xdist worker)."""
     parts = urlsplit(os.environ["DATABASE_URL"])
     name = dj_database_url.parse(os.environ["DATABASE_URL"])["NAME"]
-    return urlunsplit(parts._replace(path=f"/test_{name}"))
+    suffix = f"_{xdist_worker()}" if xdist_worker() else ""
+    return urlunsplit(parts._replace(path=f"/test_{name}{suffix}"))
+
+
+def redis_test_db() -> int:
+    """The Redis database this process's tests use as their broker."""
+    db = int(os.environ.get("KPERF_TEST_REDIS_DB", "15")) - 2 * _worker_index()
+    if db < 1:
+        raise RuntimeError(
+            f"KPERF_TEST_REDIS_DB={os.environ.get('KPERF_TEST_REDIS_DB', '15')} leaves no Redis database "
+            f"for xdist worker {xdist_worker()}: each worker takes two; raise it or run fewer workers"
+        )
+    return db
+
+
+def redis_stack_db() -> int:
+    """The Redis database the kperf stacks this process's tests start use
+    (tests/test_e2e.py), apart from the tests' own broker."""
+    return redis_test_db() - 1
 
 
 def sqla_broker_for(database_url: str) -> str:
@@ -63,7 +97,7 @@ def redis_test_url(url: str, db: int) -> str:
 
 _broker = os.environ.get("CELERY_BROKER_URL", "")
 if _broker.startswith("redis://"):
-    _broker = redis_test_url(_broker, int(os.environ.get("KPERF_TEST_REDIS_DB", "15")))
+    _broker = redis_test_url(_broker, redis_test_db())
     import redis
 
     redis.Redis.from_url(_broker).flushdb()
