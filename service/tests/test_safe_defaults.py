@@ -131,3 +131,29 @@ def test_kperf_up_s_runners_claim_every_second_unless_told(tmp_path: Path, monke
     assert pg is None and env["KPERF_RUNNER_POLL_SECONDS"] == "1"
     monkeypatch.setenv("KPERF_RUNNER_POLL_SECONDS", "5")
     assert up._environment(tmp_path)[0]["KPERF_RUNNER_POLL_SECONDS"] == "5"
+
+
+BROKER_OPTIONS = (
+    "import django; django.setup(); from kperf.celery import app; "
+    "print(app.conf.broker_transport_options.get('polling_interval'))"
+)
+
+
+def test_workers_on_the_database_broker_look_for_tasks_ten_times_a_second(tmp_path: Path) -> None:
+    """kombu's SQLAlchemy transport polls; its own 1 s put half a second on every hop of a submission."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("KPERF_")}
+    base.update(DJANGO_SETTINGS_MODULE="kperf.settings", KPERF_HOME=str(tmp_path / "home"), KPERF_DEBUG="1")
+
+    def interval(**env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", BROKER_OPTIONS], env={**base, **env}, capture_output=True, text=True, timeout=60
+        )
+
+    sqla = "sqla+postgresql+psycopg://postgres@127.0.0.1:5432/kperf"
+    assert interval(CELERY_BROKER_URL=sqla).stdout.split() == ["0.1"]
+    assert interval(CELERY_BROKER_URL=sqla, KPERF_BROKER_POLL_SECONDS="0.5").stdout.split() == ["0.5"]
+    # Redis pushes: no polling to set.
+    assert interval(CELERY_BROKER_URL="redis://127.0.0.1:6379/0").stdout.split() == ["None"]
+    refused = interval(CELERY_BROKER_URL=sqla, KPERF_BROKER_POLL_SECONDS="0")
+    assert refused.returncode != 0
+    assert "KPERF_BROKER_POLL_SECONDS=0.0 is outside 0.01 to 10 seconds" in refused.stderr, refused.stderr
