@@ -216,7 +216,8 @@ CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 KPERF_BROKER_POLL_SECONDS = env_float("KPERF_BROKER_POLL_SECONDS", 0.1)
 if not 0.01 <= KPERF_BROKER_POLL_SECONDS <= 10:
     raise ImproperlyConfigured(
-        f"KPERF_BROKER_POLL_SECONDS={KPERF_BROKER_POLL_SECONDS} is outside 0.01 to 10 seconds: set a number of seconds in that range"
+        f"KPERF_BROKER_POLL_SECONDS={KPERF_BROKER_POLL_SECONDS} is outside 0.01 to 10 seconds: "
+        "set a number of seconds in that range"
     )
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, float] = (
     {"socket_connect_timeout": 3, "socket_timeout": 10}
