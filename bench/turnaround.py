@@ -45,6 +45,37 @@ from kperf_testing.stack import RunningStack, running_stack
 
 TIMEOUT_S = 3 * 3600
 
+# Every status change of a submission, its builds and its jobs (shared base
+# boots included), oldest first: where the time between its build and its
+# boots and the verdict went.
+TIMELINE_SQL = """
+WITH rows(kind, object_id) AS (
+    SELECT 'Submission', %(sub)s::bigint
+    UNION SELECT 'KernelBuild', build_id FROM core_submissionbuild WHERE submission_id = %(sub)s
+    UNION SELECT 'Job', id FROM core_job WHERE submission_id = %(sub)s
+    UNION SELECT 'Job', job_id FROM core_sharedjob WHERE submission_id = %(sub)s
+)
+SELECT extract(epoch FROM c.at), c.kind, c.object_id, c.source, c.target, c.actor
+FROM core_statuschange c JOIN rows USING (kind, object_id)
+WHERE c.at >= (SELECT created FROM core_submission WHERE id = %(sub)s)
+ORDER BY c.at
+"""
+
+
+def timeline(database_url: str, sub_id: int) -> list[str]:
+    """The submission's status changes as lines of seconds since it was made."""
+    import psycopg
+
+    with psycopg.connect(database_url) as conn:
+        (created,) = conn.execute(
+            "SELECT extract(epoch FROM created) FROM core_submission WHERE id = %s", [sub_id]
+        ).fetchone() or (None,)
+        rows = conn.execute(TIMELINE_SQL, {"sub": sub_id}).fetchall()
+    return [
+        f"{float(at) - float(created):7.2f} s  {kind} {pk}: {source or '-'} -> {target}  ({actor})"
+        for at, kind, pk, source, target, actor in rows
+    ]
+
 
 def _t(iso: str | None) -> float:
     return datetime.fromisoformat(iso).timestamp() if iso else float("nan")
@@ -163,6 +194,10 @@ def main() -> int:
         out["batch ratio"] = round(out["batch wall s"] / work, 3) if work else None
         for r in out["batch"]:
             print("batch", json.dumps(r), flush=True)
+        if args.database_url:
+            for sub_id in [first, *batch]:
+                out.setdefault("timelines", {})[str(sub_id)] = lines = timeline(args.database_url, sub_id)
+                print(f"submission {sub_id}, status changes since it was made:", *lines, sep="\n  ", flush=True)
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))

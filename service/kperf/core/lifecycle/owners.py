@@ -65,6 +65,11 @@ class OwnerKind:
     # Every job whose boots the owner waits for: its own, and for a
     # submission the base boots it shares (kperf.core.lab.sharing).
     jobs: Callable[[Any], list[Job]]
+    # Called when some of those jobs are done and others still run (caller
+    # holds the row lock): a submission's interim looks, which queue a
+    # comparison's next boots without waiting for the rest
+    # (kperf.core.submissions.looks). None: nothing until all are done.
+    interim: Callable[[Any, list[Job]], None] | None = None
 
 
 def build_failed_message(what: str, build: KernelBuild) -> str:
@@ -130,6 +135,8 @@ def advance(kind: OwnerKind, pk: int) -> None:
             elif jobs and all(j.status == Job.Status.DONE for j in jobs):
                 states.move(obj, ANALYSING)
                 dispatch.after_commit(kind.analyse_task, pk)
+            elif kind.interim is not None and any(j.status == Job.Status.DONE for j in jobs):
+                kind.interim(obj, jobs)
 
 
 def _analysis_lock(kind: OwnerKind, pk: int) -> tuple[int, int]:

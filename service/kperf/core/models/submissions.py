@@ -82,6 +82,10 @@ class Submission(models.Model):
     # Boots kperf added because a look was inconclusive:
     # [{"machine_class": .., "benchmark": .., "look": 1, "more_boots": 4, "inconclusive": [..]}]
     reruns = models.JSONField(default=list, blank=True)
+    # Looks taken at one comparison while others still ran (kperf.core.submissions.looks),
+    # so a second advance never takes the same one again:
+    # [{"machine_class_id": .., "benchmark": .., "clock": .., "jobs": finished jobs at that look}]
+    interim_looks = models.JSONField(default=list, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
     finished = models.DateTimeField(null=True, blank=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -42,33 +43,37 @@ log = logging.getLogger("kperf.analysis")
 Group = tuple[int, str, str]  # machine class id, benchmark, clock: what one comparison covers
 
 
-def load_boots(sub: Submission) -> dict[Group, dict[str, dict[str, list[list[float]]]]]:
+def load_boots(sub: Submission, only: Group | None = None) -> dict[Group, dict[str, dict[str, list[list[float]]]]]:
     """{(machine class id, benchmark, clock): {metric: {"base": boots, "head": boots}}}, boots in run order.
 
     The clock is part of the key: samples of two clocks are two metrics and
     never meet in one comparison. Base boots shared with other submissions
     (kperf.core.lab.sharing) count on the side the submission shares them for.
+    `only`: that comparison's boots alone.
     """
     shared = _shared_sides(sub)
     per_boot: dict[tuple[int, str, str, str, str, int], dict[int, float]] = defaultdict(dict)
-    rows = (
-        Sample.objects.filter(
-            Q(boot_record__job__submission=sub) | Q(boot_record__job_id__in=list(shared)),
-            boot_record__job__status=Job.Status.DONE,
-        )
-        .values_list(
-            "boot_record__job__machine_class_id",
-            "boot_record__job__benchmark",
-            "boot_record__job__clock",
-            "metric",
-            "boot_record__job_id",
-            "boot_record__job__side",
-            "boot_record_id",
-            "iteration",
-            "value",
-        )
-        .order_by("boot_record__job__seq", "boot_record__job_id", "boot_record__boot", "iteration")
+    samples = Sample.objects.filter(
+        Q(boot_record__job__submission=sub) | Q(boot_record__job_id__in=list(shared)),
+        boot_record__job__status=Job.Status.DONE,
     )
+    if only is not None:
+        samples = samples.filter(
+            boot_record__job__machine_class_id=only[0],
+            boot_record__job__benchmark=only[1],
+            boot_record__job__clock=only[2],
+        )
+    rows = samples.values_list(
+        "boot_record__job__machine_class_id",
+        "boot_record__job__benchmark",
+        "boot_record__job__clock",
+        "metric",
+        "boot_record__job_id",
+        "boot_record__job__side",
+        "boot_record_id",
+        "iteration",
+        "value",
+    ).order_by("boot_record__job__seq", "boot_record__job_id", "boot_record__boot", "iteration")
     for mclass, bench, clock, metric, job_id, side, boot_id, iteration, value in rows:
         per_boot[(mclass, bench, clock, metric, shared.get(job_id, side), boot_id)][iteration] = value
     out: dict[Group, dict[str, dict[str, list[list[float]]]]] = defaultdict(
@@ -119,6 +124,49 @@ def _interval_parts(phased: tuple[int, int]) -> str:
     return ""
 
 
+@dataclass(frozen=True)
+class GroupLook:
+    """One comparison's sequential look and what went into it."""
+
+    inputs: dict[str, stats.MetricInput]
+    look: sequential.Look
+    plan: sequential.Plan
+    priors: dict[str, stats.NoisePrior]
+    builds: dict[str, stats.NoisePrior]
+    measured: dict[str, stats.NoisePrior]
+
+
+def boots_per_side(metrics: dict[str, dict[str, list[list[float]]]]) -> int:
+    """The boots per side a comparison has: its least measured metric's smaller side."""
+    return min(min(len(s["base"]), len(s["head"])) for s in metrics.values())
+
+
+def group_look(
+    sub: Submission, defs: dict[str, MetricDef], group: Group, metrics: dict[str, dict[str, list[list[float]]]]
+) -> GroupLook:
+    """The sequential look of one comparison at the boots it has: the same
+    inputs whether the look is the submission's analysis or an interim one
+    (kperf.core.submissions.looks), so both decide alike."""
+    mclass_id, bench, clock = group
+    priors = learned_priors(sub, mclass_id, bench, clock, metrics)
+    builds = learned_build_priors(mclass_id, bench, clock)
+    measured = measured_build_priors(bench, clock, [n for n in metrics if n not in builds])
+    inputs = {
+        name: stats.MetricInput(
+            base=sides["base"],
+            head=sides["head"],
+            higher_is_better=defs[name].higher_is_better,
+            min_effect_pct=benchmarks.min_effect_pct(name, clock, sub.min_effect_pct),
+            noise=priors.get(name),
+            build_noise=builds.get(name) or measured.get(name),
+        )
+        for name, sides in metrics.items()
+    }
+    plan = benchmarks.look_plan(sub, bench, clock)
+    look = sequential.sequential_look(inputs, sequential.look_number(plan, boots_per_side(metrics)), plan)
+    return GroupLook(inputs, look, plan, priors, builds, measured)
+
+
 def analyse_submission(sub_id: int) -> None:
     with transaction.atomic():
         sub = Submission.objects.select_for_update().get(pk=sub_id)
@@ -130,23 +178,9 @@ def analyse_submission(sub_id: int) -> None:
         shared = shared_base_boots(sub)
         phases = phased_boots(sub)
         for (mclass_id, bench, clock), metrics in load_boots(sub).items():
-            priors = learned_priors(sub, mclass_id, bench, clock, metrics)
-            builds = learned_build_priors(mclass_id, bench, clock)
-            measured = measured_build_priors(bench, clock, [n for n in metrics if n not in builds])
-            inputs = {
-                name: stats.MetricInput(
-                    base=sides["base"],
-                    head=sides["head"],
-                    higher_is_better=defs[name].higher_is_better,
-                    min_effect_pct=benchmarks.min_effect_pct(name, clock, sub.min_effect_pct),
-                    noise=priors.get(name),
-                    build_noise=builds.get(name) or measured.get(name),
-                )
-                for name, sides in metrics.items()
-            }
-            plan = benchmarks.look_plan(sub, bench, clock)
-            have = min(min(len(s["base"]), len(s["head"])) for s in metrics.values())
-            look = sequential.sequential_look(inputs, sequential.look_number(plan, have), plan)
+            taken = group_look(sub, defs, (mclass_id, bench, clock), metrics)
+            inputs, look, plan = taken.inputs, taken.look, taken.plan
+            priors, builds, measured = taken.priors, taken.builds, taken.measured
             comp = Comparison.objects.create(
                 submission=sub,
                 machine_class_id=mclass_id,
@@ -176,7 +210,7 @@ def analyse_submission(sub_id: int) -> None:
             _store_metrics(comp, inputs, look.results, metrics, defs)
             if not look.decide and look.more_boots > 0:
                 more_boots = True
-                _rerun(sub, mclass_id, bench, clock, look)
+                rerun(sub, mclass_id, bench, clock, look)
         if more_boots:
             sub.save(update_fields=["reruns"])
             states.move(sub, Submission.Status.TESTING)
@@ -225,7 +259,7 @@ def _store_metrics(
     )
 
 
-def _rerun(sub: Submission, mclass_id: int, bench: str, clock: str, look: sequential.Look) -> None:
+def rerun(sub: Submission, mclass_id: int, bench: str, clock: str, look: sequential.Look) -> None:
     """Queue more boots for one comparison and say so on the submission."""
     # The head boots are always the submission's own; its base boots may all be shared.
     jobs = Job.objects.filter(submission=sub, machine_class_id=mclass_id, benchmark=bench, clock=clock)

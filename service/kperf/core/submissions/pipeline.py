@@ -34,7 +34,7 @@ from kperf.core.models import (
     SubmissionBuild,
     Tree,
 )
-from kperf.core.submissions import analysis
+from kperf.core.submissions import analysis, looks
 from kperf_kbuild.driver import SUPPORTED_ARCHES
 
 log = logging.getLogger("kperf.workflow")
@@ -400,4 +400,5 @@ SUBMISSION = owners.OwnerKind(
     analyse=analysis.analyse_submission,
     # Its own jobs and the base boots it shares (kperf.core.lab.sharing).
     jobs=sharing.measured_jobs,
+    interim=looks.interim_looks,
 )
