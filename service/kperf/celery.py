@@ -9,8 +9,10 @@ from typing import Any, cast
 import redis.exceptions
 from celery import Celery
 from celery.exceptions import SecurityWarning
+from django.conf import settings
 from kombu import Queue
 from kombu.transport import redis as kombu_redis
+from kombu.transport import sqlalchemy as kombu_sqla
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kperf.settings")
 
@@ -57,6 +59,13 @@ class RedisTransport(kombu_redis.Transport):
 
     Channel = RedisChannel
 
+
+# kombu's SQLAlchemy transport (the queues inside PostgreSQL, `make up`)
+# polls for tasks, every second unless told. It hands every broker transport
+# option to SQLAlchemy's create_engine, which refuses `polling_interval`, so
+# the interval is set where the transport reads its default, in this process
+# (settings.KPERF_BROKER_POLL_SECONDS). Other transports never read it.
+kombu_sqla.Transport.polling_interval = settings.KPERF_BROKER_POLL_SECONDS
 
 app = Celery("kperf")
 app.config_from_object("django.conf:settings", namespace="CELERY")

@@ -206,26 +206,24 @@ CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 # its message is redelivered meanwhile, the build's lease turns the second
 # delivery away.
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
-# Redis: publishing waits at most this long for a dead broker (seconds);
-# what could not be sent is re-sent by the sweeper. The SQLAlchemy transport
-# (`make up`'s queues in PostgreSQL) has no push: a worker looks for a task
-# every KPERF_BROKER_POLL_SECONDS, kombu's default being 1 s. Every hop of a
-# submission (build, queueing its boots, each look's analysis) waited half
-# of that on average; a tenth of a second is a few cheap indexed reads a
-# second per worker (docs/operations.md, "Broker").
+# Publishing waits at most this long for a dead broker (seconds); what could
+# not be sent is re-sent by the sweeper.
+# (Redis only: the SQLAlchemy transport `make up` uses hands its options to
+# SQLAlchemy's create_engine.)
+CELERY_BROKER_TRANSPORT_OPTIONS = (
+    {"socket_connect_timeout": 3, "socket_timeout": 10} if CELERY_BROKER_URL.startswith("redis") else {}
+)
+# The SQLAlchemy transport (`make up`'s queues in PostgreSQL) has no push: a
+# worker looks for a task every this many seconds, kombu's default being 1 s.
+# Every hop of a submission (build, queueing its boots, each look's analysis)
+# waited half of that on average; a tenth of a second is a few cheap indexed
+# reads a second per worker (kperf.celery sets it; docs/operations.md).
 KPERF_BROKER_POLL_SECONDS = env_float("KPERF_BROKER_POLL_SECONDS", 0.1)
 if not 0.01 <= KPERF_BROKER_POLL_SECONDS <= 10:
     raise ImproperlyConfigured(
         f"KPERF_BROKER_POLL_SECONDS={KPERF_BROKER_POLL_SECONDS} is outside 0.01 to 10 seconds: "
         "set a number of seconds in that range"
     )
-CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, float] = (
-    {"socket_connect_timeout": 3, "socket_timeout": 10}
-    if CELERY_BROKER_URL.startswith("redis")
-    else {"polling_interval": KPERF_BROKER_POLL_SECONDS}
-    if CELERY_BROKER_URL.startswith("sqla")
-    else {}
-)
 # kombu's Redis transport with the fix that keeps a worker alive when Redis
 # restarts under it (kperf.celery.RedisChannel). redis:// only: for rediss://
 # the scheme itself turns TLS on, which naming a transport would lose.

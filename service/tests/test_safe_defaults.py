@@ -13,8 +13,10 @@ import pytest
 
 from kperf import up
 from kperf.conf import secret_key_problem
+from kperf.embedded import broker_url_for_database
 from kperf.up import local_secret_key
 from kperf.up import main as kperf_up
+from kperf_testing.plugin import database_url_for_tests
 
 from .conftest import Api
 
@@ -135,10 +137,17 @@ def test_kperf_up_s_runners_claim_every_second_unless_told(tmp_path: Path, monke
 
 BROKER_OPTIONS = (
     "import django; django.setup(); from kperf.celery import app; "
-    "print(app.conf.broker_transport_options.get('polling_interval'))"
+    "print(app.connection_for_read().transport.polling_interval)"
+)
+# A worker's first step on the broker: a channel, which for the database
+# broker is an SQLAlchemy engine made with the transport options.
+BROKER_CHANNEL = (
+    "import django; django.setup(); from kperf.celery import app; "
+    "c = app.connection_for_read(); c.default_channel.session; print('open')"
 )
 
 
+@pytest.mark.django_db
 def test_workers_on_the_database_broker_look_for_tasks_ten_times_a_second(tmp_path: Path) -> None:
     """kombu's SQLAlchemy transport polls; its own 1 s put half a second on every hop of a submission."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("KPERF_")}
@@ -152,8 +161,18 @@ def test_workers_on_the_database_broker_look_for_tasks_ten_times_a_second(tmp_pa
     sqla = "sqla+postgresql+psycopg://postgres@127.0.0.1:5432/kperf"
     assert interval(CELERY_BROKER_URL=sqla).stdout.split() == ["0.1"]
     assert interval(CELERY_BROKER_URL=sqla, KPERF_BROKER_POLL_SECONDS="0.5").stdout.split() == ["0.5"]
-    # Redis pushes: no polling to set.
+    # Redis pushes (BRPOP): its transport never polls.
     assert interval(CELERY_BROKER_URL="redis://127.0.0.1:6379/0").stdout.split() == ["None"]
+    # And a real worker's channel opens with it (the engine takes no polling argument).
+    real = broker_url_for_database(database_url_for_tests())
+    opened = subprocess.run(
+        [sys.executable, "-c", BROKER_CHANNEL],
+        env={**base, "CELERY_BROKER_URL": real},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert opened.stdout.split() == ["open"], opened.stderr
     refused = interval(CELERY_BROKER_URL=sqla, KPERF_BROKER_POLL_SECONDS="0")
     assert refused.returncode != 0
     assert "KPERF_BROKER_POLL_SECONDS=0.0 is outside 0.01 to 10 seconds" in refused.stderr, refused.stderr
