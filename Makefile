@@ -19,10 +19,11 @@ venv: $(STAMP)
 up: venv
 	$(VENV)/bin/kperf-up
 
-# Two pytest-xdist workers: one runs every test that builds or boots a kernel,
-# in order, the other the rest beside it (conftest.py, docs/development.md).
-# TEST_WORKERS=0 runs everything in one process.
-TEST_WORKERS ?= 2
+# TEST_WORKERS=2: two pytest-xdist workers, one running every test that builds
+# or boots a kernel, in order, the other the rest beside it (conftest.py,
+# docs/development.md). Not the default yet: its first whole run here had two
+# failures still to be read. 0 runs everything in one process.
+TEST_WORKERS ?= 0
 PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadgroup)
 
 # Everything: unit, service, runner, kernel build, QEMU boot and end-to-end tests.
