@@ -26,6 +26,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -148,6 +150,13 @@ def build(samples: int, classes: int, branches: int, commits: int) -> None:
 
 
 RESULTS: dict[str, dict[str, float]] = {}
+
+
+def busy(n: int, nice: int) -> list[subprocess.Popen[bytes]]:
+    """N processes that keep a core busy each at the given nice value: the
+    CPU the service competes with (a compiler or QEMU uses a core the same way)."""
+    loop = "while True: pass"
+    return [subprocess.Popen(["nice", "-n", str(nice), sys.executable, "-c", loop]) for _ in range(n)]
 
 
 def _load() -> float:
@@ -305,6 +314,21 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--reuse", action="store_true", help="measure the database as it is")
     ap.add_argument("--record", help="write the figures, machine and date to this JSON file")
+    ap.add_argument(
+        "--load",
+        type=int,
+        default=0,
+        metavar="N",
+        help="keep N busy processes running while measuring (a lab's builds and boots beside the service)",
+    )
+    ap.add_argument(
+        "--load-nice",
+        type=int,
+        default=10,
+        metavar="K",
+        help="their nice value: 10 is what kperf gives its own builds and instruction-clock boots "
+        "(KPERF_BUILD_NICE, KPERF_RUNNER_NICE); 0 is load kperf does not control",
+    )
     args = ap.parse_args()
     assert "history_bench" in connection.settings_dict["NAME"], "use a database of its own (kperf_history_bench)"
     if not args.reuse:
@@ -314,7 +338,15 @@ def main() -> None:
         t = time.perf_counter()
         call_command("rebuild_history")
         print(f"summaries rebuilt in {time.perf_counter() - t:.0f} s", flush=True)
-    measure(args.runs)
+    hogs = busy(args.load, args.load_nice)
+    try:
+        if hogs:
+            time.sleep(60)  # let the 1-minute load average show them
+        measure(args.runs)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
     if args.record:
         with connection.cursor() as cur:
             cur.execute("SELECT count(*) FROM core_sample")

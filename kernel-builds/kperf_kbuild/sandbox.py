@@ -50,6 +50,7 @@ MiB = 1024**2
 # other daemons run as nobody, and a build must not share an rlimit count or
 # file ownership with them. Any uid without a login and without files works.
 DEFAULT_BUILD_UID = 64000
+DEFAULT_BUILD_NICE = 10
 
 # Read-only from the host: the toolchain and what the dynamic linker and
 # tools read from /etc. Nothing else of /etc (no ssl keys, no service
@@ -116,6 +117,10 @@ class Sandbox:
     uid: int = DEFAULT_BUILD_UID
     gid: int = DEFAULT_BUILD_UID
     limits: Limits = field(default_factory=Limits)
+    # A build is a batch job: below the web server, the analyses and the
+    # database on a shared host, so that a page or a verdict does not wait
+    # for a compiler (docs/operations.md, "CPU priority"). 0 to 19.
+    nice: int = DEFAULT_BUILD_NICE
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Sandbox:
@@ -149,7 +154,7 @@ class Sandbox:
         )
         uid = int(number("KPERF_BUILD_UID", DEFAULT_BUILD_UID))
         gid = int(number("KPERF_BUILD_GID", uid))
-        return cls(mode=mode, uid=uid, gid=gid, limits=limits)
+        return cls(mode=mode, uid=uid, gid=gid, limits=limits, nice=niceness(env, "KPERF_BUILD_NICE"))
 
     def with_limits(self, **changes: Any) -> Sandbox:
         return replace(self, limits=replace(self.limits, **changes))
@@ -276,6 +281,13 @@ class Sandbox:
 
         return run
 
+    def nice_prefix(self) -> list[str]:
+        """``nice`` before everything else, sandbox on or off: what the build
+        starts inherits the priority (a preexec_fn is unsafe: the worker has threads)."""
+        if self.nice <= 0:
+            return []
+        return [shutil.which("nice") or "/usr/bin/nice", "-n", str(self.nice), "--"]
+
     def rlimit_prefix(self) -> list[str]:
         """``prlimit`` with the per-process limits, put before bwrap so that
         everything the build starts (setpriv, tuxmake, make, gcc) inherits
@@ -310,7 +322,7 @@ class Sandbox:
         ``on_line``, and stop it whole when it passes a limit: wall time,
         the bytes under ``watch`` (what it wrote), or its log size."""
         cmd, outer_env = self.command(argv, cwd=cwd, env=env, readonly=readonly, writable=writable)
-        cmd = [*self.rlimit_prefix(), *cmd]
+        cmd = [*self.nice_prefix(), *self.rlimit_prefix(), *cmd]
         try:
             proc = subprocess.Popen(
                 cmd,
@@ -364,6 +376,22 @@ class Ran:
     returncode: int
     # Why kperf stopped the build ("" when it ended by itself).
     stopped: str = ""
+
+
+def niceness(env: Mapping[str, str], name: str) -> int:
+    """A nice value from ``env[name]``: an integer 0 (the worker's own priority) to 19 (the lowest)."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return DEFAULT_BUILD_NICE
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BuildInfraError(
+            f"{name}={raw!r} is not a whole number: use 0 (no change) to 19 (lowest priority)"
+        ) from None
+    if not 0 <= value <= 19:
+        raise BuildInfraError(f"{name}={raw!r} is out of range: use 0 (no change) to 19 (lowest priority)")
+    return value
 
 
 def _stop(proc: subprocess.Popen[bytes], ran: Ran, reason: str) -> None:

@@ -126,6 +126,14 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
         help="vCPUs of a wall-clock boot whose job names none (default 2); instruction-clock boots "
         "get one unless the job says otherwise",
     )
+    run.add_argument(
+        "--instructions-nice",
+        type=int,
+        default=None,
+        metavar="N",
+        help="nice value (0-19) of QEMU on the instruction clock, which counts instructions and reads the same at "
+        "any priority (default $KPERF_RUNNER_NICE, else 10); wall-clock boots keep the agent's priority",
+    )
 
 
 def _add_kexec_arguments(kexec: argparse._ArgumentGroup) -> None:
@@ -240,7 +248,9 @@ def run_command(args: argparse.Namespace) -> int:
         _install_stop_handlers(stop)
         return Agent(config, Client(args.server, args.token), bare_metal, stop).run()
     try:
-        qemu = QemuBackend(arch, config.state_dir, accel=args.qemu_accel, smp=args.qemu_smp)
+        qemu = QemuBackend(
+            arch, config.state_dir, accel=args.qemu_accel, smp=args.qemu_smp, instructions_nice=args.instructions_nice
+        )
     except (RuntimeError, ValueError) as error:  # QEMU missing, KVM refused, a bad --qemu-smp
         print(f"kperf-runner: {error}", file=sys.stderr)
         return 2

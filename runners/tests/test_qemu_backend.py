@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -58,6 +59,20 @@ def test_a_kvm_runner_refuses_the_instruction_clock(runner_state: Path) -> None:
         backend.command_line(Path("/k"), Path("/i.gz"), clock="instructions")
     with pytest.raises(UnsupportedClock, match="unknown clock 'cycles'"):
         backend.check_clock("cycles")
+
+
+def test_an_instruction_clock_priority_out_of_range_is_refused_with_what_to_use(
+    runner_state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ValueError, match="nice value is 0 to 19, not 20"):
+        QemuBackend("x86_64", runner_state, accel="tcg", instructions_nice=20)
+    monkeypatch.setenv("KPERF_RUNNER_NICE", "low")
+    with pytest.raises(ValueError, match="KPERF_RUNNER_NICE='low' is not a whole number: use 0"):
+        QemuBackend("x86_64", runner_state, accel="tcg")
+    monkeypatch.setenv("KPERF_RUNNER_NICE", "7")
+    assert QemuBackend("x86_64", runner_state, accel="tcg").instructions_nice == 7
+    monkeypatch.delenv("KPERF_RUNNER_NICE")
+    assert QemuBackend("x86_64", runner_state, accel="tcg").instructions_nice == 10
 
 
 def test_arm64_command_line_under_tcg(runner_state: Path) -> None:
@@ -158,6 +173,21 @@ def test_a_boot_reports_the_kernels_vmstat_deltas(runner_state: Path, kernel: Pa
 INSTRUCTION_CLOCK_BOOT_BOUND = 0.005
 
 
+def _qemu_niceness() -> set[int]:
+    """The nice values of this process's QEMU children (field 19 of /proc/PID/stat)."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            comm = stat.read_text().split("(", 1)[1].rsplit(")", 1)[0]
+        except (OSError, IndexError):
+            continue
+        # fields[0] is the state (field 3), so the parent (4) is fields[1] and nice (19) fields[16].
+        if comm.startswith("qemu-system") and int(fields[1]) == os.getpid():
+            found.add(int(fields[16]))
+    return found
+
+
 def _busy_host() -> subprocess.Popen[bytes]:
     """A process that keeps one host core busy, as a build or a second runner would."""
     return subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -168,13 +198,23 @@ def _busy_host() -> subprocess.Popen[bytes]:
 def test_two_boots_under_the_instruction_clock_agree_while_the_host_is_busy(runner_state: Path, kernel: Path) -> None:
     job, params = _spawn_job(runner_state, duration=0.2, iterations=2)
     job = BootJob(job.commands, job.binaries, timeout=job.timeout, clock="instructions")
-    backend = QemuBackend("x86_64", runner_state, accel="tcg")
+    # The first at the default priority for the instruction clock (nice 10,
+    # below the service on a shared host), the second at the agent's own:
+    # the priority changes how soon, not what, the guest counts.
+    backends = [QemuBackend("x86_64", runner_state, accel="tcg", instructions_nice=10), QemuBackend(
+        "x86_64", runner_state, accel="tcg", instructions_nice=0)]  # fmt: skip
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    seen: list[set[int]] = [set(), set()]
     busy = _busy_host()
     try:
-        boots = [backend.boot(job, kernel) for _ in range(2)]
+        boots = []
+        for n, backend in enumerate(backends):
+            boots.append(backend.boot(job, kernel, on_console=lambda _text, n=n: seen[n].update(_qemu_niceness())))
     finally:
         busy.kill()
         busy.wait()
+    assert seen == [{min(19, own + 10)}, {own}]
+    assert [b.details["nice"] for b in boots] == [10, 0]
     means: list[dict[str, float]] = []
     for result in boots:
         assert result.details["clock"] == "instructions" and result.details["icount"] == "shift=0,sleep=off"

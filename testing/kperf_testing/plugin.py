@@ -33,6 +33,12 @@ os.environ.setdefault("KPERF_SECRET_KEY", "kperf-tests-" + secrets.token_urlsafe
 # Many tests submit small local git trees; a shared service keeps these off,
 # and test_local_trees_are_refused_by_default checks that default.
 os.environ.setdefault("KPERF_ALLOW_LOCAL_TREES", "1")
+# A deployment builds and boots below the service's priority (docs/operations.md,
+# "CPU priority"). In a test run the kernel builds and boots are the critical
+# path, and with two lanes the other lane's tests would take the CPU from them,
+# so here they keep the tests' priority; the tests of the priority set it.
+os.environ.setdefault("KPERF_BUILD_NICE", "0")
+os.environ.setdefault("KPERF_RUNNER_NICE", "0")
 
 _embedded = None
 

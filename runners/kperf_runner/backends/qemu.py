@@ -175,6 +175,15 @@ def qemu_version(binary: str) -> tuple[str, tuple[int, int]]:
     return _versions[binary]
 
 
+def default_instructions_nice() -> int:
+    """KPERF_RUNNER_NICE, else 10: the nice value of instruction-clock boots."""
+    raw = os.environ.get("KPERF_RUNNER_NICE", "").strip()
+    try:
+        return int(raw) if raw else 10
+    except ValueError:
+        raise ValueError(f"KPERF_RUNNER_NICE={raw!r} is not a whole number: use 0 (no change) to 19") from None
+
+
 class QemuBackend(Backend):
     name = "qemu"
     bindir = GUEST_BINDIR
@@ -186,9 +195,19 @@ class QemuBackend(Backend):
         accel: str = "auto",
         memory_mb: int = 512,
         smp: int = 2,
+        instructions_nice: int | None = None,
     ) -> None:
         self.arch = normalize_arch(arch)
         self.state_dir = state_dir
+        if instructions_nice is None:
+            instructions_nice = default_instructions_nice()
+        if not 0 <= instructions_nice <= 19:
+            raise ValueError(f"the instruction clock's nice value is 0 to 19, not {instructions_nice}")
+        # An instruction-clock boot counts instructions, not seconds: it reads
+        # the same at any CPU priority, so it runs below the service's web
+        # server and analyses on a shared host (docs/operations.md, "CPU
+        # priority"). A wall-clock boot keeps the agent's priority.
+        self.instructions_nice = instructions_nice
         if accel not in ("auto", "kvm", "tcg"):
             raise ValueError(f"accel must be auto, kvm or tcg, not {accel!r}")
         if smp < 1:
@@ -357,7 +376,8 @@ class QemuBackend(Backend):
             argv = self.command_line(kernel, initrd, job.cmdline, job.clock, job.vcpus, job.numa_nodes)
             log.debug("starting %s", " ".join(argv))
             start = time.monotonic()
-            console, outcome = self._run(argv, job.timeout, on_console)
+            nice = self.instructions_nice if job.clock == "instructions" else 0
+            console, outcome = self._run(argv, job.timeout, on_console, nice)
             seconds = time.monotonic() - start
         accel = self.accel_for(job.clock)
         details: dict[str, Any] = {
@@ -366,6 +386,7 @@ class QemuBackend(Backend):
             "clock": job.clock,
             "vcpus": self.guest_cpus(job.clock, job.vcpus),
             "numa_nodes": job.numa_nodes,
+            "nice": nice,
             # Instruction counts move with QEMU's version: it belongs with the numbers.
             "qemu_version": qemu_version(argv[0])[0],
             **outcome,
@@ -394,11 +415,16 @@ class QemuBackend(Backend):
             return f"QEMU exited with status {status}{detail}: {message}"
         return message
 
-    def _run(self, argv: list[str], timeout: float, on_console: ConsoleCallback | None) -> tuple[str, dict[str, Any]]:
+    def _run(
+        self, argv: list[str], timeout: float, on_console: ConsoleCallback | None, nice: int = 0
+    ) -> tuple[str, dict[str, Any]]:
         """Run QEMU to its end or the deadline; the console text and how it ended."""
+        # `nice` in front rather than setpriority() after the start: QEMU's
+        # vCPU threads, made at once, would keep the old priority.
+        prefix = [shutil.which("nice") or "/usr/bin/nice", "-n", str(nice), "--"] if nice > 0 else []
         try:
             proc = subprocess.Popen(
-                argv,
+                [*prefix, *argv],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
