@@ -209,7 +209,11 @@ def test_two_boots_under_the_instruction_clock_agree_while_the_host_is_busy(runn
     try:
         boots = []
         for n, backend in enumerate(backends):
-            boots.append(backend.boot(job, kernel, on_console=lambda _text, n=n: seen[n].update(_qemu_niceness())))
+
+            def note(_text: str, n: int = n) -> None:
+                seen[n].update(_qemu_niceness())
+
+            boots.append(backend.boot(job, kernel, on_console=note))
     finally:
         busy.kill()
         busy.wait()
