@@ -82,6 +82,10 @@ def _agent(
 ) -> Agent:
     state.mkdir(exist_ok=True)
     if not (state / "bin").exists():
+        # The shared binaries' directory may not exist yet: in an xdist worker
+        # this can be the first test to compile anything (a dangling link
+        # would fail the agent's mkdir).
+        (runner_state / "bin").mkdir(parents=True, exist_ok=True)
         (state / "bin").symlink_to(runner_state / "bin", target_is_directory=True)
     config = RunnerConfig("runner-1", "x86_64", "lab-x86_64", state, poll=0.05, once=once)
     return Agent(config, client or Client(url, token, backoff=0.05, retries=2), backend, stop)
