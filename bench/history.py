@@ -58,6 +58,7 @@ from kperf.core.submissions import analysis  # noqa: E402
 from kperf.core.tracking import branches  # noqa: E402
 from kperf.core.web.api import history as history_api  # noqa: E402
 from kperf.stats.noise import RunStats  # noqa: E402
+from kperf_kbuild.sandbox import lower_autogroup  # noqa: E402
 
 # Benchmarks and how many metrics each prints (pagealloc's micro has 105).
 BENCHES = {"pagealloc": 105, "pft": 12, "spawn": 8}
@@ -153,10 +154,18 @@ RESULTS: dict[str, dict[str, float]] = {}
 
 
 def busy(n: int, nice: int) -> list[subprocess.Popen[bytes]]:
-    """N processes that keep a core busy each at the given nice value: the
-    CPU the service competes with (a compiler or QEMU uses a core the same way)."""
+    """N processes that keep a core busy each: the CPU the service competes
+    with (a compiler or QEMU uses a core the same way). Each in a session of
+    its own at the given nice value, process and scheduler autogroup, as kperf
+    starts a build or an instruction-clock boot (docs/operations.md, "CPU priority")."""
     loop = "while True: pass"
-    return [subprocess.Popen(["nice", "-n", str(nice), sys.executable, "-c", loop]) for _ in range(n)]
+    hogs = []
+    for _ in range(n):
+        hog = subprocess.Popen(["nice", "-n", str(nice), sys.executable, "-c", loop], start_new_session=True)
+        if not lower_autogroup(hog.pid, nice):
+            print("(no scheduler autogroups here: the process nice value alone)", flush=True)
+        hogs.append(hog)
+    return hogs
 
 
 def _load() -> float:

@@ -287,10 +287,19 @@ def test_a_build_runs_below_the_service_s_cpu_priority(
     else:
         monkeypatch.setenv("KPERF_BUILD_NICE", setting)
     own = os.getpriority(os.PRIO_PROCESS, 0)
-    result = build(tmp_path, 'echo "NICENESS: $$(nice)"; exit 1')
+    result = build(tmp_path, 'echo "NICENESS: $$(nice)"; echo "AUTOGROUP: $$(cat /proc/self/autogroup)"; exit 1')
     log = full_log(result, tmp_path)
     assert "NICENESS:" in log, log
     assert int(log.split("NICENESS:")[1].split()[0]) == min(19, own + expected)
+    if _autogroups():
+        # Its session's scheduler group, which is what competes with the
+        # service's processes (each in a session of its own) for the CPU.
+        assert f"nice {expected}" in log.split("AUTOGROUP:")[1].splitlines()[0], log
+
+
+def _autogroups() -> bool:
+    flag = Path("/proc/sys/kernel/sched_autogroup_enabled")
+    return flag.exists() and flag.read_text().strip() == "1"
 
 
 def test_a_build_priority_out_of_range_is_refused_with_what_to_use() -> None:
