@@ -101,6 +101,9 @@ def test_a_build_machine_with_only_its_token_builds_into_the_object_store_and_a_
     work = kperf_cache / "remote-builder"  # its own disk, kept between runs like its ccache
     # What a build machine's environment holds: the token, and nothing of the service's.
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "LANG": "C.UTF-8", "KPERF_BUILDER_TOKEN": token}
+    # The test run's own priority for its builds (kperf_testing.plugin): this
+    # one is on the kernel tests' critical path.
+    env["KPERF_BUILD_NICE"] = os.environ.get("KPERF_BUILD_NICE", "0")
     argv = [
         str(Path(sys.executable).parent / "kperf-builder"), "run", "--server", f"http://{namespace.host_ip}:{web.port}",
         "--work-dir", str(work), "--ccache-dir", str(kperf_cache / "ccache"), "--arch", "x86_64",
