@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,21 +48,71 @@ def x86_64_kernel(kernel_tree: Path, kperf_cache: Path):  # type: ignore[no-unty
     return build_fixture_kernel(kernel_tree, "base", "x86_64", kperf_cache)
 
 
-# Fixtures that build, boot or share the kernel cache. Under pytest-xdist's
-# `--dist loadgroup` (`make test`) every test that uses one is sent to one
-# worker as one unit, in collection order: the fixture kernels are session
-# fixtures, built once by the process that holds them, and the builds and
-# boots measure nothing if two of them race for the same two cores. The other
-# worker runs the service tests beside them.
+# Fixtures that build, boot or share the kernel cache. Under pytest-xdist
+# (`make test TEST_WORKERS=2`) every test that uses one, or is marked
+# `kernel`, is sent to one worker as one unit, first and in collection order:
+# the fixture kernels are session fixtures, built once by the process that
+# holds them, and the builds and boots measure nothing if two of them race for
+# the same two cores. The other worker runs the service tests beside them.
+#
+# pytest-xdist's own `--dist loadgroup` cannot do this with pytest 9.2: it
+# marks a group by appending "@name" to `item._nodeid`, while pytest 9.2 keeps
+# a node's id in `item._id`, so it groups nothing. So each worker writes the
+# ids of the kernel tests it collected to a file the controller names, and
+# the controller's scheduler (below) reads them.
 KERNEL_FIXTURES = frozenset({"kernel_tree", "x86_64_kernel", "kperf_cache", "kernel"})
 KERNEL_GROUP = "kernels"
+_KERNEL_TESTS_ENV = "KPERF_XDIST_KERNEL_TESTS"
+
+
+def _is_kernel_test(item: pytest.Item) -> bool:
+    return bool(item.get_closest_marker("kernel") or KERNEL_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The controller of an xdist run, before it starts its workers (they inherit the variable).
+    if getattr(config.option, "dist", "no") != "no" and not os.environ.get("PYTEST_XDIST_WORKER"):
+        fd, path = tempfile.mkstemp(prefix="kperf-kernel-tests-")
+        os.close(fd)
+        os.environ[_KERNEL_TESTS_ENV] = path
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    path = os.environ.get(_KERNEL_TESTS_ENV)
+    if path and not os.environ.get("PYTEST_XDIST_WORKER"):
+        for leftover in Path(path).parent.glob(f"{Path(path).name}*"):
+            leftover.unlink(missing_ok=True)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.get_closest_marker("kernel") or KERNEL_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.xdist_group(KERNEL_GROUP))
+    path, worker = os.environ.get(_KERNEL_TESTS_ENV), os.environ.get("PYTEST_XDIST_WORKER")
+    if path and worker:
+        ids = "".join(f"{item.nodeid}\n" for item in items if _is_kernel_test(item))
+        Path(f"{path}.{worker}.tmp").write_text(ids)
+        os.replace(f"{path}.{worker}.tmp", f"{path}.{worker}")
+
+
+# Optional: the default `make test` runs with -p no:xdist, where the hook is unknown.
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist's scope scheduler with one scope for every kernel test and
+    one per test otherwise; scopes go out largest first, so the kernels' first."""
+    path = os.environ.get(_KERNEL_TESTS_ENV)
+    if not path:
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class KernelLane(LoadScopeScheduling):  # type: ignore[misc]
+        kernel_tests: frozenset[str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.kernel_tests is None:
+                # Every worker collected the same tests (xdist checks): gw0's list is everyone's.
+                self.kernel_tests = frozenset(Path(f"{path}.gw0").read_text().splitlines())
+            return KERNEL_GROUP if nodeid in self.kernel_tests else nodeid
+
+    return KernelLane(config, log)
 
 
 # The Debian image the kexec test boots (kperf_testing.baremetal) is mostly

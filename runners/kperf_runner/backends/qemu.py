@@ -435,23 +435,7 @@ class QemuBackend(Backend):
         self, argv: list[str], timeout: float, on_console: ConsoleCallback | None, nice: int = 0
     ) -> tuple[str, dict[str, Any]]:
         """Run QEMU to its end or the deadline; the console text and how it ended."""
-        # `nice` in front rather than setpriority() after the start: QEMU's
-        # vCPU threads, made at once, would keep the old priority.
-        prefix = [shutil.which("nice") or "/usr/bin/nice", "-n", str(nice), "--"] if nice > 0 else []
-        try:
-            proc = subprocess.Popen(
-                [*prefix, *argv],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                # Its own session: a Ctrl-C meant for the agent reaches QEMU
-                # only through us, and killing it touches nothing else.
-                start_new_session=True,
-            )
-        except OSError as error:
-            raise RuntimeError(f"cannot start {argv[0]}: {error}") from error
-        if nice > 0:
-            _lower_autogroup(proc.pid, nice)
+        proc = _start(argv, nice)
         assert proc.stdout is not None and proc.stderr is not None
         chunks: queue.Queue[bytes | None] = queue.Queue()
         stderr_chunks: list[bytes | None] = []
@@ -515,6 +499,28 @@ class QemuBackend(Backend):
             "stderr": b"".join(c for c in stderr_chunks if c).decode("utf-8", "replace"),
         }
         return "".join(console), outcome
+
+
+def _start(argv: list[str], nice: int) -> subprocess.Popen[bytes]:
+    """QEMU started at ``nice`` (process and autogroup) in a session of its own."""
+    # `nice` in front rather than setpriority() after the start: QEMU's
+    # vCPU threads, made at once, would keep the old priority.
+    prefix = [shutil.which("nice") or "/usr/bin/nice", "-n", str(nice), "--"] if nice > 0 else []
+    try:
+        proc = subprocess.Popen(
+            [*prefix, *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            # Its own session: a Ctrl-C meant for the agent reaches QEMU
+            # only through us, and killing it touches nothing else.
+            start_new_session=True,
+        )
+    except OSError as error:
+        raise RuntimeError(f"cannot start {argv[0]}: {error}") from error
+    if nice > 0:
+        _lower_autogroup(proc.pid, nice)
+    return proc
 
 
 def _pump(stream: IO[bytes], put: Callable[[bytes | None], None]) -> None:
