@@ -20,9 +20,10 @@ up: venv
 	$(VENV)/bin/kperf-up
 
 # TEST_WORKERS=2: two pytest-xdist workers, one running every test that builds
-# or boots a kernel, in order, the other the rest beside it (conftest.py,
-# docs/development.md). Not the default yet: its first whole run here had two
-# failures still to be read. 0 runs everything in one process.
+# or boots a kernel, first and in order, the other the rest beside it
+# (conftest.py, docs/development.md). Not the default: the kernel tests are one
+# lane whichever way, and on two cores the other lane only fills what they
+# leave idle (docs/quickstart.md, "Tests"). 0 runs everything in one process.
 TEST_WORKERS ?= 0
 PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS))
 
