@@ -159,7 +159,7 @@ class Sandbox:
         )
         uid = int(number("KPERF_BUILD_UID", DEFAULT_BUILD_UID))
         gid = int(number("KPERF_BUILD_GID", uid))
-        return cls(mode=mode, uid=uid, gid=gid, limits=limits, nice=niceness(env, "KPERF_BUILD_NICE"))
+        return cls(mode=mode, uid=uid, gid=gid, limits=limits, nice=_build_nice(env))
 
     def with_limits(self, **changes: Any) -> Sandbox:
         return replace(self, limits=replace(self.limits, **changes))
@@ -411,8 +411,9 @@ def lower_autogroup(pid: int, nice: int) -> bool:
     return False
 
 
-def niceness(env: Mapping[str, str], name: str) -> int:
-    """A nice value from ``env[name]``: an integer 0 (the worker's own priority) to 19 (the lowest)."""
+def _build_nice(env: Mapping[str, str]) -> int:
+    """KPERF_BUILD_NICE: an integer 0 (the worker's own priority) to 19 (the lowest)."""
+    name = "KPERF_BUILD_NICE"
     raw = env.get(name, "").strip()
     if not raw:
         return DEFAULT_BUILD_NICE
