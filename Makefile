@@ -19,12 +19,11 @@ venv: $(STAMP)
 up: venv
 	$(VENV)/bin/kperf-up
 
-# TEST_WORKERS=2: two pytest-xdist workers, one running every test that builds
-# or boots a kernel, first and in order, the other the rest beside it
-# (conftest.py, docs/development.md). Not the default: the kernel tests are one
-# lane whichever way, and on two cores the other lane only fills what they
-# leave idle (docs/quickstart.md, "Tests"). 0 runs everything in one process.
-TEST_WORKERS ?= 0
+# Two pytest-xdist workers by default, each running whole test modules, the
+# longest first (conftest.py): the kernel tests keep both cores busy where one
+# process left one idle during every emulated boot. TEST_WORKERS=0 runs
+# everything in one process (docs/development.md, "Two workers").
+TEST_WORKERS ?= 2
 PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS))
 
 # Everything: unit, service, runner, kernel build, QEMU boot and end-to-end tests.

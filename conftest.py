@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -48,104 +47,134 @@ def x86_64_kernel(kernel_tree: Path, kperf_cache: Path):  # type: ignore[no-unty
     return build_fixture_kernel(kernel_tree, "base", "x86_64", kperf_cache)
 
 
-# Fixtures that build, boot or share the kernel cache. Under pytest-xdist
-# (`make test TEST_WORKERS=2`) every test that uses one, or is marked
-# `kernel`, is sent to one worker as one unit, first and in collection order:
-# the fixture kernels are session fixtures, built once by the process that
-# holds them, and the builds and boots measure nothing if two of them race for
-# the same two cores. The other worker runs the service tests beside them.
+# `make test` runs in two pytest-xdist workers (TEST_WORKERS, Makefile). A
+# module is one unit of work, run whole by one worker: module fixtures (the
+# end-to-end stack, a browser, a live server) are made once, and a module's
+# tests keep their order. Units go out longest first, so the two workers end
+# together (longest-processing-time-first scheduling): the long units are the
+# kernel tests', whose seconds on a 2-core VM are below; any other module
+# counts a second a test. Kernel tests may run beside one another: the
+# fixture kernels, the test tree and the Debian image are made under file
+# locks and found made by whoever comes second, and what the tests measure
+# either runs on the instruction clock, which is the same under any load, or
+# asserts nothing a busy host could move (docs/development.md, "Two workers").
 #
-# pytest-xdist's own `--dist loadgroup` cannot do this with pytest 9.2: it
-# marks a group by appending "@name" to `item._nodeid`, while pytest 9.2 keeps
-# a node's id in `item._id`, so it groups nothing. So each worker writes the
-# ids of the kernel tests it collected to a file the controller names, and
-# the controller's scheduler (below) reads them.
-KERNEL_FIXTURES = frozenset({"kernel_tree", "x86_64_kernel", "kperf_cache", "kernel"})
-KERNEL_GROUP = "kernels"
-_KERNEL_TESTS_ENV = "KPERF_XDIST_KERNEL_TESTS"
+# Measured on 2026-11-29, a clean clone through `.ci/run`, empty cache, one
+# process, on a VM slower than the one docs/quickstart.md measured before.
+UNIT_SECONDS = {
+    "tests/test_kexec_runner.py": 720,
+    "service/tests/test_remote_build_worker.py": 650,
+    "tests/test_e2e.py": 1500,
+    "tests/test_e2e_arm64.py": 300,
+    "tests/test_e2e_smp.py": 300,
+    "tests/test_make_up.py": 120,
+    "kernel-builds/tests/test_kbuild_kernel.py": 700,
+    "kernel-builds/tests/test_profile_kernels.py": 500,
+    "kernel-builds/tests/test_smp_kernels.py": 200,
+    "runners/tests/test_qemu_smp.py": 300,
+    "runners/tests/test_qemu_backend.py": 120,
+    "runners/tests/test_mm_benchmarks_qemu.py": 60,
+    "runners/tests/test_pagealloc_benchmark.py": 60,
+    "service/tests/test_learned_drift.py": 90,
+    "service/tests/test_api_schema.py": 80,
+    "service/tests/test_recovery.py": 60,
+}
 
 
-def _is_kernel_test(item: pytest.Item) -> bool:
-    return bool(item.get_closest_marker("kernel") or KERNEL_FIXTURES & set(getattr(item, "fixturenames", ())))
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    # The controller of an xdist run, before it starts its workers (they inherit the variable).
-    if getattr(config.option, "dist", "no") != "no" and not os.environ.get("PYTEST_XDIST_WORKER"):
-        fd, path = tempfile.mkstemp(prefix="kperf-kernel-tests-")
-        os.close(fd)
-        os.environ[_KERNEL_TESTS_ENV] = path
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    path = os.environ.get(_KERNEL_TESTS_ENV)
-    if path and not os.environ.get("PYTEST_XDIST_WORKER"):
-        for leftover in Path(path).parent.glob(f"{Path(path).name}*"):
-            leftover.unlink(missing_ok=True)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    path, worker = os.environ.get(_KERNEL_TESTS_ENV), os.environ.get("PYTEST_XDIST_WORKER")
-    if path and worker:
-        ids = "".join(f"{item.nodeid}\n" for item in items if _is_kernel_test(item))
-        Path(f"{path}.{worker}.tmp").write_text(ids)
-        os.replace(f"{path}.{worker}.tmp", f"{path}.{worker}")
-
-
-# Optional: the default `make test` runs with -p no:xdist, where the hook is unknown.
+# Optional: `make test TEST_WORKERS=0` runs with -p no:xdist, where the hook is unknown.
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """pytest-xdist's scope scheduler with one scope for every kernel test and
-    one per test otherwise; scopes go out largest first, so the kernels' first."""
-    path = os.environ.get(_KERNEL_TESTS_ENV)
-    if not path:
-        return None
+    """pytest-xdist's scope scheduler with a module a unit, longest first."""
     from xdist.scheduler import LoadScopeScheduling
 
-    class KernelLane(LoadScopeScheduling):  # type: ignore[misc]
-        kernel_tests: frozenset[str] | None = None
+    class LongestFirst(LoadScopeScheduling):  # type: ignore[misc]
+        collection: list[str] | None
+        workqueue: dict[str, dict[str, bool]]
 
         def _split_scope(self, nodeid: str) -> str:
-            if self.kernel_tests is None:
-                # Every worker collected the same tests (xdist checks): gw0's list is everyone's.
-                self.kernel_tests = frozenset(Path(f"{path}.gw0").read_text().splitlines())
-            return KERNEL_GROUP if nodeid in self.kernel_tests else nodeid
+            return _module(nodeid)
 
-    return KernelLane(config, log)
+        def schedule(self) -> None:
+            if self.collection is not None or not self._check_nodes_have_same_collection():
+                super().schedule()  # later calls, or xdist's own abort on differing collections
+                return
+            # The first call: xdist's own orders the units by their number
+            # of tests; these go by their expected seconds instead.
+            collection = list(next(iter(self.registered_collections.values())))
+            self.collection = collection
+            units: dict[str, dict[str, bool]] = {}
+            for nodeid in collection:
+                units.setdefault(_module(nodeid), {})[nodeid] = False
+            for scope, unit in sorted(units.items(), key=lambda item: -_seconds(item[0], len(item[1]))):
+                self.workqueue[scope] = unit
+            for node in self.nodes:
+                if self.workqueue:
+                    self._assign_work_unit(node)
+            for node in self.nodes:
+                self._reschedule(node)
+
+    return LongestFirst(config, log)
 
 
-# The Debian image the kexec test boots (kperf_testing.baremetal) is mostly
-# downloading and unpacking packages: made in a process of its own from the
-# start of the run, it overlaps the kernel builds instead of adding its
-# minutes at the end. The test takes the same lock and finds it done (or
-# waits for it); a failed build here only means the test builds it itself.
-_image_builder: subprocess.Popen[bytes] | None = None
+def _seconds(module: str, tests: int) -> float:
+    return UNIT_SECONDS.get(module, float(tests))
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    global _image_builder
-    wanted = any(item.nodeid.startswith("tests/test_kexec_runner.py") for item in session.items)
-    # One xdist worker starts it (the test waits on its lock wherever it runs).
-    first_process = os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0"
-    if not wanted or not first_process or os.geteuid() != 0 or _image_builder is not None:
-        return
-    cache = cache_dir()
-    log = (cache / "baremetal-prepare.log").open("wb")
-    _image_builder = subprocess.Popen(
-        [sys.executable, "-m", "kperf_testing.baremetal", "prepare", str(cache)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
+# Work a test run can do before the tests that need it, each in a process of
+# its own from the start of the run, at a lower priority: the service tests
+# come first (pytest-django orders them so) and keep one core busy at most,
+# so the kernels and the Debian image are made in the idle time instead of
+# adding their minutes later. The tests take the same locks and find the work
+# done (or wait for it); a failure here only means a test does it itself.
+#
+# - The Debian image the kexec test boots (kperf_testing.baremetal): mostly
+#   downloading and unpacking packages.
+# - The fixture kernels (kperf_testing.prebuild): the test tree, then the
+#   x86_64, arm64 and mm kernels and the fixture branches the tests boot.
+_helpers: list[subprocess.Popen[bytes]] = []
+
+
+def _start_helper(cache: Path, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+    log = (cache / f"{name}.log").open("wb")
+    _helpers.append(
+        subprocess.Popen(
+            [sys.executable, "-m", *argv, str(cache)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+        )
     )
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # One process starts them: the only one, or xdist's first worker.
+    first_process = os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0"
+    if not first_process or _helpers or session.config.option.collectonly:
+        return
+    cache = cache_dir()
+    if any(item.get_closest_marker("kernel") for item in session.items):
+        # In one process the kernel tests come last and the builds take the
+        # idle core below the service tests; in two workers tests wait for them.
+        nice = "0" if os.environ.get("PYTEST_XDIST_WORKER") else "10"
+        _start_helper(cache, "kernels-prepare", ["kperf_testing.prebuild"], {"KPERF_BUILD_NICE": nice})
+    wanted = any(item.nodeid.startswith("tests/test_kexec_runner.py") for item in session.items)
+    if wanted and os.geteuid() == 0:
+        _start_helper(cache, "baremetal-prepare", ["kperf_testing.baremetal", "prepare"])
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    if _image_builder is not None and _image_builder.poll() is None:
-        # Interrupted runs leave no half image: the builder removes its
-        # scratch directory when terminated.
-        _image_builder.terminate()
+    # Interrupted runs leave no half image or kernel: each helper removes its
+    # scratch work when terminated.
+    for helper in _helpers:
+        if helper.poll() is None:
+            helper.terminate()
+    for helper in _helpers:
         try:
-            _image_builder.wait(timeout=60)
+            helper.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            _image_builder.kill()
+            helper.kill()

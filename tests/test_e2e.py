@@ -30,7 +30,7 @@ import psycopg
 import pytest
 import requests
 
-from kperf_testing.kbuild import FIXTURES_DIR, read_fixture
+from kperf_testing.kbuild import FIXTURES_DIR, build_fixture_kernel, read_fixture
 from kperf_testing.mbox import b4_mbox, message_id
 from kperf_testing.plugin import redis_stack_db
 from kperf_testing.stack import RunningStack, running_stack
@@ -137,8 +137,11 @@ def own_stack(
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, kperf_cache: Path) -> Iterator[RunningStack]:
-    """One stack for every end-to-end test, so the base kernel is built once."""
+def stack(tmp_path_factory: pytest.TempPathFactory, kperf_cache: Path, x86_64_kernel: Any) -> Iterator[RunningStack]:
+    """One stack for every end-to-end test, so the base kernel is built once.
+    The test cache's build of it comes first: the stack's own build then
+    finds every object in the shared ccache instead of compiling it beside
+    another build of the same files."""
     with own_stack(tmp_path_factory, kperf_cache, "e2e") as running:
         yield running
 
@@ -371,12 +374,14 @@ def test_the_instruction_clock_finds_one_to_three_percent_and_flags_no_unrelated
 
 
 def test_the_mm_profile_finds_a_memcg_regression_the_tiny_profile_cannot_build(
-    stack: RunningStack, kernel_tree: Path
+    stack: RunningStack, kernel_tree: Path, kperf_cache: Path
 ) -> None:
     """kernel-builds/fixtures/memcg-charge-slower.patch, submitted with the mm profile:
     a few dozen instructions more per memcg charge are a pft regression. The
     tiny profile does not build mm/memcontrol.c at all (its image is the same
     bytes with the fixture: kernel-builds/tests/test_profile_kernels.py)."""
+    # The mm base in the test cache first, for the ccache (see `stack`).
+    assert build_fixture_kernel(kernel_tree, "base", "x86_64", kperf_cache, profile="mm").ok
     d = submit(stack, kernel_tree, "memcg-charge-slower", ["pft"], profile="mm")
     metrics = judge_fixture(d, "memcg-charge-slower")
     assert metrics["faults/sec-threads-1"]["verdict"] == "regression"

@@ -19,13 +19,19 @@ from pathlib import Path
 import pytest
 from test_e2e import own_stack, verdicts, wait_final, web_page
 
+from kperf_testing.kbuild import build_fixture_kernel
 from kperf_testing.stack import RunningStack
 
 pytestmark = [pytest.mark.kernel, pytest.mark.e2e]
 
 
 @pytest.fixture(scope="module")
-def arm64_stack(tmp_path_factory: pytest.TempPathFactory, kperf_cache: Path) -> Iterator[RunningStack]:
+def arm64_stack(
+    tmp_path_factory: pytest.TempPathFactory, kperf_cache: Path, kernel_tree: Path
+) -> Iterator[RunningStack]:
+    # The arm64 base in the test cache first: the stack's build of it then
+    # hits the shared ccache (tests/test_e2e.py, `stack`).
+    assert build_fixture_kernel(kernel_tree, "base", "arm64", kperf_cache).ok
     with own_stack(tmp_path_factory, kperf_cache, "e2e-arm64", ["--arch", "arm64"]) as running:
         yield running
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_e2e import own_stack, verdicts, wait_final
@@ -26,7 +27,10 @@ pytestmark = [pytest.mark.kernel, pytest.mark.e2e]
 
 
 @pytest.fixture(scope="module")
-def smp_stack(tmp_path_factory: pytest.TempPathFactory, kperf_cache: Path) -> Iterator[RunningStack]:
+def smp_stack(
+    tmp_path_factory: pytest.TempPathFactory, kperf_cache: Path, x86_64_kernel: Any
+) -> Iterator[RunningStack]:
+    # x86_64_kernel: the base in the test cache first, for the ccache (tests/test_e2e.py, `stack`).
     with own_stack(tmp_path_factory, kperf_cache, "e2e-smp", ["--vcpus", "2"]) as running:
         yield running
 

@@ -75,6 +75,7 @@ def test_a_build_machine_with_only_its_token_builds_into_the_object_store_and_a_
     s3: ObjectStore,
     kernel_tree: Path,
     kperf_cache: Path,
+    x86_64_kernel: Any,  # in the test cache first: this build hits its ccache (conftest.py: made first)
     qemu_class: Any,
     runner_api: Any,
     live_server: Any,
