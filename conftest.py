@@ -9,12 +9,16 @@ runs reuse them.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from kperf_testing import xdist_schedule
 
 REPO_ROOT = Path(__file__).resolve().parent
 
@@ -47,81 +51,33 @@ def x86_64_kernel(kernel_tree: Path, kperf_cache: Path):  # type: ignore[no-unty
     return build_fixture_kernel(kernel_tree, "base", "x86_64", kperf_cache)
 
 
-# `make test` runs in two pytest-xdist workers (TEST_WORKERS, Makefile). A
-# module is one unit of work, run whole by one worker: module fixtures (the
-# end-to-end stack, a browser, a live server) are made once, and a module's
-# tests keep their order. Units go out longest first, so the two workers end
-# together (longest-processing-time-first scheduling): the long units are the
-# kernel tests', whose seconds on a 2-core VM are below; any other module
-# counts a second a test. Kernel tests may run beside one another: the
-# fixture kernels, the test tree and the Debian image are made under file
-# locks and found made by whoever comes second, and what the tests measure
-# either runs on the instruction clock, which is the same under any load, or
-# asserts nothing a busy host could move (docs/development.md, "Two workers").
-#
-# Measured on 2026-11-29, a clean clone through `.ci/run`, empty cache, one
-# process, on a VM slower than the one docs/quickstart.md measured before.
-UNIT_SECONDS = {
-    "tests/test_kexec_runner.py": 720,
-    "service/tests/test_remote_build_worker.py": 650,
-    "tests/test_e2e.py": 1500,
-    "tests/test_e2e_arm64.py": 300,
-    "tests/test_e2e_smp.py": 300,
-    "tests/test_make_up.py": 120,
-    "kernel-builds/tests/test_kbuild_kernel.py": 700,
-    "kernel-builds/tests/test_profile_kernels.py": 500,
-    "kernel-builds/tests/test_smp_kernels.py": 200,
-    "runners/tests/test_qemu_smp.py": 300,
-    "runners/tests/test_qemu_backend.py": 120,
-    "runners/tests/test_mm_benchmarks_qemu.py": 60,
-    "runners/tests/test_pagealloc_benchmark.py": 60,
-    "service/tests/test_learned_drift.py": 90,
-    "service/tests/test_api_schema.py": 80,
-    "service/tests/test_recovery.py": 60,
-}
+# `make test` runs in two pytest-xdist workers; kperf_testing.xdist_schedule
+# says how it shares the tests between them (docs/development.md, "Two workers").
 
 
-def _module(nodeid: str) -> str:
-    return nodeid.split("::", 1)[0]
+def pytest_configure(config: pytest.Config) -> None:
+    # The controller of an xdist run, before it starts its workers (they inherit the variable).
+    if getattr(config.option, "dist", "no") != "no" and not os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ[xdist_schedule.STATE_ENV] = tempfile.mkdtemp(prefix="kperf-xdist-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    state = os.environ.get(xdist_schedule.STATE_ENV)
+    if state and not os.environ.get("PYTEST_XDIST_WORKER"):
+        shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    state, worker = os.environ.get(xdist_schedule.STATE_ENV), os.environ.get("PYTEST_XDIST_WORKER")
+    if state and worker:
+        xdist_schedule.write_kernel_tests(Path(state), worker, items)
 
 
 # Optional: `make test TEST_WORKERS=0` runs with -p no:xdist, where the hook is unknown.
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """pytest-xdist's scope scheduler with a module a unit, longest first."""
-    from xdist.scheduler import LoadScopeScheduling
-
-    class LongestFirst(LoadScopeScheduling):  # type: ignore[misc]
-        collection: list[str] | None
-        workqueue: dict[str, dict[str, bool]]
-
-        def _split_scope(self, nodeid: str) -> str:
-            return _module(nodeid)
-
-        def schedule(self) -> None:
-            if self.collection is not None or not self._check_nodes_have_same_collection():
-                super().schedule()  # later calls, or xdist's own abort on differing collections
-                return
-            # The first call: xdist's own orders the units by their number
-            # of tests; these go by their expected seconds instead.
-            collection = list(next(iter(self.registered_collections.values())))
-            self.collection = collection
-            units: dict[str, dict[str, bool]] = {}
-            for nodeid in collection:
-                units.setdefault(_module(nodeid), {})[nodeid] = False
-            for scope, unit in sorted(units.items(), key=lambda item: -_seconds(item[0], len(item[1]))):
-                self.workqueue[scope] = unit
-            for node in self.nodes:
-                if self.workqueue:
-                    self._assign_work_unit(node)
-            for node in self.nodes:
-                self._reschedule(node)
-
-    return LongestFirst(config, log)
-
-
-def _seconds(module: str, tests: int) -> float:
-    return UNIT_SECONDS.get(module, float(tests))
+    return xdist_schedule.make_scheduler(config, log)
 
 
 # Work a test run can do before the tests that need it, each in a process of
@@ -162,6 +118,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         # idle core below the service tests; in two workers tests wait for them.
         nice = "0" if os.environ.get("PYTEST_XDIST_WORKER") else "10"
         _start_helper(cache, "kernels-prepare", ["kperf_testing.prebuild"], {"KPERF_BUILD_NICE": nice})
+    elif state := os.environ.get(xdist_schedule.STATE_ENV):
+        (Path(state) / xdist_schedule.BASE_READY).touch()  # nothing to wait for
     wanted = any(item.nodeid.startswith("tests/test_kexec_runner.py") for item in session.items)
     if wanted and os.geteuid() == 0:
         _start_helper(cache, "baremetal-prepare", ["kperf_testing.baremetal", "prepare"])

@@ -20,6 +20,7 @@ they build at the tests' own priority.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import time
@@ -27,6 +28,7 @@ from pathlib import Path
 
 from kperf_kbuild.driver import BuildInfraError
 from kperf_testing.kbuild import build_fixture_kernel, ensure_test_tree
+from kperf_testing.xdist_schedule import BASE_READY, STATE_ENV
 
 # (branch, arch, profile), in the order the tests need them: the x86_64 base
 # first (nearly every kernel test boots it, and the others build
@@ -45,22 +47,34 @@ KERNELS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def prebuild(cache: Path) -> int:
-    """Build every kernel of KERNELS not yet in the cache; 1 if any failed (the tests say why)."""
-    tree = ensure_test_tree(cache)
+def prebuild(cache: Path, ready: Path | None = None) -> int:
+    """Build every kernel of KERNELS not yet in the cache; 1 if any failed
+    (the tests say why). Touch `ready` once the first is done or given up:
+    a two-worker run holds its kernel tests back until then
+    (kperf_testing.xdist_schedule)."""
     failed = 0
-    for branch, arch, profile in KERNELS:
-        t0 = time.monotonic()
-        try:
-            result = build_fixture_kernel(tree, branch, arch, cache, profile=profile)
-        except (BuildInfraError, ValueError, OSError) as error:
-            print(f"{branch} {arch} {profile}: not built ({error})", flush=True)
-            failed += 1
-            continue
-        state = "ready" if result.ok else f"failed: {result.error[:200]}"
-        print(f"{branch} {arch} {profile}: {state} after {time.monotonic() - t0:.0f} s", flush=True)
-        failed += 0 if result.ok else 1
+    try:
+        tree = ensure_test_tree(cache)
+        for branch, arch, profile in KERNELS:
+            failed += _build(tree, cache, branch, arch, profile)
+            if ready is not None:
+                ready.touch()
+    finally:
+        if ready is not None:
+            ready.touch()
     return 1 if failed else 0
+
+
+def _build(tree: Path, cache: Path, branch: str, arch: str, profile: str) -> int:
+    t0 = time.monotonic()
+    try:
+        result = build_fixture_kernel(tree, branch, arch, cache, profile=profile)
+    except (BuildInfraError, ValueError, OSError) as error:
+        print(f"{branch} {arch} {profile}: not built ({error})", flush=True)
+        return 1
+    state = "ready" if result.ok else f"failed: {result.error[:200]}"
+    print(f"{branch} {arch} {profile}: {state} after {time.monotonic() - t0:.0f} s", flush=True)
+    return 0 if result.ok else 1
 
 
 def main(argv: list[str]) -> int:
@@ -75,7 +89,8 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stdout)
-    return prebuild(Path(argv[0]))
+    state = os.environ.get(STATE_ENV)
+    return prebuild(Path(argv[0]), Path(state) / BASE_READY if state else None)
 
 
 if __name__ == "__main__":
