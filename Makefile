@@ -19,11 +19,12 @@ venv: $(STAMP)
 up: venv
 	$(VENV)/bin/kperf-up
 
-# Two pytest-xdist workers by default, each running whole test modules, the
-# longest first (conftest.py): the kernel tests keep both cores busy where one
-# process left one idle during every emulated boot. TEST_WORKERS=0 runs
-# everything in one process (docs/development.md, "Two workers").
-TEST_WORKERS ?= 2
+# One process by default: the fixture kernels are built beside the service
+# tests from the start of the run (conftest.py, kperf_testing.prebuild).
+# TEST_WORKERS=2 runs two pytest-xdist workers, each taking whole modules,
+# longest first (kperf_testing.xdist_schedule); on two cores the kernel tests
+# then slow each other as much as they gain (docs/quickstart.md, "Tests").
+TEST_WORKERS ?= 0
 PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS))
 
 # Everything: unit, service, runner, kernel build, QEMU boot and end-to-end tests.
