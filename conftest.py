@@ -81,11 +81,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 # Work a test run can do before the tests that need it, each in a process of
-# its own from the start of the run, at a lower priority: the service tests
-# come first (pytest-django orders them so) and keep one core busy at most,
-# so the kernels and the Debian image are made in the idle time instead of
-# adding their minutes later. The tests take the same locks and find the work
-# done (or wait for it); a failure here only means a test does it itself.
+# its own from the start of the run: the service tests come first
+# (pytest-django orders them so) and keep one core busy at most, so the
+# kernels and the Debian image are made beside them instead of adding their
+# minutes later. (On a VM a busy second core also slows the first: measured,
+# this wins less than the idle time suggests; docs/quickstart.md, "Tests".)
+# The tests take the same locks and find the work done (or wait for it); a
+# failure here only means a test does it itself.
 #
 # - The Debian image the kexec test boots (kperf_testing.baremetal): mostly
 #   downloading and unpacking packages.

@@ -32,8 +32,10 @@ STATE_ENV = "KPERF_XDIST_STATE"
 BASE_READY = "base-ready"
 KERNEL_FIXTURES = frozenset({"kernel_tree", "x86_64_kernel", "kperf_cache", "kernel"})
 
-# Seconds of each long module, measured on 2026-11-29 on a 2-core VM (a clean
-# clone through `.ci/run`, empty cache, one process). Only their order matters.
+# Seconds of each long module on a 2-core VM with an empty cache, one
+# process: the kexec VM and the remote build worker measured on 2026-11-29,
+# the others estimated from the longest tests of earlier runs
+# (docs/quickstart.md, "Tests"). Only their order matters.
 UNIT_SECONDS = {
     "tests/test_e2e.py": 1500,
     "tests/test_kexec_runner.py": 720,
