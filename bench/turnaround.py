@@ -21,7 +21,10 @@ own and the base boots it shared) that ran after it was submitted; their
 ratio (goal for `alone`: <= 1.3); the span of its boots (the time at least
 one of them ran: the runners measure side by side) and the ratio of its wall
 time to its builds plus that span (goal on a measured base: <= 1.1, and
-under 10 minutes); base boots measured for it and shared with it. For the
+under 10 minutes); base boots measured for it and shared with it; and how right the ETA
+the API showed at each poll was (`eta shown`: the error relative to the
+time really left, and the share of polls whose [low, high] held the real
+finish, from each submission's first estimate on). For the
 batch, every boot measured, so that N submissions on one base can be seen
 to cost one base measurement. Results with the machine and date go in
 docs/performance.md, "Lab speed and submit to verdict".
@@ -33,6 +36,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -88,6 +92,9 @@ class Watch:
         self.stack = stack
         self.built_for: dict[int, set[int]] = {}
         self.final: dict[int, dict[str, Any]] = {}
+        # What the API said about the verdict's time at each poll: (epoch
+        # seconds, `eta` or None) per submission, to hold against when it came.
+        self.shown: dict[int, list[tuple[float, dict[str, Any] | None]]] = {}
 
     def submit(self, tree: Path, branch: str, benchmarks: list[str]) -> int:
         resp = self.stack.api(
@@ -104,7 +111,10 @@ class Watch:
             for sub_id in ids:
                 if sub_id in self.final:
                     continue
+                asked = time.time()
                 d: dict[str, Any] = self.stack.api("GET", f"/submissions/{sub_id}").json()
+                if d["status"] not in ("done", "failed"):
+                    self.shown.setdefault(sub_id, []).append((asked, d.get("eta")))
                 for b in d["builds"]:
                     # A build seen unfinished after the submission arrived ran for it.
                     if b["status"] in ("queued", "building"):
@@ -153,6 +163,45 @@ class Watch:
         }
 
 
+def eta_accuracy(watch: Watch, ids: list[int]) -> dict[str, Any]:
+    """How right the ETA the API showed was, poll by poll (every 2 s, so each
+    moment of a submission's life counts alike), from its first estimate
+    until the verdict: the error relative to the time that was really left,
+    and whether the real finish was inside the [low, high] it showed."""
+    rel: list[float] = []
+    inside: list[bool] = []
+    first: dict[str, Any] = {}
+    missing = 0
+    for sub_id in ids:
+        finished = _t(watch.final[sub_id]["finished"])
+        shown = [(t, e) for t, e in watch.shown.get(sub_id, []) if finished - t > 0]
+        missing += sum(1 for _, e in shown if e is None)
+        estimates = [(t, e) for t, e in shown if e is not None]
+        for i, (t, e) in enumerate(estimates):
+            left = finished - t
+            error = abs(float(e["seconds"]) - left) / left
+            rel.append(error)
+            inside.append(float(e["low"]) - 1 <= left <= float(e["high"]) + 1)
+            if i == 0:
+                first[str(sub_id)] = {
+                    "shown s": e["seconds"],
+                    "range s": [e["low"], e["high"]],
+                    "real s": round(left, 1),
+                    "relative error": round(error, 3),
+                }
+    if not rel:
+        return {"polls": 0}
+    ordered = sorted(rel)
+    return {
+        "polls with an estimate": len(rel),
+        "polls without one": missing,
+        "relative error median": round(statistics.median(rel), 3),
+        "relative error p90": round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 3),
+        "inside [low, high]": round(sum(inside) / len(inside), 3),
+        "first estimates": first,
+    }
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--benchmark", default="spawn", help="one or more, comma-separated")
@@ -194,6 +243,8 @@ def main() -> int:
         out["batch ratio"] = round(out["batch wall s"] / work, 3) if work else None
         for r in out["batch"]:
             print("batch", json.dumps(r), flush=True)
+        out["eta shown"] = {"alone": eta_accuracy(watch, [first]), "batch": eta_accuracy(watch, batch)}
+        print("eta shown", json.dumps(out["eta shown"]), flush=True)
         if args.database_url:
             for sub_id in [first, *batch]:
                 out.setdefault("timelines", {})[str(sub_id)] = lines = timeline(args.database_url, sub_id)
