@@ -4,7 +4,14 @@
     .venv/bin/python bench/eta.py                                  # synthetic lab, recorded and replayed
     .venv/bin/python bench/eta.py --record history.json            # keep the synthetic record
     .venv/bin/python bench/eta.py --database-url postgres://... --record history.json   # a real kperf's
-    .venv/bin/python bench/eta.py --replay history.json
+    .venv/bin/python bench/eta.py --replay history.json [--step 2]
+    .venv/bin/python bench/eta.py --shown turnaround.json --warmup 1   # what a real run's API showed
+
+`--shown` reads no model: bench/turnaround.py --json records the ETA the
+service's API showed at every poll of a real run (every 2 s) and when each
+verdict came; the table holds those against each other. Everything else
+below is the replay, which rebuilds what the service knew from a record's
+rows and asks kperf's estimator again.
 
 A record holds every finished submission, build and job of a lab with
 their times (created, started, finished), the runners per machine class
@@ -236,9 +243,20 @@ def from_database(url: str) -> dict[str, Any]:
             "WHERE r.health = 'good' GROUP BY c.name"
         )
         runners: dict[str, int] = dict(cur.fetchall())
+        # When a row last started to run and when it was done, from its status
+        # history where it has one: what kperf.core.lab.eta reads (a job holds
+        # its runner from the lease, before the boot starts: kernel download,
+        # QEMU's start), not the row's own started/finished.
+        ran = (
+            "COALESCE((SELECT max(s.at) FROM core_statuschange s WHERE s.kind = '{kind}' "
+            "AND s.object_id = {row}.id AND s.target = '{running}'), {row}.started), "
+            "COALESCE((SELECT max(s.at) FROM core_statuschange s WHERE s.kind = '{kind}' "
+            "AND s.object_id = {row}.id AND s.target = 'done'), {row}.finished)"
+        )
         cur.execute(
-            "SELECT j.id, j.submission_id, c.name, j.benchmark, j.grid, j.seq, j.created, j.started, j.finished "
-            "FROM core_job j JOIN core_machineclass c ON c.id = j.machine_class_id "
+            "SELECT j.id, j.submission_id, c.name, j.benchmark, j.grid, j.seq, j.created, "
+            + ran.format(kind="Job", row="j", running="leased")
+            + " FROM core_job j JOIN core_machineclass c ON c.id = j.machine_class_id "
             "WHERE j.status = 'done' AND j.pinned_runner_id IS NULL "
             "AND j.started IS NOT NULL AND j.finished IS NOT NULL"
         )
@@ -248,7 +266,9 @@ def from_database(url: str) -> dict[str, Any]:
             for row in cur.fetchall()
         ]
         cur.execute(
-            "SELECT b.id, b.created, b.started, b.finished, array_remove(array_agg(sb.submission_id), NULL), "
+            "SELECT b.id, b.created, "
+            + ran.format(kind="KernelBuild", row="b", running="building")
+            + ", array_remove(array_agg(sb.submission_id), NULL), "
             "CASE WHEN b.reused_sha <> '' THEN 'incremental' ELSE 'clean' END, "
             # kperf.core.lab.eta._kind's guess when the build was queued: the lab had built the tree for the arch.
             "CASE WHEN EXISTS (SELECT 1 FROM core_kernelbuild o WHERE o.tree_id = b.tree_id AND o.arch = b.arch "
@@ -407,18 +427,35 @@ class Sample:
     inside: bool
 
 
-def replay(rec: dict[str, Any], warmup: int) -> list[Sample]:
-    """The ETA's error at every event of every finished submission after the first `warmup`."""
+def moments(rec: dict[str, Any], sub: dict[str, Any], step: float) -> list[float]:
+    """When the replay asks for the ETA: every `step` seconds from the
+    submission's creation to its verdict, as a person reloading the page
+    would see it, so each moment of its life counts alike; with step 0, at
+    its creation and at each start and end of its own builds and jobs.
+
+    At an event's own instant the record holds the state between two rows
+    (a build just done, the jobs it leads to not yet queued), which lasts a
+    fraction of a second in the service: sampled only there, a real lab's
+    replay counted those moments as often as all the others."""
+    if step > 0:
+        n = int((sub["finished"] - sub["created"]) // step) + 1
+        return [sub["created"] + i * step for i in range(n)]
+    times = {sub["created"]}
+    for x in [*rec["jobs"], *rec["builds"]]:
+        if x.get("submission") == sub["id"] or sub["id"] in x.get("submissions", ()):
+            times.update(v for v in (x["started"], x["finished"]) if v is not None)
+    # A shared base build or boot can predate the submission: nobody asked then.
+    return sorted(t for t in times if t >= sub["created"])
+
+
+def replay(rec: dict[str, Any], warmup: int, step: float = 0.0) -> list[Sample]:
+    """The ETA's error at the `moments` of every finished submission after the first `warmup`."""
     out: list[Sample] = []
     subs = sorted((s for s in rec["submissions"] if s["finished"] is not None), key=lambda s: s["created"])
     for sub in subs[warmup:]:
         first_look = sum(p["jobs"] for p in sub["planned"])
         more_added = sum(1 for j in rec["jobs"] if j["submission"] == sub["id"]) > first_look
-        times = {sub["created"]}
-        for x in [*rec["jobs"], *rec["builds"]]:
-            if x.get("submission") == sub["id"] or sub["id"] in x.get("submissions", ()):
-                times.update(v for v in (x["started"], x["finished"]) if v is not None)
-        for t in sorted(times):
+        for t in moments(rec, sub, step):
             if t >= sub["finished"]:
                 continue
             s, hist, phase = situation_at(rec, sub, t)
@@ -428,6 +465,28 @@ def replay(rec: dict[str, Any], warmup: int) -> list[Sample]:
             left = sub["finished"] - t
             inside = est.low - 1e-6 <= left <= est.high + 1e-6
             out.append(Sample(phase, more_added, left, est.seconds - left, inside))
+    return out
+
+
+# A submission's statuses before its jobs are queued (kperf.core.models.Submission.Status).
+_BEFORE_JOBS = {"queued", "building"}
+
+
+def shown(rec: dict[str, Any], warmup: int) -> list[Sample]:
+    """What the service itself showed, poll by poll, in a real run recorded by
+    bench/turnaround.py (its `polls`), held against when each verdict came:
+    no reconstruction, every poll from the submission's first on."""
+    out: list[Sample] = []
+    subs = sorted(rec["polls"].values(), key=lambda s: s["created"])
+    for sub in subs[warmup:]:
+        for t, status, seconds, low, high in sub["polls"]:
+            left = sub["finished"] - t
+            if left <= 0 or seconds is None:
+                continue
+            phase = "building" if status in _BEFORE_JOBS else "testing"
+            # The API rounds to whole seconds.
+            inside = low - 1 <= left <= high + 1
+            out.append(Sample(phase, sub["more_added"], left, seconds - left, inside))
     return out
 
 
@@ -465,13 +524,24 @@ def report(samples: list[Sample]) -> list[str]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--replay", type=Path, help="a record written by --record")
+    p.add_argument("--shown", type=Path, help="bench/turnaround.py's --json: the ETAs the service showed in a real run")
     p.add_argument("--database-url", help="record a kperf database's finished submissions instead")
     p.add_argument("--record", type=Path, help="write the record (synthetic or from the database) here")
     p.add_argument("--submissions", type=int, default=80, help="synthetic: how many")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--gap", type=float, default=150.0, help="synthetic: mean seconds between submissions")
     p.add_argument("--warmup", type=int, default=5, help="submissions left out while the history fills")
+    p.add_argument(
+        "--step", type=float, default=0.0, help="ask every STEP seconds of a submission's life (0: at its events)"
+    )
     args = p.parse_args()
+    if args.shown:
+        polled = json.loads(args.shown.read_text())
+        samples = shown(polled, args.warmup)
+        print(f"{len(samples)} polls of {len(polled['polls']) - args.warmup} submissions, {args.shown.name}")
+        print(f"recorded: {polled.get('date', '?')}, {polled.get('machine', '?')}")
+        print("\n".join(report(samples)))
+        return 0
     if args.replay:
         rec = json.loads(args.replay.read_text())
     elif args.database_url:
@@ -480,7 +550,7 @@ def main() -> int:
         rec = synthetic(args.submissions, args.seed, args.gap)
     if args.record:
         args.record.write_text(json.dumps(rec))
-    samples = replay(rec, args.warmup)
+    samples = replay(rec, args.warmup, args.step)
     if not samples:
         print(f"{rec['source']}: nothing to replay (no finished submission after the warm-up)")
         return 1

@@ -95,6 +95,7 @@ class Watch:
         # What the API said about the verdict's time at each poll: (epoch
         # seconds, `eta` or None) per submission, to hold against when it came.
         self.shown: dict[int, list[tuple[float, dict[str, Any] | None]]] = {}
+        self.status: dict[int, list[str]] = {}
 
     def submit(self, tree: Path, branch: str, benchmarks: list[str]) -> int:
         resp = self.stack.api(
@@ -115,6 +116,7 @@ class Watch:
                 d: dict[str, Any] = self.stack.api("GET", f"/submissions/{sub_id}").json()
                 if d["status"] not in ("done", "failed"):
                     self.shown.setdefault(sub_id, []).append((asked, d.get("eta")))
+                    self.status.setdefault(sub_id, []).append(d["status"])
                 for b in d["builds"]:
                     # A build seen unfinished after the submission arrived ran for it.
                     if b["status"] in ("queued", "building"):
@@ -161,6 +163,28 @@ class Watch:
             "head boots": sum(j["boots"] for j in d["jobs"] if j["side"] == "head"),
             "verdicts": sorted({m["verdict"] for c in d["comparisons"] for m in c["metrics"]}),
         }
+
+
+def polls(watch: Watch, ids: list[int]) -> dict[str, Any]:
+    """Each submission's polls as `bench/eta.py --shown` reads them: [epoch
+    seconds, status, eta seconds, low, high] (None where it showed none),
+    when it was made and done, and whether a look added boots."""
+    out: dict[str, Any] = {}
+    for sub_id in ids:
+        d = watch.final[sub_id]
+        own = [_t(j["queued"]) for j in d["jobs"] if not j.get("shared") and j["queued"]]
+        rows = []
+        for (t, e), status in zip(watch.shown.get(sub_id, []), watch.status.get(sub_id, []), strict=True):
+            seconds, low, high = (e["seconds"], e["low"], e["high"]) if e else (None, None, None)
+            rows.append([round(t, 3), status, seconds, low, high])
+        out[str(sub_id)] = {
+            "created": _t(d["created"]),
+            "finished": _t(d["finished"]),
+            # Jobs queued after the first look's (within a second of the first) came from a later look.
+            "more_added": bool(own) and any(q - min(own) > 1.0 for q in own),
+            "polls": rows,
+        }
+    return out
 
 
 def eta_accuracy(watch: Watch, ids: list[int]) -> dict[str, Any]:
@@ -244,6 +268,7 @@ def main() -> int:
         for r in out["batch"]:
             print("batch", json.dumps(r), flush=True)
         out["eta shown"] = {"alone": eta_accuracy(watch, [first]), "batch": eta_accuracy(watch, batch)}
+        out["polls"] = polls(watch, [first, *batch])
         print("eta shown", json.dumps(out["eta shown"]), flush=True)
         if args.database_url:
             for sub_id in [first, *batch]:

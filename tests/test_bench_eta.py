@@ -1,0 +1,67 @@
+"""bench/eta.py's two ways to judge the ETA: the ETAs a real run's API showed
+(`--shown`, recorded by bench/turnaround.py) and the replay's moments."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "eta.py"
+
+
+def load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("eta_bench", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["eta_bench"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_shown_etas_are_held_against_when_each_verdict_came() -> None:
+    bench = load()
+    polled: dict[str, Any] = {
+        "polls": {
+            # The warm-up submission: left out.
+            "1": {"created": 0.0, "finished": 50.0, "more_added": False, "polls": [[1.0, "building", 900, 900, 1200]]},
+            "2": {
+                "created": 100.0,
+                "finished": 200.0,
+                "more_added": True,
+                "polls": [
+                    [100.0, "queued", None, None, None],  # no estimate yet: not a sample
+                    [110.0, "building", 80, 70, 95],  # 90 s left: 11% early, inside
+                    [150.0, "testing", 50, 40, 49],  # 50 s left: exact, but the range ends at 49 (+1 s rounding)
+                    [160.0, "testing", 20, 10, 30],  # 40 s left: half of it, outside
+                    [200.0, "analysing", 0, 0, 0],  # the verdict's own instant: nothing left to judge
+                ],
+            },
+        }
+    }
+    samples = bench.shown(polled, warmup=1)
+    assert [(s.phase, s.left_s, s.error_s, s.inside) for s in samples] == [
+        ("building", 90.0, -10.0, True),
+        ("testing", 50.0, 0.0, True),
+        ("testing", 40.0, -20.0, False),
+    ]
+    assert all(s.more_added for s in samples)
+    table = "\n".join(bench.report(samples))
+    assert "| all | 3 | 10 / 20 | 11% / 50% | -10 | 67% |" in table, table
+
+
+def test_the_replay_asks_at_even_steps_or_at_the_submissions_own_events_never_before_it_was_made() -> None:
+    bench = load()
+    sub = {"id": 7, "created": 100.0, "finished": 107.0}
+    rec: dict[str, Any] = {
+        "builds": [
+            # The base, built before the submission came and shared with it.
+            {"id": 1, "submissions": [6, 7], "created": 10.0, "started": 20.0, "finished": 90.0},
+            {"id": 2, "submissions": [7], "created": 100.0, "started": 101.0, "finished": 103.0},
+        ],
+        "jobs": [{"id": 5, "submission": 7, "created": 103.0, "started": 104.0, "finished": 106.0}],
+    }
+    assert bench.moments(rec, sub, 0.0) == [100.0, 101.0, 103.0, 104.0, 106.0]
+    assert bench.moments(rec, sub, 2.0) == [100.0, 102.0, 104.0, 106.0]
