@@ -291,6 +291,15 @@ def from_database(url: str) -> dict[str, Any]:
         ]
         cur.execute("SELECT id, created, finished FROM core_submission WHERE status = 'done'")
         rows = cur.fetchall()
+        # Base boots a submission used from another's first look: its plan
+        # counted them while it was building, as kperf.core.lab.eta._planned
+        # counts both sides of every benchmark.
+        cur.execute(
+            "SELECT s.submission_id, c.name, j.benchmark, j.grid, count(*) FROM core_sharedjob s "
+            "JOIN core_job j ON j.id = s.job_id JOIN core_machineclass c ON c.id = j.machine_class_id "
+            "WHERE j.pinned_runner_id IS NULL GROUP BY 1, 2, 3, 4"
+        )
+        shared = cur.fetchall()
     first_look: dict[int, dict[tuple[str, str, str], int]] = defaultdict(lambda: defaultdict(int))
     by_sub: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for j in jobs:
@@ -302,6 +311,9 @@ def from_database(url: str) -> dict[str, Any]:
         for j in own:
             if j["created"] - start < 1.0:
                 first_look[sid][(j["machine_class"], j["benchmark"], j["grid"])] += 1
+    for sid, mclass, bench, grid, n in shared:
+        if sid in by_sub:
+            first_look[sid][(mclass, bench, grid)] += n
     return {
         "source": f"kperf database, {len(rows)} finished submissions",
         "runners": runners,
