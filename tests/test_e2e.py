@@ -9,8 +9,7 @@ and leave the page allocator alone; `pagealloc-slow` must be a pagealloc and
 aim9 page_test regression; `fork-slow` and `neutral` as a patch series
 shaped as `b4 am` writes it must be a spawn regression too, and a series
 that does not apply must fail naming its patch. One stack serves them all,
-so the base kernel is built once, and most of the submissions are sent
-together when it is up (`sent`), so builds and boots overlap as in a lab.
+so the base kernel is built once.
 """
 
 from __future__ import annotations
@@ -149,74 +148,27 @@ def stack(tmp_path_factory: pytest.TempPathFactory, kperf_cache: Path, x86_64_ke
         yield running
 
 
-def send(stack: RunningStack, tree: Path, branch: str, benchmarks: list[str] | None, **extra: Any) -> int:
-    body: dict[str, Any] = {"tree": str(tree), "branch": branch, "base": "base", **extra}
-    if benchmarks is not None:
-        body["benchmarks"] = benchmarks
-    resp = stack.api("POST", "/submissions", body)
+def submit(stack: RunningStack, tree: Path, branch: str, benchmarks: list[str], **extra: Any) -> dict[str, Any]:
+    resp = stack.api(
+        "POST", "/submissions", {"tree": str(tree), "branch": branch, "base": "base", "benchmarks": benchmarks, **extra}
+    )
     assert resp.status_code == 201, resp.text
-    return int(resp.json()["id"])
-
-
-# The submissions the tests below judge, sent together as soon as the stack
-# is up, as a lab receives them: the build worker builds one head while the
-# runners measure another's boots (the instruction clock's counts do not
-# move with the load), instead of the two waiting on each other one test at
-# a time. Each test then waits for its own. Keyed by a name of the test's
-# choosing: (branch, benchmarks or None for the default, extra fields).
-SENT_TOGETHER: dict[str, tuple[str, list[str] | None, dict[str, Any]]] = {
-    "fork-slow": ("fork-slow", ["spawn"], {}),
-    "broken-build": ("broken-build", None, {}),
-    "pagefault-slow": ("pagefault-slow", ["pft", "pagealloc"], {}),
-    "pagealloc-slow": ("pagealloc-slow", ["pagealloc", "aim9"], {}),
-    "brk-slower": ("brk-slower", ["aim9"], {}),
-    "fork-vma-slower": ("fork-vma-slower", ["spawn"], {}),
-    "fork-vma-slower again": ("fork-vma-slower", ["spawn"], {}),
-    "unrelated-mincore": ("unrelated-mincore", ["spawn", "aim9"], {}),
-    "memcg-charge-slower mm": ("memcg-charge-slower", ["pft"], {"profile": "mm"}),
-}
-
-
-# Which of them each test judges: a run of some of the tests sends only theirs.
-JUDGED_BY = {
-    "test_fork_slowdown_is_a_spawn_regression_and_a_comment_is_not": ["fork-slow", "broken-build"],
-    "test_a_slower_anonymous_fault_is_a_pft_regression_and_leaves_the_allocator_alone": ["pagefault-slow"],
-    "test_a_slower_allocator_fast_path_is_a_pagealloc_and_page_test_regression": ["pagealloc-slow"],
-    "test_the_instruction_clock_finds_one_to_three_percent_and_flags_no_unrelated_change": [
-        "brk-slower",
-        "fork-vma-slower",
-        "fork-vma-slower again",
-        "unrelated-mincore",
-    ],
-    "test_the_mm_profile_finds_a_memcg_regression_the_tiny_profile_cannot_build": ["memcg-charge-slower mm"],
-}
-
-
-@pytest.fixture(scope="module")
-def sent(request: pytest.FixtureRequest, stack: RunningStack, kernel_tree: Path, kperf_cache: Path) -> dict[str, int]:
-    """The submissions of SENT_TOGETHER that this run's tests judge, sent at once: their ids by name."""
-    wanted = {
-        name
-        for item in request.session.items
-        if getattr(item, "module", None) is request.module
-        for name in JUDGED_BY.get(getattr(item, "originalname", item.name), [])
-    }
-    ids: dict[str, int] = {}
-    for mm in (False, True):
-        if mm and "memcg-charge-slower mm" in wanted:
-            # The mm base in the test cache before the mm submission, for the
-            # ccache (see `stack`); the prebuild has usually built it by now.
-            assert build_fixture_kernel(kernel_tree, "base", "x86_64", kperf_cache, profile="mm").ok
-        for name, (branch, benchmarks, extra) in SENT_TOGETHER.items():
-            if name in wanted and (extra.get("profile") == "mm") == mm:
-                ids[name] = send(stack, kernel_tree, branch, benchmarks, **extra)
-    return ids
+    return wait_final(stack, resp.json()["id"])
 
 
 def test_fork_slowdown_is_a_spawn_regression_and_a_comment_is_not(
-    stack: RunningStack, sent: dict[str, int], tmp_path: Path, kernel_tree: Path
+    stack: RunningStack, tmp_path: Path, kernel_tree: Path
 ) -> None:
-    slow = wait_final(stack, sent["fork-slow"])
+    # The local runner shares this machine's two cores with the builds worker,
+    # so submissions go one after another: a kernel build next to a QEMU boot
+    # would measure the build, not the kernel (docs/runners.md).
+    resp = stack.api(
+        "POST",
+        "/submissions",
+        {"tree": str(kernel_tree), "branch": "fork-slow", "base": "base", "benchmarks": ["spawn"]},
+    )
+    assert resp.status_code == 201, resp.text
+    slow = wait_final(stack, resp.json()["id"])
     assert slow["status"] == "done", slow["error"]
     v = verdicts(slow)
     assert v, "no metrics compared"
@@ -251,7 +203,8 @@ def test_fork_slowdown_is_a_spawn_regression_and_a_comment_is_not(
     assert next(b for b in neutral["builds"] if b["side"] == "base")["id"] == base_build["id"]
 
     # A branch that does not compile.
-    broken = wait_final(stack, sent["broken-build"])
+    resp = stack.api("POST", "/submissions", {"tree": str(kernel_tree), "branch": "broken-build", "base": "base"})
+    broken = wait_final(stack, resp.json()["id"])
     assert broken["status"] == "failed"
     assert "the head kernel" in broken["error"] and "failed to build" in broken["error"]
     head_build = next(b for b in broken["builds"] if b["side"] == "head")
@@ -322,10 +275,10 @@ def test_a_b4_patch_series_is_applied_built_and_measured_and_one_that_does_not_a
 
 
 def test_a_slower_anonymous_fault_is_a_pft_regression_and_leaves_the_allocator_alone(
-    stack: RunningStack, sent: dict[str, int]
+    stack: RunningStack, kernel_tree: Path
 ) -> None:
     """kernel-builds/fixtures/pagefault-slow.patch: udelay in do_anonymous_page."""
-    d = wait_final(stack, sent["pagefault-slow"])
+    d = submit(stack, kernel_tree, "pagefault-slow", ["pft", "pagealloc"])
     assert d["status"] == "done", d["error"]
     # Both kernels' real .config files were read and agree (same tree, same fragments).
     assert d["config_differences"] == {"x86_64": []}, d["config_differences"]
@@ -341,10 +294,10 @@ def test_a_slower_anonymous_fault_is_a_pft_regression_and_leaves_the_allocator_a
 
 
 def test_a_slower_allocator_fast_path_is_a_pagealloc_and_page_test_regression(
-    stack: RunningStack, sent: dict[str, int]
+    stack: RunningStack, kernel_tree: Path
 ) -> None:
     """kernel-builds/fixtures/pagealloc-slow.patch: udelay before the fast-path allocation."""
-    d = wait_final(stack, sent["pagealloc-slow"])
+    d = submit(stack, kernel_tree, "pagealloc-slow", ["pagealloc", "aim9"])
     assert d["status"] == "done", d["error"]
     metrics = {m["metric"]: m for c in d["comparisons"] for m in c["metrics"]}
     for name in ("alloc-odr0-1", "total-odr0-1", "alloc-odr0-16", "page_test"):
@@ -381,14 +334,14 @@ def judge_fixture(d: dict[str, Any], fixture: str) -> dict[str, dict[str, Any]]:
 
 
 def test_the_instruction_clock_finds_one_to_three_percent_and_flags_no_unrelated_change(
-    stack: RunningStack, sent: dict[str, int], x86_64_kernel: Any
+    stack: RunningStack, kernel_tree: Path, x86_64_kernel: Any
 ) -> None:
     """kernel-builds/fixtures/{brk-slower,fork-vma-slower,unrelated-mincore}.patch:
     a few dozen instructions more per brk() call or per copied VMA are
     regressions of 1-2% on the metrics that run those paths; extra work in a
     system call no benchmark makes moves nothing; and the same submission
     made twice gets the same verdicts."""
-    brk_run = wait_final(stack, sent["brk-slower"])
+    brk_run = submit(stack, kernel_tree, "brk-slower", ["aim9"])
     brk = judge_fixture(brk_run, "brk-slower")
     # Builds are reproducible: the service's base image, built in its own
     # directory at its own time, is byte for byte the test cache's build of
@@ -397,16 +350,16 @@ def test_the_instruction_clock_finds_one_to_three_percent_and_flags_no_unrelated
     cached = hashlib.sha256(Path(x86_64_kernel.artifacts["kernel"]).read_bytes()).hexdigest()
     assert base["artifacts"]["kernel"]["sha256"] == cached
     assert {brk["brk_test"]["verdict"], brk["page_test"]["verdict"]} == {"regression"}
-    fork = wait_final(stack, sent["fork-vma-slower"])
+    fork = submit(stack, kernel_tree, "fork-vma-slower", ["spawn"])
     first = judge_fixture(fork, "fork-vma-slower")
-    again = judge_fixture(wait_final(stack, sent["fork-vma-slower again"]), "fork-vma-slower")
+    again = judge_fixture(submit(stack, kernel_tree, "fork-vma-slower", ["spawn"]), "fork-vma-slower")
     assert {n: m["verdict"] for n, m in again.items()} == {n: m["verdict"] for n, m in first.items()}
     # Repeatable: the second run's numbers are the first's up to the phase
     # each boot drew (spawn moves by at most a few hundredths of a percent
     # with the phase: docs/statistics.md, "A phase per boot, measured").
     for name, m in first.items():
         assert again[name]["change_pct"] == pytest.approx(m["change_pct"], abs=0.1), name
-    unrelated_run = wait_final(stack, sent["unrelated-mincore"])
+    unrelated_run = submit(stack, kernel_tree, "unrelated-mincore", ["spawn", "aim9"])
     unrelated = judge_fixture(unrelated_run, "unrelated-mincore")
     assert "regression" not in {m["verdict"] for m in unrelated.values()}, unrelated
     # This lab tracks no branch: every interval holds the boots at their
@@ -423,13 +376,15 @@ def test_the_instruction_clock_finds_one_to_three_percent_and_flags_no_unrelated
 
 
 def test_the_mm_profile_finds_a_memcg_regression_the_tiny_profile_cannot_build(
-    stack: RunningStack, sent: dict[str, int]
+    stack: RunningStack, kernel_tree: Path, kperf_cache: Path
 ) -> None:
     """kernel-builds/fixtures/memcg-charge-slower.patch, submitted with the mm profile:
     a few dozen instructions more per memcg charge are a pft regression. The
     tiny profile does not build mm/memcontrol.c at all (its image is the same
     bytes with the fixture: kernel-builds/tests/test_profile_kernels.py)."""
-    d = wait_final(stack, sent["memcg-charge-slower mm"])
+    # The mm base in the test cache first, for the ccache (see `stack`).
+    assert build_fixture_kernel(kernel_tree, "base", "x86_64", kperf_cache, profile="mm").ok
+    d = submit(stack, kernel_tree, "memcg-charge-slower", ["pft"], profile="mm")
     metrics = judge_fixture(d, "memcg-charge-slower")
     assert metrics["faults/sec-threads-1"]["verdict"] == "regression"
     assert d["profile"] == "mm" and {b["profile"] for b in d["builds"]} == {"mm"}
