@@ -159,9 +159,8 @@ def submit(stack: RunningStack, tree: Path, branch: str, benchmarks: list[str], 
 def test_fork_slowdown_is_a_spawn_regression_and_a_comment_is_not(
     stack: RunningStack, tmp_path: Path, kernel_tree: Path
 ) -> None:
-    # The local runner shares this machine's two cores with the builds worker,
-    # so submissions go one after another: a kernel build next to a QEMU boot
-    # would measure the build, not the kernel (docs/runners.md).
+    # One test's submissions at a time: sending them all at once wins little
+    # on two cores (docs/development.md, "Whole stack").
     resp = stack.api(
         "POST",
         "/submissions",
