@@ -338,6 +338,7 @@ def main() -> None:
         help="their nice value: 10 is what kperf gives its own builds and instruction-clock boots "
         "(KPERF_BUILD_NICE, KPERF_RUNNER_NICE); 0 is load kperf does not control",
     )
+    ap.add_argument("--settle", type=float, default=60.0, help="seconds the load runs before measuring")
     args = ap.parse_args()
     assert "history_bench" in connection.settings_dict["NAME"], "use a database of its own (kperf_history_bench)"
     if not args.reuse:
@@ -350,7 +351,9 @@ def main() -> None:
     hogs = busy(args.load, args.load_nice)
     try:
         if hogs:
-            time.sleep(60)  # let the 1-minute load average show them
+            # The 1-minute load average takes about three minutes to show them
+            # (an exponential average); the CPU is contended from the start.
+            time.sleep(args.settle)
         measure(args.runs)
     finally:
         for hog in hogs:
