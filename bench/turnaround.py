@@ -44,6 +44,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import eta  # bench/eta.py, beside this script: it judges the ETAs recorded here
+
 from kperf_testing.kbuild import ensure_test_tree
 from kperf_testing.stack import RunningStack, running_stack
 
@@ -92,10 +94,9 @@ class Watch:
         self.stack = stack
         self.built_for: dict[int, set[int]] = {}
         self.final: dict[int, dict[str, Any]] = {}
-        # What the API said about the verdict's time at each poll: (epoch
-        # seconds, `eta` or None) per submission, to hold against when it came.
-        self.shown: dict[int, list[tuple[float, dict[str, Any] | None]]] = {}
-        self.status: dict[int, list[str]] = {}
+        # What the API said at each poll: (epoch seconds, status, `eta` or
+        # None) per submission, to hold against when the verdict came.
+        self.shown: dict[int, list[tuple[float, str, dict[str, Any] | None]]] = {}
 
     def submit(self, tree: Path, branch: str, benchmarks: list[str]) -> int:
         resp = self.stack.api(
@@ -115,8 +116,7 @@ class Watch:
                 asked = time.time()
                 d: dict[str, Any] = self.stack.api("GET", f"/submissions/{sub_id}").json()
                 if d["status"] not in ("done", "failed"):
-                    self.shown.setdefault(sub_id, []).append((asked, d.get("eta")))
-                    self.status.setdefault(sub_id, []).append(d["status"])
+                    self.shown.setdefault(sub_id, []).append((asked, d["status"], d.get("eta")))
                 for b in d["builds"]:
                     # A build seen unfinished after the submission arrived ran for it.
                     if b["status"] in ("queued", "building"):
@@ -173,10 +173,10 @@ def polls(watch: Watch, ids: list[int]) -> dict[str, Any]:
     for sub_id in ids:
         d = watch.final[sub_id]
         own = [_t(j["queued"]) for j in d["jobs"] if not j.get("shared") and j["queued"]]
-        rows = []
-        for (t, e), status in zip(watch.shown.get(sub_id, []), watch.status.get(sub_id, []), strict=True):
-            seconds, low, high = (e["seconds"], e["low"], e["high"]) if e else (None, None, None)
-            rows.append([round(t, 3), status, seconds, low, high])
+        rows = [
+            [round(t, 3), status, *((e["seconds"], e["low"], e["high"]) if e else (None, None, None))]
+            for t, status, e in watch.shown.get(sub_id, [])
+        ]
         out[str(sub_id)] = {
             "created": _t(d["created"]),
             "finished": _t(d["finished"]),
@@ -187,41 +187,31 @@ def polls(watch: Watch, ids: list[int]) -> dict[str, Any]:
     return out
 
 
-def eta_accuracy(watch: Watch, ids: list[int]) -> dict[str, Any]:
-    """How right the ETA the API showed was, poll by poll (every 2 s, so each
-    moment of a submission's life counts alike), from its first estimate
-    until the verdict: the error relative to the time that was really left,
-    and whether the real finish was inside the [low, high] it showed."""
-    rel: list[float] = []
-    inside: list[bool] = []
-    first: dict[str, Any] = {}
-    missing = 0
-    for sub_id in ids:
-        finished = _t(watch.final[sub_id]["finished"])
-        shown = [(t, e) for t, e in watch.shown.get(sub_id, []) if finished - t > 0]
-        missing += sum(1 for _, e in shown if e is None)
-        estimates = [(t, e) for t, e in shown if e is not None]
-        for i, (t, e) in enumerate(estimates):
-            left = finished - t
-            error = abs(float(e["seconds"]) - left) / left
-            rel.append(error)
-            inside.append(float(e["low"]) - 1 <= left <= float(e["high"]) + 1)
-            if i == 0:
-                first[str(sub_id)] = {
-                    "shown s": e["seconds"],
-                    "range s": [e["low"], e["high"]],
-                    "real s": round(left, 1),
-                    "relative error": round(error, 3),
-                }
-    if not rel:
+def eta_accuracy(polled: dict[str, Any]) -> dict[str, Any]:
+    """How right the ETA the API showed was, judged by bench/eta.py's `shown`
+    over every poll from each submission's first estimate to its verdict, and
+    each submission's first estimate against the time really left."""
+    samples = eta.shown({"polls": polled}, warmup=0)
+    if not samples:
         return {"polls": 0}
-    ordered = sorted(rel)
+    rel = sorted(abs(x.error_s) / x.left_s for x in samples)
+    first: dict[str, Any] = {}
+    for sub_id, sub in polled.items():
+        row = next((r for r in sub["polls"] if r[2] is not None and sub["finished"] > r[0]), None)
+        if row is not None:
+            left = sub["finished"] - row[0]
+            first[sub_id] = {
+                "shown s": row[2],
+                "range s": [row[3], row[4]],
+                "real s": round(left, 1),
+                "relative error": round(abs(row[2] - left) / left, 3),
+            }
     return {
-        "polls with an estimate": len(rel),
-        "polls without one": missing,
+        "polls with an estimate": len(samples),
+        "polls without one": sum(1 for sub in polled.values() for r in sub["polls"] if r[2] is None),
         "relative error median": round(statistics.median(rel), 3),
-        "relative error p90": round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 3),
-        "inside [low, high]": round(sum(inside) / len(inside), 3),
+        "relative error p90": round(rel[min(len(rel) - 1, int(0.9 * len(rel)))], 3),
+        "inside [low, high]": round(sum(x.inside for x in samples) / len(samples), 3),
         "first estimates": first,
     }
 
@@ -267,8 +257,11 @@ def main() -> int:
         out["batch ratio"] = round(out["batch wall s"] / work, 3) if work else None
         for r in out["batch"]:
             print("batch", json.dumps(r), flush=True)
-        out["eta shown"] = {"alone": eta_accuracy(watch, [first]), "batch": eta_accuracy(watch, batch)}
         out["polls"] = polls(watch, [first, *batch])
+        out["eta shown"] = {
+            "alone": eta_accuracy({str(first): out["polls"][str(first)]}),
+            "batch": eta_accuracy({str(i): out["polls"][str(i)] for i in batch}),
+        }
         print("eta shown", json.dumps(out["eta shown"]), flush=True)
         if args.database_url:
             for sub_id in [first, *batch]:
