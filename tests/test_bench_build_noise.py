@@ -3,28 +3,15 @@ reports is what kperf's A/B test does with and without the between-build part.""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "build_noise.py"
-
-
-def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("build_noise", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["build_noise"] = module
-    spec.loader.exec_module(module)
-    return module
+from kperf_testing.benches import BENCH_DIR, load_bench
 
 
 def test_builds_that_differ_by_layout_are_flagged_by_boots_alone_and_not_with_the_build_part() -> None:
-    bench = load()
+    bench = load_bench("build_noise")
     rng = np.random.default_rng(7)
     perturbed = [f"perturb-{n:02d}" for n in range(1, 16)]
     runs: dict[str, dict[str, list[list[float]]]] = {}
@@ -50,7 +37,7 @@ def test_builds_that_differ_by_layout_are_flagged_by_boots_alone_and_not_with_th
 
 
 def test_boots_at_seeded_phases_hold_the_phase_part_in_the_boots_alone() -> None:
-    bench = load()
+    bench = load_bench("build_noise")
     rng = np.random.default_rng(11)
     phased = [f"phase-{n:02d}" for n in range(1, 16)]
     runs: dict[str, dict[str, list[list[float]]]] = {}
@@ -80,7 +67,7 @@ def test_the_build_part_used_without_history_is_the_one_the_bench_recorded() -> 
     """kperf.stats.builds.MEASURED_BUILD_SD is the padding run's largest sd per benchmark, rounded up."""
     from kperf.stats import builds
 
-    record = json.loads((BENCH.parent / "records" / "build_noise-padding-2026-11-28.json").read_text())
+    record = json.loads((BENCH_DIR / "records" / "build_noise-padding-2026-11-28.json").read_text())
     for bench, result in record["results"].items():
         largest = max(row["between_build_pct"] for row in result["metrics"]) / 100.0
         # (The page allocator's 120 metrics: 0 up to rounding, 2e-15.)

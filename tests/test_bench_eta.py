@@ -3,26 +3,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "eta.py"
-
-
-def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("eta_bench", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["eta_bench"] = module
-    spec.loader.exec_module(module)
-    return module
+from kperf_testing.benches import load_bench
 
 
 def test_the_shown_etas_are_held_against_when_each_verdict_came() -> None:
-    bench = load()
+    bench = load_bench("eta")
     polled: dict[str, Any] = {
         "polls": {
             # The warm-up submission: left out.
@@ -53,7 +40,7 @@ def test_the_shown_etas_are_held_against_when_each_verdict_came() -> None:
 
 
 def test_the_replay_asks_at_even_steps_or_at_the_submissions_own_events_never_before_it_was_made() -> None:
-    bench = load()
+    bench = load_bench("eta")
     sub = {"id": 7, "created": 100.0, "finished": 107.0}
     rec: dict[str, Any] = {
         "builds": [
