@@ -549,6 +549,8 @@ def main() -> int:
     args = p.parse_args()
     if args.shown:
         polled = json.loads(args.shown.read_text())
+        if not isinstance(polled, dict) or "polls" not in polled:
+            p.error(f"{args.shown} holds no `polls`: write one with bench/turnaround.py --json (since 2026-11-29)")
         samples = shown(polled, args.warmup)
         print(f"{len(samples)} polls of {len(polled['polls']) - args.warmup} submissions, {args.shown.name}")
         print(f"recorded: {polled.get('date', '?')}, {polled.get('machine', '?')}")
