@@ -56,6 +56,7 @@ from typing import Any
 
 from kperf.stats.abtest import MetricInput, NoisePrior, Verdict, compare_metrics, min_effect_for_clock
 from kperf.stats.builds import between_build_noise, measured_build_prior
+from kperf_kbuild.profiles import DEFAULT_PROFILE, PROFILES
 from kperf_runner.backends import BootJob
 from kperf_runner.backends.qemu import QemuBackend
 from kperf_runner.benchmarks import get_benchmark, resolve_params
@@ -129,7 +130,7 @@ def boot_once(backend: QemuBackend, kernel: Path, bench: str, state: Path, cmdli
     b = get_benchmark(bench)
     params = resolve_params(bench, "quick")
     commands = b.command(params, backend.bindir)
-    binaries = compile_all(b.sources(), "x86_64", state)
+    binaries = compile_all(b.sources(), backend.arch, state)
     for name in b.artifacts():
         binaries[name] = kernel.parent / name
     timeout = backend.timeout(b.expected_seconds(params), len(commands), CLOCK)
@@ -325,6 +326,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--phase-span-us", type=int, default=0, help="with --seeded: kperf.phase_span_us (default: init's own)"
     )
+    parser.add_argument("--arch", choices=("x86_64", "arm64"), default="x86_64", help="guest architecture")
+    parser.add_argument(
+        "--profile", choices=PROFILES, default=DEFAULT_PROFILE, help="configuration profile (docs/kernels.md)"
+    )
     parser.add_argument("--reanalyse", type=Path, help="no boots: the figures again from this --json record's runs")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "kperf")
     parser.add_argument("--json", type=Path)
@@ -351,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     for name in branches:
         t0 = time.monotonic()
-        result = build_fixture_kernel(tree, name, "x86_64", args.cache)
+        result = build_fixture_kernel(tree, name, args.arch, args.cache, profile=args.profile)
         if not result.ok:
             print(f"{name} did not build: {result.error}", file=sys.stderr)
             return 1
@@ -368,9 +373,9 @@ def main(argv: list[str] | None = None) -> int:
         def one(task: tuple[str, int], bench: str = bench) -> tuple[str, dict[str, list[float]]]:
             kernel, i = task
             # One state directory per thread: compiled binaries and QEMU's files are not shared.
-            state = args.cache / "build-noise" / f"thread-{threading.get_ident()}"
+            state = args.cache / "build-noise" / f"{args.arch}-thread-{threading.get_ident()}"
             state.mkdir(parents=True, exist_ok=True)
-            backend = QemuBackend("x86_64", state, accel="tcg")
+            backend = QemuBackend(args.arch, state, accel="tcg")
             cmdline = cmdlines.get(kernel, "")
             if args.seeded:
                 cmdline = f"{cmdline} kperf.phase_seed={random.getrandbits(32)}".strip()
@@ -388,7 +393,8 @@ def main(argv: list[str] | None = None) -> int:
         out[bench] = figures(bench, runs, perturbed, claims, args.boots if args.seeded else 0)
     header = (
         f"Measured {date.today().isoformat()} on {cpu_model()} ({platform.machine()}, "
-        f"{len(os.sched_getaffinity(0))} cores), instruction clock, quick grids, "
+        f"{len(os.sched_getaffinity(0))} cores), {args.arch} guest, the {args.profile} profile, "
+        "instruction clock, quick grids, "
         + (
             f"the base at {args.phases} settle phases + base, "
             if args.phases
