@@ -13,7 +13,8 @@ a nearby commit recompiles only what the commits changed. Two guards keep an
 incremental build honest:
 
 - it makes the same image as a clean build of the commit: the build is
-  reproducible (fixed KBUILD_BUILD_* values, .config made afresh every time),
+  reproducible (fixed KBUILD_BUILD_* values, .config made afresh wherever
+  the commits differ in a file it is made from, else the last one kept),
   which kernel-builds/tests checks byte for byte;
 - a kernel that fails to build incrementally is built again in a new, empty
   tree before it is reported as broken, so a stale object tree can never
@@ -57,7 +58,7 @@ from kperf_kbuild.host import BuildInfraError as BuildInfraError
 from kperf_kbuild.host import default_ccache_dir as _default_ccache_dir
 from kperf_kbuild.host import file_lock as file_lock
 from kperf_kbuild.invoke import run_tuxmake
-from kperf_kbuild.kconfig import KERNEL_IMAGES, check_arch
+from kperf_kbuild.kconfig import KERNEL_IMAGES, affects_config, check_arch
 from kperf_kbuild.kconfig import SUPPORTED_ARCHES as SUPPORTED_ARCHES
 from kperf_kbuild.kconfig import arch_fragment as arch_fragment
 from kperf_kbuild.kconfig import config_digest as config_digest
@@ -117,6 +118,7 @@ def build_kernel(req: BuildRequest, progress: ProgressFn | None = None) -> Build
 
     def build_in(tree: WarmTree, distance: int | None) -> BuildResult:
         reused = _prepare_tree(tree, repo, req.sha, distance, report)
+        config_from = reused if (tree.path / REUSED_CONFIG).is_file() else ""
         _clear_outputs(output_dir)
         result = run_tuxmake(
             req,
@@ -127,8 +129,9 @@ def build_kernel(req: BuildRequest, progress: ProgressFn | None = None) -> Build
             work_root=work_root,
             digest=digest,
             report=report,
+            reuse_config=tree.path / REUSED_CONFIG if config_from else None,
         )
-        result.reused_sha, result.tree = reused, tree.name
+        result.reused_sha, result.tree, result.config_from = reused, tree.name, config_from
         assert tree.state is not None
         tree.state.bytes, tree.state.last_used = tree.measure(), time.time()
         tree.save()
@@ -159,6 +162,11 @@ def build_kernel(req: BuildRequest, progress: ProgressFn | None = None) -> Build
     result.duration_s = time.monotonic() - started
     report("done", "ok" if result.ok else f"failed: {result.error}"[:200])
     return result
+
+
+# Where _prepare_tree keeps the last build's .config for the next run, beside
+# (not in) the object tree.
+REUSED_CONFIG = "reuse.config"
 
 
 def _fragments(req: BuildRequest) -> tuple[Path, ...]:
@@ -205,13 +213,22 @@ def _prepare_tree(tree: WarmTree, repo: Path, sha: str, distance: int | None, re
     if not had_src:
         report("checkout", f"checking out {sha[:12]} into a new tree {tree.name}")
         trees.create_worktree(tree, repo, sha)
+    (tree.path / REUSED_CONFIG).unlink(missing_ok=True)
     if not reused:
         tree.wipe_obj()
     else:
         # The configuration is made afresh (tinyconfig + fragments +
-        # olddefconfig), exactly as in a clean build: the new commit's
-        # Kconfig may differ. Artifacts a failed build might not overwrite
-        # go too, so nothing stale can be collected.
+        # olddefconfig), exactly as in a clean build, where the new commit
+        # changes anything it is made from; otherwise the last build's
+        # complete .config is handed to tuxmake as the base, which makes the
+        # same file (a third of an incremental build's time on a slow 2-core
+        # machine went into making it afresh: docs/operations.md).
+        # Artifacts a failed build might not overwrite go too, so nothing
+        # stale can be collected.
+        paths = trees.changed_paths(repo, reused, sha)
+        if paths is not None and not any(affects_config(p) for p in paths):
+            (tree.obj / ".config").replace(tree.path / REUSED_CONFIG)
+            report("config", f"keeping {reused[:12]}'s configuration: no file it is made from changed")
         (tree.obj / ".config").unlink(missing_ok=True)
         # init/build-version counts links in obj/.version: #2 after #1 would
         # put a different UTS_VERSION into the image than a clean build's #1.

@@ -50,8 +50,11 @@ class Run:
     # Scratch the build may write besides obj: /tmp and HOME inside the
     # sandbox, the ccache stats log, the benchmark modules' copies.
     scratch: Path
-    # tuxmake's --kconfig: tinyconfig, or the distro profile's base file in scratch.
+    # tuxmake's --kconfig: tinyconfig, or the distro profile's base file in
+    # scratch, or the last build's complete .config (then no fragments are
+    # merged: it has them).
     base: str
+    merge_fragments: bool = True
 
     @property
     def writable(self) -> list[Path]:
@@ -68,6 +71,7 @@ def run_tuxmake(
     work_root: Path,
     digest: str,
     report: ProgressFn,
+    reuse_config: Path | None = None,
 ) -> BuildResult:
     """Build the tree's checkout with tuxmake; a kernel that does not build is
     a result, a fault of the build machine raises BuildInfraError."""
@@ -80,15 +84,23 @@ def run_tuxmake(
     except ProfileMismatch as e:
         # The profile does not fit this tree's release: the kernel's result.
         return _stopped(digest, output_dir, None, str(e), report)
+    if reuse_config is not None:
+        # The warm tree's last .config (kperf_kbuild.driver._prepare_tree):
+        # tuxmake copies it in, and kbuild's syncconfig brings it up to date
+        # as the build starts, as it does for any .config newer than its own.
+        base = str(reuse_config.replace(scratch / "reuse.config"))
     run = Run(
         req, tree, output_dir, fragments, ccache_dir, work_root, digest, req.sandbox or Sandbox.from_environ(), scratch,
-        base,
+        base, merge_fragments=reuse_config is None,
     )  # fmt: skip
     env = _environment(run)
     # check_config writes what this build's .config lacks; a warm tree's is the last build's.
     unmet = tree.obj / "kperf-unmet-options"
     unmet.unlink(missing_ok=True)
-    report("config", f"{Path(base).name} + {', '.join(f.name for f in fragments)} ({req.profile} profile)")
+    if reuse_config is None:
+        report("config", f"{Path(base).name} + {', '.join(f.name for f in fragments)} ({req.profile} profile)")
+    else:
+        report("config", f"the last build's .config ({req.profile} profile)")
     scanner = LogScanner(report, tree.obj, tree.src)
 
     def on_line(line: str) -> None:
@@ -170,7 +182,7 @@ def tuxmake_argv(run: Run) -> list[str]:
         sys.executable, "-u", "-m", "tuxmake", "--runtime", "null", "--wrapper", "ccache",
         "--target-arch", req.arch, "--toolchain", "gcc", "--kconfig", run.base,
     ]  # fmt: skip
-    for frag in run.fragments:
+    for frag in run.fragments if run.merge_fragments else ():
         argv += ["--kconfig-add", str(frag)]
     argv += [
         "--kernel-image",

@@ -25,6 +25,29 @@ CONFIGS_DIR = Path(__file__).resolve().parent / "configs"
 KERNEL_IMAGES = {"x86_64": "bzImage", "arm64": "Image"}
 
 
+def affects_config(path: str) -> bool:
+    """Whether a change to the tree's file `path` can change what tinyconfig,
+    the fragments and olddefconfig make of the tree.
+
+    The configuration is a function of the Kconfig files, the in-tree
+    fragments tinyconfig merges (kernel/configs/, arch/*/configs/), the
+    scripts Kconfig runs to probe the toolchain (scripts/, by
+    scripts/Kconfig.include) and the Makefiles that drive it, besides kperf's
+    own fragments (the warm tree's config digest) and the compiler (whose
+    symbols have no prompt, so olddefconfig computes them again). A change
+    touching none of these leaves the configuration as it was; anything in
+    doubt counts as a change.
+    """
+    parts = path.split("/")
+    name = parts[-1]
+    return (
+        name.startswith("Kconfig")
+        or (name in ("Makefile", "Kbuild") and len(parts) <= 3)
+        or parts[0] == "scripts"
+        or "configs" in parts[:-1]
+    )
+
+
 def check_arch(arch: str) -> None:
     if arch not in SUPPORTED_ARCHES:
         raise ValueError(f"unsupported arch {arch!r}; kperf builds {', '.join(SUPPORTED_ARCHES)}")

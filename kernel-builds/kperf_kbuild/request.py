@@ -60,3 +60,6 @@ class BuildResult:
     # When the incremental build failed and the clean build that replaced
     # it is the result: the incremental attempt's first error.
     incremental_error: str = ""
+    # The commit whose complete .config this build started from instead of
+    # making it afresh (kperf_kbuild.kconfig.affects_config): "" = made afresh.
+    config_from: str = ""

@@ -133,11 +133,11 @@ def list_trees(work_root: Path) -> list[WarmTree]:
     return [WarmTree(d, _read_state(d)) for d in sorted(root.iterdir()) if d.is_dir()]
 
 
-def changed_files(repo: Path, a: str, b: str) -> int | None:
-    """How many files differ between commits a and b (None if git cannot
+def changed_paths(repo: Path, a: str, b: str) -> list[str] | None:
+    """The paths that differ between commits a and b (None if git cannot
     tell, e.g. a was pruned from the mirror)."""
     if a == b:
-        return 0
+        return []
     proc = subprocess.run(
         ["git", "-C", str(repo), "diff", "--no-renames", "--name-only", "-z", a, b, "--"],
         stdin=subprocess.DEVNULL,
@@ -146,7 +146,13 @@ def changed_files(repo: Path, a: str, b: str) -> int | None:
     )
     if proc.returncode != 0:
         return None
-    return proc.stdout.count(b"\0")
+    return [p.decode("utf-8", "surrogateescape") for p in proc.stdout.split(b"\0") if p]
+
+
+def changed_files(repo: Path, a: str, b: str) -> int | None:
+    """How many files differ between commits a and b (None if git cannot tell)."""
+    paths = changed_paths(repo, a, b)
+    return None if paths is None else len(paths)
 
 
 def rank(repo: Path, sha: str, trees: list[WarmTree]) -> list[tuple[WarmTree, int | None]]:

@@ -16,7 +16,7 @@ from kperf_kbuild.driver import (
     parse_fragment,
     unmet_options,
 )
-from kperf_kbuild.kconfig import release_neutral
+from kperf_kbuild.kconfig import affects_config, release_neutral
 from kperf_testing.kbuild import FIXTURES_DIR, fixtures_digest, list_fixtures, read_fixture
 
 COMMON_OPTIONS = {
@@ -337,3 +337,31 @@ def test_log_scanner_names_the_object_the_linker_could_not_read() -> None:
         ]
     )
     assert scanner.first_error == "x86_64-linux-gnu-ld: vmlinux.a: member kernel/fork.o in archive is not an object"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "init/Kconfig",
+        "mm/Kconfig.debug",
+        "arch/x86/Kconfig.cpu",
+        "kernel/configs/tiny.config",
+        "arch/x86/configs/tiny.config",
+        "scripts/Kconfig.include",
+        "scripts/kconfig/conf.c",
+        "scripts/cc-version.sh",
+        "Makefile",
+        "arch/x86/Makefile",
+        "mm/Makefile",
+        "Kbuild",
+    ],
+)
+def test_a_change_to_what_the_configuration_is_made_from_makes_it_afresh(path: str) -> None:
+    assert affects_config(path)
+
+
+@pytest.mark.parametrize(
+    "path", ["mm/page_alloc.c", "mm/mmap.c", "include/linux/mm.h", "kernel/fork.c", "arch/x86/mm/fault.c"]
+)
+def test_a_change_to_code_alone_keeps_the_configuration(path: str) -> None:
+    assert not affects_config(path)

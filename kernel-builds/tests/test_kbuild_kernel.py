@@ -300,12 +300,16 @@ def test_an_incremental_build_makes_the_clean_build_s_image(
     there = workspace.build(slow, "out-slow-incremental")
     assert there.ok, there.log_tail
     assert (there.reused_sha, there.tree) == (neutral, workspace.neutral.tree)
+    # Only mm/page_alloc.c differs: the last build's .config was kept (run
+    # through olddefconfig), not made afresh from tinyconfig and the fragments.
+    assert there.config_from == neutral
     assert 0 < there.compiled < 40, there.compiled
     # The change is in: a different image, the same as the fixture cache's
     # build of that commit (made in another tree, at another time).
     assert image_sha256(there) != image_sha256(workspace.neutral)
     cached = build_fixture_kernel(kernel_tree, "pagealloc-slow", "x86_64", kperf_cache)
     assert image_sha256(there) == image_sha256(cached)
+    assert there.artifacts["config"].read_bytes() == cached.artifacts["config"].read_bytes()
     back = workspace.build(neutral, "out-neutral-incremental")
     assert back.ok, back.log_tail
     assert (back.reused_sha, back.tree) == (slow, workspace.neutral.tree)
