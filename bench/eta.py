@@ -364,6 +364,10 @@ def situation_at(rec: dict[str, Any], sub: dict[str, Any], t: float) -> tuple[Si
         hist.add_build(b["finished"] - b["started"], b.get("kind", ""))
     sid = sub["id"]
     own_builds = [b for b in rec["builds"] if sid in b["submissions"] and b["created"] <= t and b["finished"] > t]
+    if not own_builds and not any(j["submission"] == sid and j["created"] <= t for j in rec["jobs"]):
+        # Made, refs not resolved yet (its builds are made a moment later):
+        # the service plans them (kperf.core.lab.eta._builds, status queued).
+        own_builds = [b for b in rec["builds"] if sid in b["submissions"] and b["finished"] > t]
     own_jobs = [j for j in rec["jobs"] if j["submission"] == sid and j["created"] <= t]
     planned = not own_jobs and bool(own_builds)
     mine: list[float | None] = [t - b["started"] if _running(b, t) else None for b in own_builds]
