@@ -80,15 +80,10 @@ def run_tuxmake(
     (scratch / "tmp").mkdir(parents=True)
     (scratch / "ext").mkdir()
     try:
-        base = base_config(req.profile, req.arch, tree.src, scratch)
+        base = _config_base(req, scratch, tree, fragments, reuse_config, report)
     except ProfileMismatch as e:
         # The profile does not fit this tree's release: the kernel's result.
         return _stopped(digest, output_dir, None, str(e), report)
-    if reuse_config is not None:
-        # The warm tree's last .config (kperf_kbuild.driver._prepare_tree):
-        # tuxmake copies it in, and kbuild's syncconfig brings it up to date
-        # as the build starts, as it does for any .config newer than its own.
-        base = str(reuse_config.replace(scratch / "reuse.config"))
     run = Run(
         req, tree, output_dir, fragments, ccache_dir, work_root, digest, req.sandbox or Sandbox.from_environ(), scratch,
         base, merge_fragments=reuse_config is None,
@@ -97,10 +92,6 @@ def run_tuxmake(
     # check_config writes what this build's .config lacks; a warm tree's is the last build's.
     unmet = tree.obj / "kperf-unmet-options"
     unmet.unlink(missing_ok=True)
-    if reuse_config is None:
-        report("config", f"{Path(base).name} + {', '.join(f.name for f in fragments)} ({req.profile} profile)")
-    else:
-        report("config", f"the last build's .config ({req.profile} profile)")
     scanner = LogScanner(report, tree.obj, tree.src)
 
     def on_line(line: str) -> None:
@@ -149,6 +140,27 @@ def run_tuxmake(
         ok=ok, artifacts=artifacts, config_digest=digest, log_tail=scanner.log_tail(), duration_s=0.0,
         error=error, ccache_stats=ccache_stats, warnings=warnings, compiled=scanner.compiled,
     )  # fmt: skip
+
+
+def _config_base(
+    req: BuildRequest,
+    scratch: Path,
+    tree: WarmTree,
+    fragments: Sequence[Path],
+    reuse_config: Path | None,
+    report: ProgressFn,
+) -> str:
+    """tuxmake's --kconfig for this run, said in the build's progress
+    (ProfileMismatch when the profile does not fit the tree)."""
+    base = base_config(req.profile, req.arch, tree.src, scratch)
+    if reuse_config is None:
+        report("config", f"{Path(base).name} + {', '.join(f.name for f in fragments)} ({req.profile} profile)")
+        return base
+    # The warm tree's last .config (kperf_kbuild.driver._prepare_tree):
+    # tuxmake copies it in, and kbuild's syncconfig brings it up to date as
+    # the build starts, as it does for any .config newer than its own.
+    report("config", f"the last build's .config ({req.profile} profile)")
+    return str(reuse_config.replace(scratch / "reuse.config"))
 
 
 def _unmet_warnings(unmet: Path) -> list[str]:
