@@ -224,3 +224,11 @@ def test_compare_kernels_prints_the_rows_with_the_verdict_beside_the_mean() -> N
     assert mean_rows[0].endswith("(   0.00%)  no-change") and mean_rows[1].endswith("*  -6.12%*  regression")
     assert sum(line.startswith("BHmean-99 ") for line in lines) == 2
     assert "page_test: regression -6.12%" in "\n".join(lines)
+
+
+def test_throughput_readings_whose_reciprocals_overflow_get_no_spread_instead_of_an_error() -> None:
+    # 5e-324 is the smallest float: its reciprocal is inf, the harmonic mean 0,
+    # and the spread around it was a ZeroDivisionError.
+    tiny = [[5e-324, 5e-324, 1e-320]]
+    rows = {r.label: r for r in summary_rows(MetricInput(tiny, tiny, True))}
+    assert rows["HStddev"].base == 0.0 or math.isnan(rows["HStddev"].base)

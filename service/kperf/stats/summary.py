@@ -101,6 +101,11 @@ def _stddev(x: Sequence[float], harmonic: bool) -> float:
         return math.nan
     if harmonic:
         mean = _hmean(x)
+        if mean == 0.0 or not math.isfinite(mean):
+            # Readings so near 0 that their reciprocals overflow: the harmonic
+            # mean underflows to 0 and the spread around it is not a number
+            # (Stat.pm would die on the division).
+            return math.nan
         return math.sqrt(_sum(_power(1.0 / v - 1.0 / mean, 2) for v in x) * _power(mean, 4) / n)
     mean = _amean(x)
     return math.sqrt(_sum(_power(v - mean, 2) for v in x) / (n - 1))
