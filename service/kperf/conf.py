@@ -66,6 +66,26 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_percentages(name: str, default: dict[str, float]) -> dict[str, float]:
+    """ "spawn=0.25,aim9=0.25" as {"spawn": 0.25, "aim9": 0.25}; "none" is {}."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return dict(default)
+    if raw.strip().lower() == "none":
+        return {}
+    out: dict[str, float] = {}
+    for item in raw.split(","):
+        key, sep, value = item.strip().partition("=")
+        try:
+            pct = float(value)
+        except ValueError:
+            pct = -1.0
+        if not sep or not key.strip() or pct < 0:
+            raise ConfigError(f"{name}: {item.strip()!r} is not name=percent (e.g. spawn=0.25), or use none")
+        out[key.strip()] = pct
+    return out
+
+
 def env_path(name: str, default: Path) -> Path:
     raw = os.environ.get(name)
     return Path(raw).expanduser().resolve() if raw else default

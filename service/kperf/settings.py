@@ -16,11 +16,13 @@ from kperf.conf import (
     env_int,
     env_list,
     env_path,
+    env_percentages,
     env_str,
     secret_key_problem,
 )
 from kperf.core.builds import tree_urls
 from kperf.core.lifecycle.task_names import Task
+from kperf.stats.abtest import DEFAULT_MIN_EFFECT_PCT_BY_BENCHMARK
 
 BASE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BASE_DIR.parent.parent
@@ -283,6 +285,12 @@ KPERF_ALPHA = env_float("KPERF_ALPHA", 0.05)
 # (kperf.core.benchmarks.min_effect_pct).
 KPERF_MIN_EFFECT_PCT = env_float("KPERF_MIN_EFFECT_PCT", 3.0)
 KPERF_MIN_EFFECT_PCT_INSTRUCTIONS = env_float("KPERF_MIN_EFFECT_PCT_INSTRUCTIONS", 0.5)
+# Lower instruction-clock defaults for the benchmarks whose unrelated changes
+# the perturbed-build bench never flagged at them, as "bench=pct,...";
+# "none" gives every benchmark KPERF_MIN_EFFECT_PCT_INSTRUCTIONS.
+KPERF_MIN_EFFECT_PCT_INSTRUCTIONS_BY_BENCHMARK = env_percentages(
+    "KPERF_MIN_EFFECT_PCT_INSTRUCTIONS_BY_BENCHMARK", DEFAULT_MIN_EFFECT_PCT_BY_BENCHMARK["instructions"]
+)
 # Sequential testing: a comparison that is inconclusive after the grid's K
 # boots per side gets K more, up to this many times K in all.
 KPERF_BOOT_BUDGET_FACTOR = env_int("KPERF_BOOT_BUDGET_FACTOR", 2, minimum=1)

@@ -126,11 +126,12 @@ def boots_per_side(grid_boots: int, clock: str) -> int:
     return grid_boots
 
 
-def min_effect_pct(metric: str, clock: str = "wall", chosen: float | None = None) -> float:
-    """The practical threshold (in %) for a metric timed with `clock`.
+def min_effect_pct(metric: str, clock: str = "wall", chosen: float | None = None, benchmark: str = "") -> float:
+    """The practical threshold (in %) for a metric of `benchmark` timed with `clock`.
 
     `chosen` is what a submission or tracked branch set for itself; without
-    it, an operator's per-metric override, else the clock's default.
+    it, an operator's per-metric override, else the benchmark's default on
+    the instruction clock where one is set, else the clock's default.
     """
     if chosen is not None:
         return float(chosen)
@@ -139,7 +140,8 @@ def min_effect_pct(metric: str, clock: str = "wall", chosen: float | None = None
         if metric.startswith(prefix):
             return value
     if clock == "instructions":
-        return float(settings.KPERF_MIN_EFFECT_PCT_INSTRUCTIONS)
+        per_benchmark: dict[str, float] = settings.KPERF_MIN_EFFECT_PCT_INSTRUCTIONS_BY_BENCHMARK
+        return float(per_benchmark.get(benchmark, settings.KPERF_MIN_EFFECT_PCT_INSTRUCTIONS))
     return float(settings.KPERF_MIN_EFFECT_PCT)
 
 

@@ -156,7 +156,7 @@ def group_look(
             base=sides["base"],
             head=sides["head"],
             higher_is_better=defs[name].higher_is_better,
-            min_effect_pct=benchmarks.min_effect_pct(name, clock, sub.min_effect_pct),
+            min_effect_pct=benchmarks.min_effect_pct(name, clock, sub.min_effect_pct, defs[name].benchmark),
             noise=priors.get(name),
             build_noise=builds.get(name) or measured.get(name),
         )
@@ -328,7 +328,7 @@ def compare_kernels(
             base=base[name],
             head=head[name],
             higher_is_better=defs[name].higher_is_better,
-            min_effect_pct=benchmarks.min_effect_pct(name, clock),
+            min_effect_pct=benchmarks.min_effect_pct(name, clock, benchmark=defs[name].benchmark),
         )
         for name in common
     }

@@ -135,7 +135,7 @@ def compute(branch: TrackedBranch, mclass_id: int, bench: str, clock: str, defs:
             fed,
             log_scale,
             defs[name].higher_is_better,
-            benchmarks.min_effect_pct(name, clock, branch.min_effect_pct),
+            benchmarks.min_effect_pct(name, clock, branch.min_effect_pct, defs[name].benchmark),
         )
         answer.fed[name] = fed
         answer.detectors[name] = sh.detector_to_bytes(det, fed, log_scale)
