@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -274,6 +277,53 @@ def test_a_failing_benchmark_is_a_benchmark_failure(runner_state: Path, kernel: 
         "command 1 of 1 (/kperf/bin/spawn -t 0) exited with status 1: spawn: -t wants seconds in (0, 86400], got '0'"
     )
     assert "KPERF-DONE" in failure.value.console
+
+
+def _children_named(prefix: str) -> list[int]:
+    """This process's children whose command starts with `prefix`."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            comm_end = (text := stat.read_text()).rindex(")")
+        except (OSError, ValueError):
+            continue
+        comm, ppid = text[text.index("(") + 1 : comm_end], int(text[comm_end + 2 :].split()[1])
+        if ppid == os.getpid() and comm.startswith(prefix):
+            found.append(int(stat.parent.name))
+    return found
+
+
+@needs_qemu
+@pytest.mark.kernel
+def test_an_instruction_clock_boot_the_host_starved_is_retried_and_one_that_overran_is_the_kernels(
+    runner_state: Path, kernel: Path
+) -> None:
+    job, _ = _spawn_job(runner_state)
+    backend = QemuBackend("x86_64", runner_state, accel="tcg", instructions_nice=0)
+    # QEMU stopped as soon as it starts, as a host too busy to run it would
+    # hold it: it gets no CPU until its limit passes.
+    stopped: list[int] = []
+
+    def hold() -> None:
+        deadline = time.monotonic() + 15
+        while not stopped and time.monotonic() < deadline:
+            for pid in _children_named("qemu-system"):
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+            time.sleep(0.05)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    starved = BootJob(job.commands, job.binaries, timeout=20, clock="instructions")
+    with pytest.raises(RuntimeError, match="the host was too busy to tell a hang"):
+        backend.boot(starved, kernel)
+    holder.join()
+    assert stopped
+    # The same limit passed by a boot that had the CPU all along: the kernel's.
+    busy = BootJob([["/kperf/bin/spawn", "-t", "600", "-i", "1"]], job.binaries, timeout=20, clock="instructions")
+    with pytest.raises(BootFailure) as failure:
+        backend.boot(busy, kernel)
+    assert failure.value.message.startswith("no KPERF-DONE within 20 s, QEMU killed: ")
 
 
 @needs_qemu
