@@ -333,6 +333,7 @@ def test_an_emulated_boot_waits_for_a_kernel_several_times_slower_than_expected(
     tcg = QemuBackend("x86_64", tmp_path / "tcg", accel="tcg")
     emulated = tcg.timeout(expected, 1, "instructions")
     assert emulated == tcg.timeout(expected, 1, "wall")
-    assert emulated >= 180 + 6 * expected
+    # 600 s: the head's boots overran 195 s on a slow 2-core host under a test run.
+    assert emulated >= 600 + 6 * expected
     kvm_limit = Backend.timeout(tcg, expected, 1, "wall")
     assert kvm_limit < emulated
