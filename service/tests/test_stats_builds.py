@@ -133,7 +133,7 @@ def test_the_combined_variance_gets_satterthwaite_degrees_of_freedom() -> None:
 
 
 def test_a_build_prior_without_degrees_of_freedom_counts_as_one() -> None:
-    base = [[100.0, 100.0]] * 3
+    base = [[100.5, 100.5]] * 3  # not whole numbers: no rounding term beside the build's
     r = compare_one(MetricInput(base, base, True, 3.0, build_noise=NoisePrior(0.001, 0.0)))
     assert r.extra["dof"] == pytest.approx(1.0)
     assert r.ci_low_pct is not None and math.isfinite(r.ci_low_pct)

@@ -28,8 +28,10 @@ from kperf.stats.sequential import plan_looks, sequential_look
 from kperf.stats.summary import format_table, summary_rows
 
 KPERF = Path(sys.executable).with_name("kperf")
-FLAT = [[100.0, 100.0, 100.0]] * 4
-LOWER = [[99.0, 99.0, 99.0]] * 4
+# Not whole numbers: these tests are about boots that agree, not about the readings' resolution
+# (test_stats_resolution.py).
+FLAT = [[100.5, 100.5, 100.5]] * 4
+LOWER = [[99.495, 99.495, 99.495]] * 4
 
 
 def floats_of(r: MetricResult) -> list[float]:
@@ -44,7 +46,7 @@ def test_identical_sides_are_no_change() -> None:
 
 
 def test_a_tiny_exact_difference_is_printed_with_its_first_digit_not_as_zero() -> None:
-    head = [[99.997, 99.997, 99.997]] * 4
+    head = [[100.497, 100.497, 100.497]] * 4
     r = compare_metrics({"m": MetricInput(FLAT, head, True, 0.5)})["m"]
     assert r.verdict is Verdict.NO_CHANGE
     assert r.note.startswith("-0.003% in every boot, below the 0.5% practical threshold"), r.note

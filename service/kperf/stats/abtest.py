@@ -46,6 +46,18 @@ variance 2 sd_build^2 on top of the boots' standard error, with
 Welch-Satterthwaite degrees of freedom for the sum. With no boot variance at
 all the test rests on the build component alone.
 
+Readings have a resolution. A benchmark that prints whole units (the page
+allocator's cycles per operation, 14-55 units on arm64's coarse counter)
+reports a level only to within half a unit, and when every iteration and
+boot of a side rounds alike, which under the instruction clock they do, that
+error is shared by the whole side: no number of boots shows it or removes it.
+So when all readings of both sides are whole numbers (reading_unit) and
+positive, each side's level carries the variance of a uniform
+rounding error, unit^2/12, relative to the level on the log scale, known
+exactly (no degrees of freedom spent). At 245 units this is 0.12% a side; at
+14, 2%. Without it, two sides that round to 17.33 and 18 differ "exactly"
+by 3.8% (docs/statistics.md, "The readings' resolution").
+
 Verdicts (signed change: negative is worse, like mmtests; min_effect is the
 practical threshold, DEFAULT_MIN_EFFECT_PCT per clock):
 - regression:   q < alpha and change <= -min_effect
@@ -282,6 +294,13 @@ class BootTest:
     prior_used: bool
     set_aside: tuple[int, int] = (0, 0)  # boots of (base, head) set aside as broken (only with a prior)
     build_var: float = 0.0  # the part of se^2 that is 2 sd_build^2
+    round_var: float = 0.0  # the part of se^2 that is the two sides' rounding to the readings' unit
+    unit: float = 0.0  # the readings' resolution (reading_unit), 0 when they have none to speak of
+
+    @property
+    def fixed_var(self) -> float:
+        """The part of se^2 that more boots do not shrink: the builds' and the rounding's."""
+        return self.build_var + self.round_var
 
     @property
     def t(self) -> float:
@@ -310,6 +329,34 @@ def _build_term(build: NoisePrior | None) -> tuple[float, float]:
     return 2.0 * build.sd**2, dof
 
 
+def reading_unit(base: list[list[float]], head: list[list[float]]) -> float:
+    """1 when every reading of both sides is a whole number, else 0: the readings' resolution.
+
+    Readings that are all whole numbers were printed to a unit, so each is the true value to
+    within half of it. Finer resolutions are not guessed at: a reading with decimals is as often
+    a computed rate as a printed one, and its rounding is far below any threshold.
+    """
+    values = np.fromiter((v for b in (*base, *head) for v in b), dtype=float)
+    if values.size == 0 or not np.all(values == np.round(values)):
+        return 0.0
+    return 1.0
+
+
+def _round_term(unit: float, xb: np.ndarray, xh: np.ndarray, log_scale: bool) -> float:
+    """The variance the readings' rounding adds to head - base: unit^2/12 a side, relative on the log scale.
+
+    Not divided by the boots or iterations: under the instruction clock they all round alike, so the
+    error is the side's, not the reading's. Where the readings spread over many units it is a small
+    overstatement next to their own variance, which already holds their rounding.
+    """
+    if unit <= 0.0 or not log_scale:
+        # On the linear scale (a side with readings at or below 0: counters, deltas) a whole unit
+        # is no fraction of a level, and the change has no percentage to widen.
+        return 0.0
+    per_side = unit * unit / 12.0
+    return per_side * (math.exp(-2.0 * float(np.mean(xb))) + math.exp(-2.0 * float(np.mean(xh))))
+
+
 def boot_test(
     base: list[list[float]],
     head: list[list[float]],
@@ -333,13 +380,16 @@ def boot_test(
     var_h, dof_h, used_h = _moderated_var(xh, prior)
     vb, vh = var_b / len(xb), var_h / len(xh)
     vbuild, dof_build = _build_term(build)
-    se = math.sqrt(vb + vh + vbuild)
-    # Welch-Satterthwaite over the three independent variance estimates; a term with no
-    # variance carries no uncertainty, and a known one (dof inf) none either.
+    unit = reading_unit(base, head)
+    vround = _round_term(unit, xb, xh, log_scale)
+    total = vb + vh + vbuild + vround
+    se = math.sqrt(total)
+    # Welch-Satterthwaite over the independent variance estimates; a term with no variance
+    # carries no uncertainty, and a known one (dof inf, as the rounding's is) none either.
     denom = sum(v * v / d for v, d in ((vb, dof_b), (vh, dof_h), (vbuild, dof_build)) if v > 0.0 and d > 0.0)
-    dof = DOF_CAP if vbuild > 0.0 else max(dof_b + dof_h, 1.0)
+    dof = DOF_CAP if vbuild + vround > 0.0 else max(dof_b + dof_h, 1.0)
     if denom > 0.0:
-        dof = (vb + vh + vbuild) ** 2 / denom
+        dof = total**2 / denom
     level = float(np.mean(xb)) if not log_scale else float(np.exp(np.mean(xb)))
     return BootTest(
         float(np.mean(xh) - np.mean(xb)),
@@ -350,6 +400,8 @@ def boot_test(
         used_b and used_h,
         aside,
         vbuild,
+        vround,
+        unit if vround > 0.0 else 0.0,
     )
 
 
@@ -415,6 +467,15 @@ def compare_one(inp: MetricInput, alpha: float = 0.05) -> MetricResult:
     if test.build_var > 0.0:
         result.extra["build_sd"] = math.sqrt(test.build_var / 2.0)
         result.extra["build_share"] = test.build_var / test.se**2
+    if test.round_var > 0.0:
+        result.extra["resolution"] = test.unit
+        result.extra["resolution_share"] = test.round_var / test.se**2
+    if test.round_var > 0.0 and result.extra["resolution_share"] > 0.5 and test.base_level > 0.0:
+        unit_pct = 100.0 * test.unit / (test.base_level if test.log_scale else abs(test.base_level))
+        notes.append(
+            f"readings in whole units (one is {unit_pct:.2g}% of the level): "
+            "their rounding is most of the interval, and more boots do not narrow it"
+        )
     if any(test.set_aside):
         result.extra["boots_set_aside"] = float(sum(test.set_aside))
         notes.append(

@@ -32,7 +32,11 @@ the difference is the same at every look, so the looks' z are more strongly
 correlated than the boots-only model behind the boundaries assumes; that
 makes the design conservative (test_stats_builds.py simulates it), and more
 boots narrow only the boots' part of the interval (extra["build_share"] says
-how much of it is the builds').
+how much of it is the builds'). The same holds for the readings' rounding
+(kperf.stats.abtest.reading_unit). A metric whose fixed part alone, at the
+last look's boundary, could neither fit inside the threshold nor exclude 0
+is left inconclusive with a note and asks for no boots: no number of them
+would decide it (arm64's page allocator at 14-55 units a reading).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from scipy import stats as sps
 
 from kperf.stats import dist
 from kperf.stats.abtest import (
+    BootTest,
     MetricInput,
     MetricResult,
     Verdict,
@@ -200,12 +205,14 @@ def sequential_look(metrics: Mapping[str, MetricInput], look: int, plan: Plan) -
     bound = plan.boundary(look)
     results: dict[str, MetricResult] = {}
     repeated: dict[str, float] = {}
+    tests: dict[str, BootTest] = {}
     for name, inp in metrics.items():
         r = compare_one(inp, plan.alpha)
         results[name] = r
         test = boot_test(normalise_boots(inp.base), normalise_boots(inp.head), inp.noise, inp.build_noise)
         if test is None or r.change_pct is None:
             continue
+        tests[name] = test
         z = _z_from_t(test.t, test.dof) if test.se > 0 else (0.0 if test.diff == 0 else math.copysign(40.0, test.diff))
         repeated[name] = plan.repeated_p(z, look)
         r.p_value = repeated[name]
@@ -224,10 +231,22 @@ def sequential_look(metrics: Mapping[str, MetricInput], look: int, plan: Plan) -
         r.extra["boundary_z"] = bound
         # The same rule as the fixed test (practical threshold included), on the repeated p and interval.
         decide(r, plan.alpha)
-        undecided += r.verdict is Verdict.INCONCLUSIVE
+    for name, r in results.items():
+        if r.verdict is not Verdict.INCONCLUSIVE:
+            continue
+        test = tests.get(name)
+        if test is not None and not _boots_can_decide(test, r, metrics[name].higher_is_better, plan):
+            span = test.to_pct(plan.boundary(len(plan.looks)) * math.sqrt(test.fixed_var), True)
+            r.extra["boots_cannot_decide"] = 1.0
+            r.note = (r.note + "; " if r.note else "") + (
+                f"more boots cannot decide it: the builds' and the readings' rounding part alone spans "
+                f"+-{span:.2g}%, against the {r.min_effect_pct:g}% threshold"
+            )
+            continue
+        undecided += 1
     last = look == len(plan.looks)
     for r in results.values():
-        if r.verdict is Verdict.INCONCLUSIVE:
+        if r.verdict is Verdict.INCONCLUSIVE and "boots_cannot_decide" not in r.extra:
             r.note = (r.note + "; " if r.note else "") + (
                 f"budget of {plan.looks[-1]} boots per side spent" if last else f"look {look} of {len(plan.looks)}"
             )
@@ -241,6 +260,23 @@ def sequential_look(metrics: Mapping[str, MetricInput], look: int, plan: Plan) -
         boundary=bound,
         alpha_spent=spent(plan.fractions[look - 1], plan.alpha, plan.spending),
     )
+
+
+def _boots_can_decide(test: BootTest, r: MetricResult, higher_is_better: bool, plan: Plan) -> bool:
+    """Whether infinitely many boots, at the present estimate, would decide the metric.
+
+    They shrink the boots' part of the interval to nothing; the builds' and the rounding's stay.
+    The last look's boundary is the narrowest the plan allows.
+    """
+    if test.fixed_var <= 0.0 or r.change_pct is None:
+        return True
+    half = plan.boundary(len(plan.looks)) * math.sqrt(test.fixed_var)
+    lo, hi = test.to_pct(test.diff - half, higher_is_better), test.to_pct(test.diff + half, higher_is_better)
+    if lo is None or hi is None:
+        return True
+    lo, hi = sorted((lo, hi))
+    m = r.min_effect_pct
+    return (-m < lo and hi < m) or ((lo > 0.0 or hi < 0.0) and abs(r.change_pct) >= m)
 
 
 def look_number(plan: Plan, boots_per_side: int) -> int:

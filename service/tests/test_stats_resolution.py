@@ -1,0 +1,110 @@
+"""Whole-number readings carry their rounding: an interval no number of boots can shrink below it.
+
+The figures are those of the perturbed-build bench (docs/statistics.md, "The readings'
+resolution"): arm64's page allocator reads 14-55 units, where one unit more in one iteration
+of three moves a side's mean by 1-4%; x86_64's reads 245-960, where it is 0.1-0.4%.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kperf.stats import MetricInput, Verdict, compare_metrics, compare_one
+from kperf.stats.abtest import NoisePrior, reading_unit
+from kperf.stats.builds import measured_build_prior
+from kperf.stats.sequential import plan_looks, sequential_look
+
+PAGEALLOC_BUILD = measured_build_prior("pagealloc")
+
+
+def test_only_readings_that_are_all_whole_numbers_have_a_unit() -> None:
+    assert reading_unit([[17.0, 18.0]], [[18.0]]) == 1.0
+    assert reading_unit([[17.0, 18.0]], [[18.5]]) == 0.0
+    assert reading_unit([[956.25]], [[956.25]]) == 0.0
+    assert reading_unit([], []) == 0.0
+
+
+def test_coarse_readings_one_unit_apart_are_not_a_regression() -> None:
+    # alloc-odr1-16 on arm64: the base's boots read 17, 17, 18; an unrelated build's 18 in
+    # every iteration. Without the rounding term that is an exact -3.9% (cycles: lower is better).
+    base, head = [[17.0, 17.0, 18.0]] * 2, [[18.0, 18.0, 18.0]] * 2
+    r = compare_metrics({"m": MetricInput(base, head, False, 0.5, build_noise=PAGEALLOC_BUILD)})["m"]
+    assert r.change_pct == pytest.approx(-3.88, abs=0.01)  # on the log scale
+    assert r.verdict is Verdict.INCONCLUSIVE and not r.significant
+    assert r.ci_low_pct is not None and r.ci_high_pct is not None and r.ci_low_pct < 0.0 < r.ci_high_pct
+    assert r.extra["resolution"] == 1.0 and r.extra["resolution_share"] > 0.99
+    assert "readings in whole units (one is 5.8% of the level)" in r.note
+
+
+def test_more_boots_are_not_asked_for_what_only_the_rounding_leaves_open() -> None:
+    plan = plan_looks(first=2, budget=4, step=2)
+    base, head = [[17.0, 17.0, 18.0]] * 2, [[18.0, 18.0, 18.0]] * 2
+    look = sequential_look({"m": MetricInput(base, head, False, 0.5, build_noise=PAGEALLOC_BUILD)}, 1, plan)
+    r = look.results["m"]
+    assert r.verdict is Verdict.INCONCLUSIVE and r.extra["boots_cannot_decide"] == 1.0
+    assert look.decide and look.more_boots == 0
+    assert "more boots cannot decide it" in r.note and "look 1 of 2" not in r.note
+
+
+def test_boots_are_still_asked_for_where_they_can_decide() -> None:
+    # The same coarse readings with the boots spread: the boots' part is what is wide, so more help.
+    plan = plan_looks(first=2, budget=4, step=2)
+    base, head = [[15.0, 17.0, 19.0], [20.0, 22.0, 18.0]], [[18.0, 16.0, 17.0], [21.0, 23.0, 19.0]]
+    look = sequential_look({"m": MetricInput(base, head, False, 10.0)}, 1, plan)
+    assert look.results["m"].verdict is Verdict.INCONCLUSIVE
+    assert "boots_cannot_decide" not in look.results["m"].extra
+    assert not look.decide and look.more_boots == 2
+
+
+def test_a_real_slowdown_on_coarse_readings_is_still_a_regression() -> None:
+    base, head = [[17.0, 17.0, 18.0]] * 2, [[22.0, 22.0, 22.0]] * 2  # 27% more cycles
+    r = compare_metrics({"m": MetricInput(base, head, False, 0.5, build_noise=PAGEALLOC_BUILD)})["m"]
+    assert r.verdict is Verdict.REGRESSION and r.change_pct == pytest.approx(-26.9, abs=0.1)
+
+
+def test_fine_readings_keep_an_interval_near_their_unit() -> None:
+    # total-odr3-2 on x86_64: 956 in every boot of both sides. The interval is the rounding's
+    # (0.03% a side) and the bench's build part, not a point, and well inside 0.5%.
+    same = [[956.0, 956.0, 956.0]] * 2
+    r = compare_metrics({"m": MetricInput(same, same, False, 0.5, build_noise=PAGEALLOC_BUILD)})["m"]
+    assert r.verdict is Verdict.NO_CHANGE
+    assert r.ci_low_pct is not None and r.ci_high_pct is not None
+    half = 1.96 * math.sqrt(2.0 * (1.0 / 12.0) / 956.0**2 + 2.0 * PAGEALLOC_BUILD.sd**2) * 100.0
+    assert -r.ci_low_pct == pytest.approx(half, rel=0.02) and r.ci_high_pct == pytest.approx(half, rel=0.02)
+    assert "readings in whole units" in r.note  # the rounding is most of it
+
+
+def test_a_difference_of_three_units_in_956_is_still_seen() -> None:
+    # What the rounding cannot explain stays significant: 956 against 959 is 0.31%, ten times
+    # the rounding's sd. Whether it matters is the threshold's to say.
+    base, head = [[956.0] * 3] * 2, [[959.0] * 3] * 2
+    r = compare_one(MetricInput(base, head, False, 0.25, build_noise=PAGEALLOC_BUILD))
+    assert r.p_value is not None and r.p_value < 1e-6
+
+
+def test_large_whole_numbers_and_fractional_readings_are_as_before() -> None:
+    big = [[1_000_000.0] * 3] * 2
+    r = compare_one(MetricInput(big, big, True, 0.5))
+    assert r.extra["resolution"] == 1.0 and r.ci_high_pct is not None and r.ci_high_pct < 1e-4
+    frac = [[956.5] * 3] * 2
+    r = compare_one(MetricInput(frac, frac, True, 0.5))
+    assert "resolution" not in r.extra and r.ci_low_pct == r.ci_high_pct == 0.0
+
+
+def test_readings_at_zero_have_no_rounding_term() -> None:
+    # The linear scale (a counter at 0): a unit is no fraction of a level there.
+    zeros = [[0.0, 0.0]] * 3
+    r = compare_one(MetricInput(zeros, zeros, True))
+    assert "resolution" not in r.extra
+
+
+def test_the_rounding_does_not_stand_in_for_learned_boot_noise() -> None:
+    # A learned prior and whole-number readings: both parts are in the interval.
+    base = [[300.0, 301.0, 300.0], [302.0, 301.0, 301.0], [300.0, 300.0, 301.0]]
+    head = [[301.0, 301.0, 302.0], [300.0, 301.0, 301.0], [302.0, 301.0, 300.0]]
+    plain = compare_one(MetricInput(base, head, True, 0.5))
+    learned = compare_one(MetricInput(base, head, True, 0.5, noise=NoisePrior(0.002, 30)))
+    assert plain.extra["resolution"] == learned.extra["resolution"] == 1.0
+    assert 0.0 < learned.extra["resolution_share"] < plain.extra["resolution_share"] < 1.0
