@@ -285,13 +285,17 @@ def reanalyse(record: Path, boots: int) -> dict[str, Any]:
     """The figures again from a record's runs, with today's analysis: no boot needed."""
     data = json.loads(record.read_text())
     out: dict[str, Any] = {}
+    kind = "builds"
     for bench, result in data["results"].items():
         runs: Runs = result["runs"]
         perturbed = sorted(k for k in runs if k.startswith(("phase-", "perturb-")))
+        if any(k.startswith("phase-") for k in perturbed):
+            kind = "phases"
         fixtures = [k for k in runs if k != "base" and k not in perturbed]
         claims = {f: read_fixture(FIXTURES_DIR / f"{f}.patch").moves for f in fixtures}
         out[bench] = figures(bench, runs, perturbed, claims, boots)
-    return {"header": data["header"] + " Analysed again " + date.today().isoformat() + ".", "results": out}
+    header = data["header"] + " Analysed again " + date.today().isoformat() + "."
+    return {"header": header, "kind": kind, "results": out}
 
 
 def markdown(result: dict[str, Any], header: str) -> str:
@@ -453,7 +457,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         args.markdown.write_text(text)
     if args.json:
-        args.json.write_text(json.dumps({"header": header, "results": out}, indent=1))
+        # "kind" tells the service's KPERF_BUILD_NOISE_RECORDS which records hold a between-build part.
+        kind = "phases" if args.phases else "builds"
+        args.json.write_text(json.dumps({"header": header, "kind": kind, "results": out}, indent=1))
     return 0
 
 

@@ -290,6 +290,12 @@ def test_a_slower_anonymous_fault_is_a_pft_regression_and_leaves_the_allocator_a
     alloc = by_bench["pagealloc"]
     assert len(alloc) >= 100
     assert sum(v == "regression" for v in alloc.values()) <= 0.05 * len(alloc), alloc
+    # Its readings are whole cycles, so their rounding is in every interval
+    # (docs/statistics.md, "The readings' resolution"), and none is a point.
+    comp = next(c for c in d["comparisons"] if c["benchmark"] == "pagealloc")
+    rounded = f"the rounding of whole-number readings for {len(alloc)} of {len(alloc)} metrics"
+    assert rounded in comp["method"], comp["method"]
+    assert all(m["ci_low_pct"] < m["ci_high_pct"] for m in comp["metrics"]), comp["metrics"]
 
 
 def test_a_slower_allocator_fast_path_is_a_pagealloc_and_page_test_regression(

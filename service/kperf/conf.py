@@ -6,6 +6,7 @@ because a silently ignored typo in a lab's configuration costs a day.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from django.core.checks.security.base import (
     SECRET_KEY_MIN_LENGTH,
     SECRET_KEY_MIN_UNIQUE_CHARACTERS,
 )
+
+from kperf.stats.builds import MeasuredBuildNoise, build_noise_from_record
 
 
 class ConfigError(ValueError):
@@ -89,6 +92,34 @@ def env_percentages(name: str, default: dict[str, float]) -> dict[str, float]:
 def env_path(name: str, default: Path) -> Path:
     raw = os.environ.get(name)
     return Path(raw).expanduser().resolve() if raw else default
+
+
+def env_build_noise_records(name: str) -> dict[str, MeasuredBuildNoise]:
+    """A lab's own perturbed-build records (bench/build_noise.py --json), read and checked now.
+
+    "/path/record.json" is for every machine class ("*"); "qemu-arm64=/a.json,qemu-x86_64=/b.json"
+    per class; both forms may mix ("/all.json,qemu-arm64=/a.json"). Unset or empty: none.
+    """
+    raw = os.environ.get(name, "").strip()
+    out: dict[str, MeasuredBuildNoise] = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        mclass, sep, where = item.partition("=")
+        mclass, where = (mclass.strip(), where.strip()) if sep else ("*", item)
+        if not mclass or not where:
+            raise ConfigError(f"{name}: {item!r} is not a path or machine-class=path")
+        path = Path(where).expanduser().resolve()
+        try:
+            record = json.loads(path.read_text())
+        except OSError as exc:
+            raise ConfigError(f"{name}: cannot read {path}: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            hint = "give a bench/build_noise.py --json record"
+            raise ConfigError(f"{name}: {path} is not JSON ({exc}); {hint}") from None
+        try:
+            out[mclass] = build_noise_from_record(record, path.name)
+        except ValueError as exc:
+            raise ConfigError(f"{name}: {exc}") from None
+    return out
 
 
 # How to make a key that passes secret_key_problem, for messages.

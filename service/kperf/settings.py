@@ -12,6 +12,7 @@ from kperf import storage_settings
 from kperf.conf import (
     SECRET_KEY_RECIPE,
     env_bool,
+    env_build_noise_records,
     env_float,
     env_int,
     env_list,
@@ -291,6 +292,12 @@ KPERF_MIN_EFFECT_PCT_INSTRUCTIONS = env_float("KPERF_MIN_EFFECT_PCT_INSTRUCTIONS
 KPERF_MIN_EFFECT_PCT_INSTRUCTIONS_BY_BENCHMARK = env_percentages(
     "KPERF_MIN_EFFECT_PCT_INSTRUCTIONS_BY_BENCHMARK", DEFAULT_MIN_EFFECT_PCT_BY_BENCHMARK["instructions"]
 )
+# A lab's own perturbed-build records (bench/build_noise.py --json), used for
+# the between-build part under the instruction clock where a machine class
+# has learned none from tracked branches: "/path.json" for every class, or
+# "class=/path.json,..." (docs/statistics.md, "What an interval includes").
+# Unset: the figures the project measured (kperf.stats.builds.MEASURED_BUILD_SD).
+KPERF_BUILD_NOISE_RECORDS = env_build_noise_records("KPERF_BUILD_NOISE_RECORDS")
 # Sequential testing: a comparison that is inconclusive after the grid's K
 # boots per side gets K more, up to this many times K in all.
 KPERF_BOOT_BUDGET_FACTOR = env_int("KPERF_BOOT_BUDGET_FACTOR", 2, minimum=1)

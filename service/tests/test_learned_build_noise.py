@@ -8,6 +8,7 @@ of that size is not called a regression even when the boots agree exactly.
 
 from __future__ import annotations
 
+import json
 import zlib
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from kperf.conf import ConfigError, env_build_noise_records
 from kperf.core.models import (
     BootRecord,
     BranchCommit,
@@ -28,6 +30,7 @@ from kperf.core.models import (
     TrackedBranch,
     Tree,
 )
+from kperf.stats.builds import build_noise_from_record, measured_build_prior
 from kperf_testing import reference_history
 
 from .conftest import Api
@@ -163,3 +166,87 @@ def test_without_history_the_interval_of_two_exact_builds_holds_the_benchs_build
     assert f"boots each at a seeded phase ({boots} of {boots})" in method
     page = alice_api.get(f"/submissions/{sub.pk}").json()
     assert "perturbed-build bench" in page["comparisons"][0]["method"]
+
+
+def lab_record(tmp: Path, between_build_pct: float) -> Path:
+    """A bench/build_noise.py --json record as a lab's own run writes it (spawn only)."""
+    rows = [{"metric": m, "between_build_pct": between_build_pct, "boot_sd_pct": 0.0} for m in METRICS]
+    record = {
+        "header": "Measured 2026-11-30 on a lab box (x86_64, 8 cores), instruction clock, quick grids",
+        "results": {"spawn": {"metrics": rows, "ways": {}, "power": {}, "kernels": 11}},
+    }
+    path = tmp / "lab-build-noise.json"
+    path.write_text(json.dumps(record))
+    return path
+
+
+@pytest.mark.parametrize("for_class", ["qemu-x86_64", "*", "qemu-arm64"])
+def test_a_labs_own_perturbed_build_record_is_the_build_part_without_history(
+    alice: Any,
+    qemu_class: Any,
+    runner_api: Any,
+    tmp_path: Path,
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    for_class: str,
+) -> None:
+    """KPERF_BUILD_NOISE_RECORDS: a lab whose builds spread by 0.2% (its own
+    bench run) does not call a 0.3% difference between exact boots a
+    regression; the project's figure for spawn (0.003%) would. A record for
+    another machine class changes nothing here."""
+    path = lab_record(tmp_path, 0.2)
+    monkeypatch.setenv("KPERF_BUILD_NOISE_RECORDS", str(path) if for_class == "*" else f"{for_class}={path}")
+    settings.KPERF_BUILD_NOISE_RECORDS = env_build_noise_records("KPERF_BUILD_NOISE_RECORDS")
+    _, api = runner_api
+    sub = submission_ready_for_testing(alice, qemu_class, tmp_path)
+    sub.min_effect_pct = 0.1
+    sub.save(update_fields=["min_effect_pct"])
+    got = finish(sub, api, head_value=997.0)
+    used = for_class != "qemu-arm64"
+    method = got[METRICS[0]].comparison.method
+    assert ("perturbed-build record lab-build-noise.json, 2026-11-30" in method) == used, method
+    assert ("from the perturbed-build bench (bench/build_noise.py" in method) == (not used), method
+    for metric in METRICS:
+        m = got[metric]
+        assert m.change_pct == pytest.approx(-0.3, abs=0.01)
+        if used:
+            assert m.verdict != MetricComparison.Verdict.REGRESSION, (metric, m.note)
+            assert m.ci_low_pct is not None and m.ci_high_pct is not None and m.ci_low_pct < -0.3 < m.ci_high_pct
+        else:
+            assert m.verdict == MetricComparison.Verdict.REGRESSION, (metric, m.note)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("{missing}", "KPERF_BUILD_NOISE_RECORDS: cannot read"),
+        ("{notjson}", "is not JSON"),
+        ("{noresults}", "not a bench/build_noise.py --json record"),
+        ("{nokernels}", "needs 'kernels'"),
+        ("qemu-x86_64=", "is not a path or machine-class=path"),
+        ("{phases}", "a record of settle phases"),
+    ],
+)
+def test_a_bad_build_noise_record_setting_says_what_is_wrong(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str, message: str
+) -> None:
+    (tmp_path / "notjson.json").write_text("results: spawn")
+    (tmp_path / "noresults.json").write_text(json.dumps({"header": "x"}))
+    broken = json.loads(lab_record(tmp_path, 0.1).read_text())
+    del broken["results"]["spawn"]["kernels"]
+    (tmp_path / "nokernels.json").write_text(json.dumps(broken))
+    (tmp_path / "phases.json").write_text(json.dumps({**broken, "kind": "phases"}))
+    files = {k: str(tmp_path / f"{k}.json") for k in ("missing", "notjson", "noresults", "nokernels", "phases")}
+    monkeypatch.setenv("KPERF_BUILD_NOISE_RECORDS", value.format(**files))
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        env_build_noise_records("KPERF_BUILD_NOISE_RECORDS")
+
+
+def test_the_projects_own_record_reads_as_its_built_in_figures() -> None:
+    """The padding record the built-in figures come from gives the same parts through the setting."""
+    path = Path(__file__).resolve().parents[2] / "bench" / "records" / "build_noise-padding-2026-11-28.json"
+    record = build_noise_from_record(json.loads(path.read_text()), path.name)
+    for bench in ("spawn", "aim9", "pft", "pagealloc"):
+        assert record.prior(bench).sd == pytest.approx(measured_build_prior(bench).sd, rel=0.1, abs=1e-5)
+        assert record.prior(bench).dof == 19.0
+    assert record.source == "perturbed-build record build_noise-padding-2026-11-28.json, 2026-11-28"

@@ -84,6 +84,53 @@ def measured_build_prior(benchmark: str) -> NoisePrior:
 
 
 @dataclass(frozen=True)
+class MeasuredBuildNoise:
+    """A lab's own perturbed-build measurement: per benchmark, the between-build part to use where
+    its machine class has learned none, and where it comes from (for the comparison's method line)."""
+
+    priors: dict[str, NoisePrior]
+    source: str
+
+    def prior(self, benchmark: str) -> NoisePrior:
+        """This record's part for `benchmark`; the built-in figure for one the record did not measure."""
+        return self.priors.get(benchmark) or measured_build_prior(benchmark)
+
+
+def build_noise_from_record(record: object, name: str) -> MeasuredBuildNoise:
+    """The between-build parts of a `bench/build_noise.py --json` record: per benchmark, the largest
+    sd among its metrics (never below MEASURED_BUILD_FLOOR), with the builds' degrees of freedom.
+
+    `name` says which record it is in messages and in the source. ValueError says what is missing.
+    """
+    if not isinstance(record, dict) or not isinstance(record.get("results"), dict) or not record["results"]:
+        raise ValueError(f"{name}: not a bench/build_noise.py --json record (no 'results' by benchmark)")
+    header = record.get("header")
+    # A --phases record is the base booted at other settle phases: that spread is what each boot's
+    # seeded phase already samples, so as a between-build part it would count twice.
+    if record.get("kind") == "phases" or (isinstance(header, str) and "settle phases" in header):
+        raise ValueError(
+            f"{name}: a record of settle phases (bench/build_noise.py --phases), whose spread the boots' "
+            "seeded phases already hold; make one of perturbed builds (without --phases)"
+        )
+    priors: dict[str, NoisePrior] = {}
+    for bench, result in record["results"].items():
+        rows = result.get("metrics") if isinstance(result, dict) else None
+        kernels = result.get("kernels") if isinstance(result, dict) else None
+        try:
+            sds = [float(row["between_build_pct"]) / 100.0 for row in rows or []]
+        except (KeyError, TypeError, ValueError):
+            sds = []
+        if not sds or not all(math.isfinite(sd) and sd >= 0.0 for sd in sds):
+            raise ValueError(f"{name}: benchmark {bench!r} has no metrics with a between_build_pct")
+        if not isinstance(kernels, int) or kernels < 3:
+            raise ValueError(f"{name}: benchmark {bench!r} needs 'kernels' (the base and at least 2 builds)")
+        # The base and kernels - 1 perturbed builds: the spread of those builds has kernels - 2 dof.
+        priors[str(bench)] = NoisePrior(max(max(sds), MEASURED_BUILD_FLOOR), float(kernels - 2))
+    when = f", {header.split(' on ', 1)[0].removeprefix('Measured ')}" if isinstance(header, str) else ""
+    return MeasuredBuildNoise(priors, f"perturbed-build record {name}{when}")
+
+
+@dataclass(frozen=True)
 class BuildNoise:
     """The between-build component of one metric on one machine class and clock.
 

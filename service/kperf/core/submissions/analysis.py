@@ -124,6 +124,14 @@ def _interval_parts(phased: tuple[int, int]) -> str:
     return ""
 
 
+def _rounding_part(results: dict[str, stats.MetricResult]) -> str:
+    """The method line's account of the readings' resolution (kperf.stats.abtest.reading_unit)."""
+    rounded = sum("resolution" in r.extra for r in results.values())
+    if not rounded:
+        return ""
+    return f"; the rounding of whole-number readings for {rounded} of {len(results)} metrics"
+
+
 @dataclass(frozen=True)
 class GroupLook:
     """One comparison's sequential look and what went into it."""
@@ -150,7 +158,7 @@ def group_look(
     mclass_id, bench, clock = group
     priors = learned_priors(sub, mclass_id, bench, clock, metrics)
     builds = learned_build_priors(mclass_id, bench, clock)
-    measured = measured_build_priors(bench, clock, [n for n in metrics if n not in builds])
+    measured = measured_build_priors(mclass_id, bench, clock, [n for n in metrics if n not in builds])
     inputs = {
         name: stats.MetricInput(
             base=sides["base"],
@@ -195,11 +203,12 @@ def analyse_submission(sub_id: int) -> None:
                 )
                 + (
                     f"; between-build noise for {len(measured)} of {len(inputs)} metrics from the "
-                    f"{stats_builds.MEASURED_BUILD_SOURCE}"
+                    f"{measured_build_source(mclass_id, bench)}"
                     if measured
                     else ""
                 )
-                + _interval_parts(phases.get((mclass_id, bench, clock), (0, 0))),
+                + _interval_parts(phases.get((mclass_id, bench, clock), (0, 0)))
+                + _rounding_part(look.results),
                 alpha=plan.alpha,
                 look=look.look,
                 looks=len(plan.looks),
@@ -433,15 +442,34 @@ def learned_build_priors(mclass_id: int, bench: str, clock: str) -> dict[str, st
     return out
 
 
-def measured_build_priors(bench: str, clock: str, metrics: list[str]) -> dict[str, stats.NoisePrior]:
-    """The between-build part where the class has learned none: the bench's figure for the benchmark,
-    under the instruction clock (kperf.stats.builds.measured_build_prior), so that two single builds
-    whose boots agree exactly never get an interval of zero width (docs/statistics.md, "What an
-    interval includes"). The wall clock's boots hold far more than this part."""
+def _lab_build_record(mclass_id: int) -> stats_builds.MeasuredBuildNoise | None:
+    """The lab's own perturbed-build record for this machine class (KPERF_BUILD_NOISE_RECORDS), if any."""
+    records: dict[str, stats_builds.MeasuredBuildNoise] = settings.KPERF_BUILD_NOISE_RECORDS
+    if not records:
+        return None
+    name = MachineClass.objects.filter(pk=mclass_id).values_list("name", flat=True).first()
+    return records.get(name or "") or records.get("*")
+
+
+def measured_build_priors(mclass_id: int, bench: str, clock: str, metrics: list[str]) -> dict[str, stats.NoisePrior]:
+    """The between-build part where the class has learned none, under the instruction clock: from
+    the lab's own perturbed-build record for the class where it has one (KPERF_BUILD_NOISE_RECORDS),
+    else the project's bench figure for the benchmark (kperf.stats.builds.measured_build_prior), so
+    that two single builds whose boots agree exactly never get an interval of zero width
+    (docs/statistics.md, "What an interval includes"). The wall clock's boots hold far more."""
     if clock != Clock.INSTRUCTIONS:
         return {}
-    prior = stats_builds.measured_build_prior(bench)
+    record = _lab_build_record(mclass_id)
+    prior = record.prior(bench) if record is not None else stats_builds.measured_build_prior(bench)
     return {metric: prior for metric in metrics}
+
+
+def measured_build_source(mclass_id: int, bench: str) -> str:
+    """Where measured_build_priors' part came from, for the method line."""
+    record = _lab_build_record(mclass_id)
+    if record is not None and bench in record.priors:
+        return record.source
+    return stats_builds.MEASURED_BUILD_SOURCE
 
 
 def requested_clock(machine_class: str, clock: str | None) -> str:
