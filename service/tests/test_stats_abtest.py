@@ -251,3 +251,24 @@ def test_property_scaling_all_values_changes_nothing(
     assert one.change_pct == pytest.approx(scaled.change_pct, abs=1e-6)
     assert one.p_value == pytest.approx(scaled.p_value, abs=1e-6)
     assert one.verdict == scaled.verdict
+
+
+def test_a_boot_of_three_iterations_is_summarised_by_its_median() -> None:
+    from kperf.stats.abtest import boot_cut, boot_mean
+
+    assert [boot_cut(n) for n in (1, 2, 3, 4, 5, 9, 10)] == [0, 0, 1, 1, 1, 1, 2]
+    assert boot_mean(np.array([956.0, 966.0, 956.0])) == 956.0
+    assert boot_mean(np.array([1.0, 2.0, 3.0, 10.0])) == 2.5
+    assert boot_mean(np.array([1.0, 3.0])) == 2.0
+
+
+def test_one_iteration_of_three_hit_by_an_event_does_not_flag_an_unrelated_build() -> None:
+    """total-odr3-2 on x86_64 (bench/records/build_noise-seeded-1s-2026-11-28.json): the base
+    reads 956 in every iteration; an unrelated stand-in reads 965-966 in one iteration of
+    three in two boots of three. With the plain mean that was a -0.33% regression at 0.25%."""
+    from kperf.stats.builds import measured_build_prior
+
+    base = [[956.0, 956.0, 956.0]] * 2
+    head = [[956.0, 966.0, 956.0], [965.0, 956.0, 956.0]]
+    r = compare_metrics({"m": MetricInput(base, head, False, 0.25, build_noise=measured_build_prior("pagealloc"))})
+    assert r["m"].verdict is Verdict.NO_CHANGE and r["m"].change_pct == 0.0

@@ -4,8 +4,9 @@ A sample is mu(kernel) + b(boot) + e(iteration). Iterations within one boot
 share the boot's page placement, cache colouring and firmware state, so they
 are not independent: pooling them (as mmtests' compare does) overstates
 confidence when between-boot noise dominates. This module therefore reduces
-each boot to one summary (the 20% trimmed mean of its iterations, so a daemon
-waking up during one iteration does not move the boot) and compares the boot
+each boot to one summary (the 20% trimmed mean of its iterations, at least one
+cut from each end of three or more, so a daemon waking up during one
+iteration does not move the boot: boot_mean) and compares the boot
 summaries of the two sides with Welch's t-test. With K boots per side that is
 honest whatever the ratio of the two noise levels is; more iterations then
 only sharpen each boot summary, more boots sharpen the comparison.
@@ -52,11 +53,18 @@ reports a level only to within half a unit, and when every iteration and
 boot of a side rounds alike, which under the instruction clock they do, that
 error is shared by the whole side: no number of boots shows it or removes it.
 So when all readings of both sides are whole numbers (reading_unit) and
-positive, each side's level carries the variance of a uniform
-rounding error, unit^2/12, relative to the level on the log scale, known
-exactly (no degrees of freedom spent). At 245 units this is 0.12% a side; at
-14, 2%. Without it, two sides that round to 17.33 and 18 differ "exactly"
-by 3.8% (docs/statistics.md, "The readings' resolution").
+positive, each side's level carries a standard deviation of half a unit
+(ROUNDING_SD_UNITS), relative to the level on the log scale, known exactly
+(no degrees of freedom spent). Half a unit is the most a side can be off, and
+not the sd of a uniform error (0.29 units): rounding is not random. Two
+builds a hair apart that straddle a half-unit boundary read a whole unit
+apart in every boot, and with 0.29 units a side that one unit is 2.45 sds,
+significant at the later sequential looks. With half a unit a side it is
+1.41 sds: the rounding alone, at most one unit, never makes a difference
+significant at any boundary kperf uses (1.96 or more), while two units are.
+At 245 units this is 0.2% a side; at 17, 2.9%. Without it, two sides whose
+medians are 17 and 18 differ "exactly" by 5.9% (docs/statistics.md, "The
+readings' resolution").
 
 Verdicts (signed change: negative is worse, like mmtests; min_effect is the
 practical threshold, DEFAULT_MIN_EFFECT_PCT per clock):
@@ -96,6 +104,9 @@ BUILD_DOF_FLOOR = 1.0
 # A boot-noise prior worth less than one degree of freedom says nothing usable: it is ignored.
 MIN_PRIOR_DOF = 1.0
 DOF_CAP = 1e6  # an "exactly known" variance (dof inf) is a z-test; keep the number finite for storage
+# The sd of one side's rounding to whole units, in units: the largest error, not a uniform one's
+# 1/sqrt(12), so that a one-unit difference, which rounding alone can make, is never significant.
+ROUNDING_SD_UNITS = 0.5
 
 # Practical thresholds (percent) per clock: a significant change smaller than this is reported but is
 # never a regression or an improvement. Measured in bench/ab_clocks.py (docs/statistics.md, "The
@@ -237,9 +248,33 @@ def sum_sq_dev(x: np.ndarray) -> float:
     return float(np.sum((x - x.mean()) ** 2))
 
 
+def boot_cut(n: int) -> int:
+    """How many of a boot's n iterations its summary cuts from each end: BOOT_TRIM of them, and at
+    least one once there are three.
+
+    At 20% alone the quick grid's 3 iterations would cut none, and one iteration that an event hits
+    (a vmstat fold or a per-CPU list drain landing in the measured window: +1% on the page
+    allocator's total-odr3-2 in one iteration of three, in most boots of 4 unrelated stand-ins out
+    of 20) would move its boot, and with it the comparison (docs/statistics.md, "One iteration
+    of three").
+    """
+    cut = int(BOOT_TRIM * n)
+    return max(cut, 1) if n >= 3 else cut
+
+
+def boot_mean(x: np.ndarray) -> float:
+    """One boot's summary: the mean of its iterations without the boot_cut(n) at each end (for
+    three iterations, their median)."""
+    n = x.size
+    cut = boot_cut(n)
+    if cut == 0:
+        return float(np.mean(x))
+    return float(np.mean(np.sort(x)[cut : n - cut]))
+
+
 def boot_summaries(boots: list[list[float]], log_scale: bool) -> np.ndarray:
-    """One number per boot: the trimmed mean of its iterations (of their logs on the log scale)."""
-    return np.array([trimmed_mean(np.log(b) if log_scale else np.asarray(b, dtype=float)) for b in boots], dtype=float)
+    """One number per boot: boot_mean of its iterations (of their logs on the log scale)."""
+    return np.array([boot_mean(np.log(b) if log_scale else np.asarray(b, dtype=float)) for b in boots], dtype=float)
 
 
 def _keep_boots(x: np.ndarray, prior: NoisePrior | None) -> np.ndarray:
@@ -343,7 +378,8 @@ def reading_unit(base: list[list[float]], head: list[list[float]]) -> float:
 
 
 def _round_term(unit: float, xb: np.ndarray, xh: np.ndarray, log_scale: bool) -> float:
-    """The variance the readings' rounding adds to head - base: unit^2/12 a side, relative on the log scale.
+    """The variance the readings' rounding adds to head - base: (ROUNDING_SD_UNITS unit)^2 a side,
+    relative on the log scale.
 
     Not divided by the boots or iterations: under the instruction clock they all round alike, so the
     error is the side's, not the reading's. Where the readings spread over many units it is a small
@@ -353,7 +389,7 @@ def _round_term(unit: float, xb: np.ndarray, xh: np.ndarray, log_scale: bool) ->
         # On the linear scale (a side with readings at or below 0: counters, deltas) a whole unit
         # is no fraction of a level, and the change has no percentage to widen.
         return 0.0
-    per_side = unit * unit / 12.0
+    per_side = (ROUNDING_SD_UNITS * unit) ** 2
     return per_side * (math.exp(-2.0 * float(np.mean(xb))) + math.exp(-2.0 * float(np.mean(xh))))
 
 
@@ -461,6 +497,14 @@ def compare_one(inp: MetricInput, alpha: float = 0.05) -> MetricResult:
         lo, hi = test.to_pct(diff - half, inp.higher_is_better), test.to_pct(diff + half, inp.higher_is_better)
         if lo is not None and hi is not None:
             result.ci_low_pct, result.ci_high_pct = sorted((lo, hi))
+    notes.extend(_test_extras(result, test, inp.noise))
+    result.note = "; ".join(notes)
+    return result
+
+
+def _test_extras(result: MetricResult, test: BootTest, noise: NoisePrior | None) -> list[str]:
+    """Record in result.extra what went into the test; the notes that say so to a reader."""
+    notes: list[str] = []
     result.extra["dof"] = test.dof
     result.extra["log_scale"] = 1.0 if test.log_scale else 0.0
     result.extra["noise_prior"] = 1.0 if test.prior_used else 0.0
@@ -482,10 +526,9 @@ def compare_one(inp: MetricInput, alpha: float = 0.05) -> MetricResult:
             f"boots set aside as broken (over {BOOT_OUTLIER_SDS:g} learned sds from their side's median): "
             f"{test.set_aside[0]} base, {test.set_aside[1]} head"
         )
-    if inp.noise is not None and not test.prior_used:
+    if noise is not None and not test.prior_used:
         notes.append("boots noisier than history: learned noise not used")
-    result.note = "; ".join(notes)
-    return result
+    return notes
 
 
 def benjamini_hochberg(p_values: Sequence[float]) -> list[float]:

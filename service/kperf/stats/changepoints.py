@@ -48,7 +48,7 @@ import numpy as np
 from scipy import special
 from scipy import stats as sps
 
-from kperf.stats.abtest import BOOT_TRIM, normalise_boots, trimmed_mean
+from kperf.stats.abtest import boot_mean, normalise_boots, trimmed_mean
 
 # Calibrated by simulation (bench/detectors.py --calibrate) to at most one false alarm
 # per 1000 commits on change-free series of 400 commits of every noise shape of the
@@ -98,11 +98,11 @@ def robust_sigma(values: Sequence[float] | np.ndarray) -> float:
 
 
 def commit_summary(samples: Sequence[float] | Sequence[Sequence[float]], log_scale: bool) -> float:
-    """One number per commit: the mean over boots of each boot's trimmed mean."""
+    """One number per commit: the mean over boots of each boot's summary (kperf.stats.abtest.boot_mean)."""
     boots = normalise_boots(samples)
     if not boots:
         return math.nan
-    per_boot = [trimmed_mean(np.log(b) if log_scale else np.asarray(b, dtype=float), BOOT_TRIM) for b in boots]
+    per_boot = [boot_mean(np.log(b) if log_scale else np.asarray(b, dtype=float)) for b in boots]
     return float(np.mean(per_boot))
 
 

@@ -32,7 +32,7 @@ from scipy import optimize
 from scipy import stats as sps
 
 from kperf.stats import dist
-from kperf.stats.abtest import BOOT_TRIM, PRIOR_DOF_CAP, NoisePrior, normalise_boots, sum_sq_dev, trimmed_mean
+from kperf.stats.abtest import PRIOR_DOF_CAP, NoisePrior, boot_cut, boot_mean, normalise_boots, sum_sq_dev
 
 OUTLIER_RUN_P = 0.001
 
@@ -88,7 +88,7 @@ def _boot_stats(boots: list[list[float]], log_scale: bool) -> tuple[np.ndarray, 
     devs = np.concatenate([x - np.median(x) for x in xs if x.size > 1]) if any(x.size > 1 for x in xs) else None
     scale = 1.4826 * float(np.median(np.abs(devs))) if devs is not None and devs.size else 0.0
     for x in xs:
-        summaries.append(trimmed_mean(x, BOOT_TRIM))
+        summaries.append(boot_mean(x))
         if x.size > 1:
             med = float(np.median(x))
             w = np.clip(x, med - 3 * scale, med + 3 * scale) if scale > 0 else x
@@ -151,7 +151,7 @@ def boot_stats_batch(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
     """_boot_stats() of many runs of one shape, x[run, boot, iteration] (every value finite):
     (boot summaries [run, boot], their sum of squares [run], within-boot sum of squares [run], its dof)."""
     runs, boots, n = x.shape
-    cut = int(BOOT_TRIM * n)
+    cut = boot_cut(n)
     summaries = x.mean(axis=2) if cut == 0 else np.sort(x, axis=2)[:, :, cut : n - cut].mean(axis=2)
     ss = np.zeros(runs)
     if n > 1:

@@ -98,7 +98,7 @@ def job_dict(j: Job) -> JobRow:
 
 
 def verdict_estimate(boots: list[list[float]], log_scale: bool) -> float | None:
-    """A side's level as the verdict sees it: the mean of its boots' 20%-trimmed
+    """A side's level as the verdict sees it: the mean of its boots' trimmed
     means, on the log scale (a geometric mean) when every value is positive.
 
     The plain means beside it weigh every iteration alike; the two can
