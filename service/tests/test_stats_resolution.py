@@ -12,7 +12,7 @@ import math
 import pytest
 
 from kperf.stats import MetricInput, Verdict, compare_metrics, compare_one
-from kperf.stats.abtest import ROUNDING_SD_UNITS, NoisePrior, reading_unit
+from kperf.stats.abtest import ROUNDING_BOUND_UNITS, NoisePrior, reading_unit
 from kperf.stats.builds import measured_build_prior
 from kperf.stats.sequential import plan_looks, sequential_look
 
@@ -74,7 +74,8 @@ def test_fine_readings_keep_an_interval_near_their_unit() -> None:
     r = compare_metrics({"m": MetricInput(same, same, False, 0.5, build_noise=PAGEALLOC_BUILD)})["m"]
     assert r.verdict is Verdict.NO_CHANGE
     assert r.ci_low_pct is not None and r.ci_high_pct is not None
-    half = 1.96 * math.sqrt(2.0 * (ROUNDING_SD_UNITS / 956.0) ** 2 + 2.0 * PAGEALLOC_BUILD.sd**2) * 100.0
+    bound = 2.0 * ROUNDING_BOUND_UNITS / 956.0
+    half = (math.exp(bound + 1.96 * math.sqrt(2.0) * PAGEALLOC_BUILD.sd) - 1.0) * 100.0
     assert -r.ci_low_pct == pytest.approx(half, rel=0.02) and r.ci_high_pct == pytest.approx(half, rel=0.02)
     assert "readings in whole units" in r.note  # the rounding is most of it
 
@@ -110,7 +111,11 @@ def test_the_rounding_does_not_stand_in_for_learned_boot_noise() -> None:
     plain = compare_one(MetricInput(base, head, True, 0.5))
     learned = compare_one(MetricInput(base, head, True, 0.5, noise=NoisePrior(0.002, 30)))
     assert plain.extra["resolution"] == learned.extra["resolution"] == 1.0
-    assert 0.0 < learned.extra["resolution_share"] < plain.extra["resolution_share"] < 1.0
+    assert 0.0 < learned.extra["resolution_share"] < 1.0 and 0.0 < plain.extra["resolution_share"] < 1.0
+    # The bound (a unit at 301: 0.33% both sides) is in the interval on top of the boots' part.
+    for r in (plain, learned):
+        assert r.ci_low_pct is not None and r.ci_high_pct is not None
+        assert r.ci_high_pct - r.ci_low_pct > 2 * 100.0 / 301.0
 
 
 @pytest.mark.parametrize("look", [1, 2])

@@ -53,18 +53,17 @@ reports a level only to within half a unit, and when every iteration and
 boot of a side rounds alike, which under the instruction clock they do, that
 error is shared by the whole side: no number of boots shows it or removes it.
 So when all readings of both sides are whole numbers (reading_unit) and
-positive, each side's level carries a standard deviation of half a unit
-(ROUNDING_SD_UNITS), relative to the level on the log scale, known exactly
-(no degrees of freedom spent). Half a unit is the most a side can be off, and
-not the sd of a uniform error (0.29 units): rounding is not random. Two
-builds a hair apart that straddle a half-unit boundary read a whole unit
-apart in every boot, and with 0.29 units a side that one unit is 2.45 sds,
-significant at the later sequential looks. With half a unit a side it is
-1.41 sds: the rounding alone, at most one unit, never makes a difference
-significant at any boundary kperf uses (1.96 or more), while two units are.
-At 245 units this is 0.2% a side; at 17, 2.9%. Without it, two sides whose
-medians are 17 and 18 differ "exactly" by 5.9% (docs/statistics.md, "The
-readings' resolution").
+positive, the difference of the two sides is known only to within half a
+unit of each, a bound, not a noise: rounding is not random. Two builds a
+hair apart that straddle a half-unit boundary read one whole unit apart in
+every boot, and a variance for it (a uniform error's unit^2/12) would call
+that unit 2.45 sds, significant at the later sequential looks. So the test
+shrinks the difference by the bound before it divides by the standard error
+(what rounding alone can do is never significant), and the interval is the
+standard error's, widened by the bound on each side. At 245 units the bound
+is 0.41% (both sides); at 17, 5.9%. Without it, two sides whose medians are
+17 and 18 differ "exactly" by 5.9% (docs/statistics.md, "The readings'
+resolution").
 
 Verdicts (signed change: negative is worse, like mmtests; min_effect is the
 practical threshold, DEFAULT_MIN_EFFECT_PCT per clock):
@@ -104,9 +103,8 @@ BUILD_DOF_FLOOR = 1.0
 # A boot-noise prior worth less than one degree of freedom says nothing usable: it is ignored.
 MIN_PRIOR_DOF = 1.0
 DOF_CAP = 1e6  # an "exactly known" variance (dof inf) is a z-test; keep the number finite for storage
-# The sd of one side's rounding to whole units, in units: the largest error, not a uniform one's
-# 1/sqrt(12), so that a one-unit difference, which rounding alone can make, is never significant.
-ROUNDING_SD_UNITS = 0.5
+# The most one side's level can be off by its readings' rounding, in units.
+ROUNDING_BOUND_UNITS = 0.5
 
 # Practical thresholds (percent) per clock: a significant change smaller than this is reported but is
 # never a regression or an improvement. Measured in bench/ab_clocks.py (docs/statistics.md, "The
@@ -329,22 +327,29 @@ class BootTest:
     prior_used: bool
     set_aside: tuple[int, int] = (0, 0)  # boots of (base, head) set aside as broken (only with a prior)
     build_var: float = 0.0  # the part of se^2 that is 2 sd_build^2
-    round_var: float = 0.0  # the part of se^2 that is the two sides' rounding to the readings' unit
+    # The most the readings' rounding can move diff (both sides), on the compared scale: not in se,
+    # it shrinks the difference before the test and widens the interval by as much.
+    bound: float = 0.0
     unit: float = 0.0  # the readings' resolution (reading_unit), 0 when they have none to speak of
 
     @property
-    def fixed_var(self) -> float:
-        """The part of se^2 that more boots do not shrink: the builds' and the rounding's."""
-        return self.build_var + self.round_var
+    def beyond(self) -> float:
+        """The part of diff that the readings' rounding cannot explain (signed; 0 inside the bound)."""
+        return math.copysign(max(0.0, abs(self.diff) - self.bound), self.diff)
 
     @property
     def t(self) -> float:
-        return self.diff / self.se if self.se > 0 else (0.0 if self.diff == 0 else math.copysign(math.inf, self.diff))
+        d = self.beyond
+        return d / self.se if self.se > 0 else (0.0 if d == 0 else math.copysign(math.inf, d))
 
     def p_value(self) -> float:
         if self.se == 0.0:
-            return 1.0 if self.diff == 0.0 else 0.0
+            return 1.0 if self.beyond == 0.0 else 0.0
         return 2.0 * dist.t_sf(abs(self.t), self.dof)
+
+    def fixed_half(self, z: float) -> float:
+        """The half width more boots cannot shrink, at boundary z: the builds' part and the rounding's."""
+        return self.bound + z * math.sqrt(self.build_var)
 
     def to_pct(self, d: float, higher_is_better: bool) -> float | None:
         """A difference on the compared scale as a signed percent; None when base is 0 on a linear scale."""
@@ -377,20 +382,20 @@ def reading_unit(base: list[list[float]], head: list[list[float]]) -> float:
     return 1.0
 
 
-def _round_term(unit: float, xb: np.ndarray, xh: np.ndarray, log_scale: bool) -> float:
-    """The variance the readings' rounding adds to head - base: (ROUNDING_SD_UNITS unit)^2 a side,
-    relative on the log scale.
+def _round_bound(unit: float, xb: np.ndarray, xh: np.ndarray, log_scale: bool) -> float:
+    """The most the readings' rounding can move head - base: half a unit a side, relative on the
+    log scale.
 
     Not divided by the boots or iterations: under the instruction clock they all round alike, so the
-    error is the side's, not the reading's. Where the readings spread over many units it is a small
-    overstatement next to their own variance, which already holds their rounding.
+    error is the side's, not the reading's, and a median or mean of values rounded to whole units is
+    off by no more than half of one.
     """
     if unit <= 0.0 or not log_scale:
         # On the linear scale (a side with readings at or below 0: counters, deltas) a whole unit
         # is no fraction of a level, and the change has no percentage to widen.
         return 0.0
-    per_side = (ROUNDING_SD_UNITS * unit) ** 2
-    return per_side * (math.exp(-2.0 * float(np.mean(xb))) + math.exp(-2.0 * float(np.mean(xh))))
+    half = ROUNDING_BOUND_UNITS * unit
+    return half * (math.exp(-float(np.mean(xb))) + math.exp(-float(np.mean(xh))))
 
 
 def boot_test(
@@ -417,13 +422,13 @@ def boot_test(
     vb, vh = var_b / len(xb), var_h / len(xh)
     vbuild, dof_build = _build_term(build)
     unit = reading_unit(base, head)
-    vround = _round_term(unit, xb, xh, log_scale)
-    total = vb + vh + vbuild + vround
+    bound = _round_bound(unit, xb, xh, log_scale)
+    total = vb + vh + vbuild
     se = math.sqrt(total)
-    # Welch-Satterthwaite over the independent variance estimates; a term with no variance
-    # carries no uncertainty, and a known one (dof inf, as the rounding's is) none either.
+    # Welch-Satterthwaite over the three independent variance estimates; a term with no
+    # variance carries no uncertainty, and a known one (dof inf) none either.
     denom = sum(v * v / d for v, d in ((vb, dof_b), (vh, dof_h), (vbuild, dof_build)) if v > 0.0 and d > 0.0)
-    dof = DOF_CAP if vbuild + vround > 0.0 else max(dof_b + dof_h, 1.0)
+    dof = DOF_CAP if vbuild > 0.0 else max(dof_b + dof_h, 1.0)
     if denom > 0.0:
         dof = total**2 / denom
     level = float(np.mean(xb)) if not log_scale else float(np.exp(np.mean(xb)))
@@ -436,8 +441,8 @@ def boot_test(
         used_b and used_h,
         aside,
         vbuild,
-        vround,
-        unit if vround > 0.0 else 0.0,
+        bound,
+        unit if bound > 0.0 else 0.0,
     )
 
 
@@ -486,23 +491,23 @@ def compare_one(inp: MetricInput, alpha: float = 0.05) -> MetricResult:
         # The change is the test's: without the boots set aside.
         diff = test.diff
         result.change_pct = test.to_pct(diff, inp.higher_is_better)
-    if test.se == 0.0:
+    if test.se == 0.0 and test.bound == 0.0:
         # Identical boots within each side and no between-build component: nothing varies, so the
         # difference is exact (the instruction clock gives this when no build history is known).
         result.ci_low_pct = result.ci_high_pct = result.change_pct
         if diff != 0.0 and result.change_pct is not None:
             notes.append("boots identical within each side: the difference is exact")
     else:
-        half = dist.t_ppf(1.0 - alpha / 2.0, test.dof) * test.se
+        half = test.bound + (dist.t_ppf(1.0 - alpha / 2.0, test.dof) * test.se if test.se > 0.0 else 0.0)
         lo, hi = test.to_pct(diff - half, inp.higher_is_better), test.to_pct(diff + half, inp.higher_is_better)
         if lo is not None and hi is not None:
             result.ci_low_pct, result.ci_high_pct = sorted((lo, hi))
-    notes.extend(_test_extras(result, test, inp.noise))
+    notes.extend(_test_extras(result, test, inp.noise, dist.t_ppf(1.0 - alpha / 2.0, test.dof)))
     result.note = "; ".join(notes)
     return result
 
 
-def _test_extras(result: MetricResult, test: BootTest, noise: NoisePrior | None) -> list[str]:
+def _test_extras(result: MetricResult, test: BootTest, noise: NoisePrior | None, crit: float) -> list[str]:
     """Record in result.extra what went into the test; the notes that say so to a reader."""
     notes: list[str] = []
     result.extra["dof"] = test.dof
@@ -511,10 +516,11 @@ def _test_extras(result: MetricResult, test: BootTest, noise: NoisePrior | None)
     if test.build_var > 0.0:
         result.extra["build_sd"] = math.sqrt(test.build_var / 2.0)
         result.extra["build_share"] = test.build_var / test.se**2
-    if test.round_var > 0.0:
+    if test.bound > 0.0:
+        # The rounding's share of the interval's half width.
         result.extra["resolution"] = test.unit
-        result.extra["resolution_share"] = test.round_var / test.se**2
-    if test.round_var > 0.0 and result.extra["resolution_share"] > 0.5 and test.base_level > 0.0:
+        result.extra["resolution_share"] = test.bound / (test.bound + crit * test.se)
+    if test.bound > 0.0 and result.extra["resolution_share"] > 0.5 and test.base_level > 0.0:
         unit_pct = 100.0 * test.unit / (test.base_level if test.log_scale else abs(test.base_level))
         notes.append(
             f"readings in whole units (one is {unit_pct:.2g}% of the level): "

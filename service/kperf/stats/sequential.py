@@ -33,7 +33,8 @@ correlated than the boots-only model behind the boundaries assumes; that
 makes the design conservative (test_stats_builds.py simulates it), and more
 boots narrow only the boots' part of the interval (extra["build_share"] says
 how much of it is the builds'). The same holds for the readings' rounding
-(kperf.stats.abtest.reading_unit). A metric whose fixed part alone, at the
+(kperf.stats.abtest.reading_unit), a bound by which the difference is
+shrunk before the test and the interval widened. A metric whose fixed part alone, at the
 last look's boundary, could neither fit inside the threshold nor exclude 0
 is left inconclusive with a note and asks for no boots: no number of them
 would decide it (arm64's page allocator at 14-55 units a reading).
@@ -213,13 +214,15 @@ def sequential_look(metrics: Mapping[str, MetricInput], look: int, plan: Plan) -
         if test is None or r.change_pct is None:
             continue
         tests[name] = test
-        z = _z_from_t(test.t, test.dof) if test.se > 0 else (0.0 if test.diff == 0 else math.copysign(40.0, test.diff))
+        beyond = test.beyond  # what the readings' rounding cannot explain
+        z = _z_from_t(test.t, test.dof) if test.se > 0 else (0.0 if beyond == 0 else math.copysign(40.0, beyond))
         repeated[name] = plan.repeated_p(z, look)
         r.p_value = repeated[name]
-        # repeated interval on the z scale, mapped back to percent
-        se_z = abs(test.diff / z) if z else test.se
-        lo = test.to_pct(test.diff - bound * se_z, inp.higher_is_better)
-        hi = test.to_pct(test.diff + bound * se_z, inp.higher_is_better)
+        # repeated interval on the z scale, mapped back to percent, widened by the rounding's bound
+        se_z = abs(beyond / z) if z else test.se
+        half = test.bound + bound * se_z
+        lo = test.to_pct(test.diff - half, inp.higher_is_better)
+        hi = test.to_pct(test.diff + half, inp.higher_is_better)
         if lo is not None and hi is not None:
             r.ci_low_pct, r.ci_high_pct = sorted((lo, hi))
     names = list(repeated)
@@ -236,7 +239,7 @@ def sequential_look(metrics: Mapping[str, MetricInput], look: int, plan: Plan) -
             continue
         test = tests.get(name)
         if test is not None and not _boots_can_decide(test, r, metrics[name].higher_is_better, plan):
-            span = test.to_pct(plan.boundary(len(plan.looks)) * math.sqrt(test.fixed_var), True)
+            span = test.to_pct(test.fixed_half(plan.boundary(len(plan.looks))), True)
             r.extra["boots_cannot_decide"] = 1.0
             r.note = (r.note + "; " if r.note else "") + (
                 f"more boots cannot decide it: the builds' and the readings' rounding part alone spans "
@@ -268,9 +271,9 @@ def _boots_can_decide(test: BootTest, r: MetricResult, higher_is_better: bool, p
     They shrink the boots' part of the interval to nothing; the builds' and the rounding's stay.
     The last look's boundary is the narrowest the plan allows.
     """
-    if test.fixed_var <= 0.0 or r.change_pct is None:
+    half = test.fixed_half(plan.boundary(len(plan.looks)))
+    if half <= 0.0 or r.change_pct is None:
         return True
-    half = plan.boundary(len(plan.looks)) * math.sqrt(test.fixed_var)
     lo, hi = test.to_pct(test.diff - half, higher_is_better), test.to_pct(test.diff + half, higher_is_better)
     if lo is None or hi is None:
         return True
