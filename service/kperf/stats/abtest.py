@@ -370,12 +370,9 @@ def _build_term(build: NoisePrior | None) -> tuple[float, float]:
 
 
 def reading_unit(base: list[list[float]], head: list[list[float]]) -> float:
-    """1 when every reading of both sides is a whole number, else 0: the readings' resolution.
-
-    Readings that are all whole numbers were printed to a unit, so each is the true value to
-    within half of it. Finer resolutions are not guessed at: a reading with decimals is as often
-    a computed rate as a printed one, and its rounding is far below any threshold.
-    """
+    """1 when every reading of both sides is a whole number (printed to a unit, so each is the true
+    value to within half of it), else 0. Finer units are not guessed at: a reading with decimals is
+    as often a computed rate as a printed one, and its rounding is far below any threshold."""
     values = np.fromiter((v for b in (*base, *head) for v in b), dtype=float)
     if values.size == 0 or not np.all(values == np.round(values)):
         return 0.0
