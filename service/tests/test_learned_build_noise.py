@@ -247,6 +247,6 @@ def test_the_projects_own_record_reads_as_its_built_in_figures() -> None:
     path = Path(__file__).resolve().parents[2] / "bench" / "records" / "build_noise-padding-2026-11-28.json"
     record = build_noise_from_record(json.loads(path.read_text()), path.name)
     for bench in ("spawn", "aim9", "pft", "pagealloc"):
-        assert record.prior(bench).sd == pytest.approx(measured_build_prior(bench).sd, rel=0.1, abs=1e-5)
-        assert record.prior(bench).dof == 19.0
+        assert record.priors[bench].sd == pytest.approx(measured_build_prior(bench).sd, rel=0.1, abs=1e-5)
+        assert record.priors[bench].dof == 19.0
     assert record.source == "perturbed-build record build_noise-padding-2026-11-28.json, 2026-11-28"

@@ -52,18 +52,14 @@ allocator's cycles per operation, 14-55 units on arm64's coarse counter)
 reports a level only to within half a unit, and when every iteration and
 boot of a side rounds alike, which under the instruction clock they do, that
 error is shared by the whole side: no number of boots shows it or removes it.
-So when all readings of both sides are whole numbers (reading_unit) and
-positive, the difference of the two sides is known only to within half a
-unit of each, a bound, not a noise: rounding is not random. Two builds a
-hair apart that straddle a half-unit boundary read one whole unit apart in
-every boot, and a variance for it (a uniform error's unit^2/12) would call
-that unit 2.45 sds, significant at the later sequential looks. So the test
-shrinks the difference by the bound before it divides by the standard error
-(what rounding alone can do is never significant), and the interval is the
-standard error's, widened by the bound on each side. At 245 units the bound
-is 0.41% (both sides); at 17, 5.9%. Without it, two sides whose medians are
-17 and 18 differ "exactly" by 5.9% (docs/statistics.md, "The readings'
-resolution").
+So when all readings of both sides are positive whole numbers (reading_unit),
+their difference is known only to within half a unit of each: a bound, not a
+noise (two builds a hair apart that straddle a half-unit boundary read one
+unit apart in every boot; as a uniform error's variance that unit is 2.45
+sds). The test shrinks the difference by the bound before dividing by the
+standard error, so what rounding alone can do is never significant, and the
+interval is widened by the bound (0.41% at 245 units, 5.9% at 17;
+docs/statistics.md, "The readings' resolution").
 
 Verdicts (signed change: negative is worse, like mmtests; min_effect is the
 practical threshold, DEFAULT_MIN_EFFECT_PCT per clock):
@@ -228,11 +224,14 @@ def trimmed_mean(x: np.ndarray, proportion: float = BOOT_TRIM) -> float:
     The same cut as scipy's, without its per-call argument handling, which costs
     milliseconds: a comparison or a branch history summarises thousands of boots.
     """
-    n = x.size
-    cut = int(proportion * n)
+    return _mean_cut(x, int(proportion * x.size))
+
+
+def _mean_cut(x: np.ndarray, cut: int) -> float:
+    """The mean of x without its `cut` smallest and `cut` largest values."""
     if cut == 0:
         return float(np.mean(x))
-    return float(np.mean(np.sort(x)[cut : n - cut]))
+    return float(np.mean(np.sort(x)[cut : x.size - cut]))
 
 
 def sum_sq_dev(x: np.ndarray) -> float:
@@ -263,11 +262,7 @@ def boot_cut(n: int) -> int:
 def boot_mean(x: np.ndarray) -> float:
     """One boot's summary: the mean of its iterations without the boot_cut(n) at each end (for
     three iterations, their median)."""
-    n = x.size
-    cut = boot_cut(n)
-    if cut == 0:
-        return float(np.mean(x))
-    return float(np.mean(np.sort(x)[cut : n - cut]))
+    return _mean_cut(x, boot_cut(x.size))
 
 
 def boot_summaries(boots: list[list[float]], log_scale: bool) -> np.ndarray:
@@ -445,6 +440,12 @@ def boot_test(
 
 def compare_one(inp: MetricInput, alpha: float = 0.05) -> MetricResult:
     """Compare one metric; the q-value and the verdict are filled in by compare_metrics."""
+    return compare_with_test(inp, alpha)[0]
+
+
+def compare_with_test(inp: MetricInput, alpha: float = 0.05) -> tuple[MetricResult, BootTest | None]:
+    """compare_one, and the boot test it rests on (None where there is none): a sequential look
+    needs both, and the test reads every value of both sides."""
     base = normalise_boots(inp.base)
     head = normalise_boots(inp.head)
     result = MetricResult(
@@ -464,7 +465,7 @@ def compare_one(inp: MetricInput, alpha: float = 0.05) -> MetricResult:
     )
     if not base or not head:
         result.note = "no samples on one side"
-        return result
+        return result, None
     log_all = all(v > 0 for b in (*base, *head) for v in b)
     base_means = boot_summaries(base, log_all)
     head_means = boot_summaries(head, log_all)
@@ -482,7 +483,7 @@ def compare_one(inp: MetricInput, alpha: float = 0.05) -> MetricResult:
     test = boot_test(base, head, inp.noise, inp.build_noise)
     if test is None:
         result.note = "needs at least 2 boots per side to estimate between-boot noise"
-        return result
+        return result, None
     result.p_value = test.p_value()
     if any(test.set_aside):
         # The change is the test's: without the boots set aside.
@@ -501,7 +502,7 @@ def compare_one(inp: MetricInput, alpha: float = 0.05) -> MetricResult:
             result.ci_low_pct, result.ci_high_pct = sorted((lo, hi))
     notes.extend(_test_extras(result, test, inp.noise, dist.t_ppf(1.0 - alpha / 2.0, test.dof)))
     result.note = "; ".join(notes)
-    return result
+    return result, test
 
 
 def _test_extras(result: MetricResult, test: BootTest, noise: NoisePrior | None, crit: float) -> list[str]:
@@ -518,7 +519,7 @@ def _test_extras(result: MetricResult, test: BootTest, noise: NoisePrior | None,
         result.extra["resolution"] = test.unit
         result.extra["resolution_share"] = test.bound / (test.bound + crit * test.se)
     if test.bound > 0.0 and result.extra["resolution_share"] > 0.5 and test.base_level > 0.0:
-        unit_pct = 100.0 * test.unit / (test.base_level if test.log_scale else abs(test.base_level))
+        unit_pct = 100.0 * test.unit / test.base_level  # a bound is only on the log scale
         notes.append(
             f"readings in whole units (one is {unit_pct:.2g}% of the level): "
             "their rounding is most of the interval, and more boots do not narrow it"

@@ -91,10 +91,6 @@ class MeasuredBuildNoise:
     priors: dict[str, NoisePrior]
     source: str
 
-    def prior(self, benchmark: str) -> NoisePrior:
-        """This record's part for `benchmark`; the built-in figure for one the record did not measure."""
-        return self.priors.get(benchmark) or measured_build_prior(benchmark)
-
 
 def build_noise_from_record(record: object, name: str) -> MeasuredBuildNoise:
     """The between-build parts of a `bench/build_noise.py --json` record: per benchmark, the largest

@@ -58,10 +58,8 @@ from kperf.stats.abtest import (
     MetricResult,
     Verdict,
     benjamini_hochberg,
-    boot_test,
-    compare_one,
+    compare_with_test,
     decide,
-    normalise_boots,
 )
 
 GRID = 201  # points per look in the numerical integration
@@ -208,9 +206,8 @@ def sequential_look(metrics: Mapping[str, MetricInput], look: int, plan: Plan) -
     repeated: dict[str, float] = {}
     tests: dict[str, BootTest] = {}
     for name, inp in metrics.items():
-        r = compare_one(inp, plan.alpha)
+        r, test = compare_with_test(inp, plan.alpha)
         results[name] = r
-        test = boot_test(normalise_boots(inp.base), normalise_boots(inp.head), inp.noise, inp.build_noise)
         if test is None or r.change_pct is None:
             continue
         tests[name] = test

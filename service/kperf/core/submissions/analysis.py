@@ -142,6 +142,7 @@ class GroupLook:
     priors: dict[str, stats.NoisePrior]
     builds: dict[str, stats.NoisePrior]
     measured: dict[str, stats.NoisePrior]
+    measured_source: str  # where `measured` came from, for the method line
 
 
 def boots_per_side(metrics: dict[str, dict[str, list[list[float]]]]) -> int:
@@ -158,7 +159,7 @@ def group_look(
     mclass_id, bench, clock = group
     priors = learned_priors(sub, mclass_id, bench, clock, metrics)
     builds = learned_build_priors(mclass_id, bench, clock)
-    measured = measured_build_priors(mclass_id, bench, clock, [n for n in metrics if n not in builds])
+    measured, source = measured_build_priors(mclass_id, bench, clock, [n for n in metrics if n not in builds])
     inputs = {
         name: stats.MetricInput(
             base=sides["base"],
@@ -172,7 +173,7 @@ def group_look(
     }
     plan = benchmarks.look_plan(sub, bench, clock)
     look = sequential.sequential_look(inputs, sequential.look_number(plan, boots_per_side(metrics)), plan)
-    return GroupLook(inputs, look, plan, priors, builds, measured)
+    return GroupLook(inputs, look, plan, priors, builds, measured, source)
 
 
 def analyse_submission(sub_id: int) -> None:
@@ -203,7 +204,7 @@ def analyse_submission(sub_id: int) -> None:
                 )
                 + (
                     f"; between-build noise for {len(measured)} of {len(inputs)} metrics from the "
-                    f"{measured_build_source(mclass_id, bench)}"
+                    f"{taken.measured_source}"
                     if measured
                     else ""
                 )
@@ -451,25 +452,23 @@ def _lab_build_record(mclass_id: int) -> stats_builds.MeasuredBuildNoise | None:
     return records.get(name or "") or records.get("*")
 
 
-def measured_build_priors(mclass_id: int, bench: str, clock: str, metrics: list[str]) -> dict[str, stats.NoisePrior]:
-    """The between-build part where the class has learned none, under the instruction clock: from
-    the lab's own perturbed-build record for the class where it has one (KPERF_BUILD_NOISE_RECORDS),
-    else the project's bench figure for the benchmark (kperf.stats.builds.measured_build_prior), so
-    that two single builds whose boots agree exactly never get an interval of zero width
-    (docs/statistics.md, "What an interval includes"). The wall clock's boots hold far more."""
+def measured_build_priors(
+    mclass_id: int, bench: str, clock: str, metrics: list[str]
+) -> tuple[dict[str, stats.NoisePrior], str]:
+    """The between-build part where the class has learned none, under the instruction clock, and
+    where it comes from: the lab's own perturbed-build record for the class where it has one for
+    the benchmark (KPERF_BUILD_NOISE_RECORDS), else the project's bench figure
+    (kperf.stats.builds.measured_build_prior), so that two single builds whose boots agree exactly
+    never get an interval of zero width (docs/statistics.md, "What an interval includes"). The wall
+    clock's boots hold far more."""
     if clock != Clock.INSTRUCTIONS:
-        return {}
-    record = _lab_build_record(mclass_id)
-    prior = record.prior(bench) if record is not None else stats_builds.measured_build_prior(bench)
-    return {metric: prior for metric in metrics}
-
-
-def measured_build_source(mclass_id: int, bench: str) -> str:
-    """Where measured_build_priors' part came from, for the method line."""
+        return {}, ""
     record = _lab_build_record(mclass_id)
     if record is not None and bench in record.priors:
-        return record.source
-    return stats_builds.MEASURED_BUILD_SOURCE
+        prior, source = record.priors[bench], record.source
+    else:
+        prior, source = stats_builds.measured_build_prior(bench), stats_builds.MEASURED_BUILD_SOURCE
+    return {metric: prior for metric in metrics}, source
 
 
 def requested_clock(machine_class: str, clock: str | None) -> str:
