@@ -76,3 +76,32 @@ def test_the_build_part_used_without_history_is_the_one_the_bench_recorded() -> 
         assert prior.sd >= builds.MEASURED_BUILD_FLOOR and prior.dof == builds.MEASURED_BUILD_DOF
     # A benchmark the bench never ran gets the largest part measured for any.
     assert builds.measured_build_prior("mystery").sd == max(builds.MEASURED_BUILD_SD.values())
+
+
+def test_fixtures_are_judged_at_their_benchmarks_own_threshold() -> None:
+    """spawn's default on the instruction clock is 0.25%: a fixture that moves
+    it by 0.4% is a regression there, as the service calls it, and only
+    inconclusive or unchanged at the clock's 0.5%."""
+    bench = load_bench("build_noise")
+    from kperf.stats.abtest import min_effect_for_clock
+
+    assert min_effect_for_clock("instructions", "spawn") < 0.4 < min_effect_for_clock("instructions")
+    rng = np.random.default_rng(5)
+    phased = [f"phase-{n:02d}" for n in range(1, 11)]
+    runs: dict[str, dict[str, list[list[float]]]] = {}
+    for kernel in ["base", *phased, "slower"]:
+        level = 1000.0 * (0.996 if kernel == "slower" else 1.0)
+        runs[kernel] = {"spawn-vmas-0": [[level * (1 + rng.normal(0, 0.0002))] * 3 for _ in range(3)]}
+    claims = {"slower": ["spawn-vmas-0"]}
+    at_clock = bench.analyse(runs, {"spawn-vmas-0": True}, phased, claims)
+    at_spawn = bench.analyse(
+        runs, {"spawn-vmas-0": True}, phased, claims, min_effect_pct=min_effect_for_clock("instructions", "spawn")
+    )
+    assert at_clock["power"]["slower"]["spawn-vmas-0"]["verdict"] != "regression"
+    assert at_spawn["power"]["slower"]["spawn-vmas-0"]["verdict"] == "regression"
+    # figures(), which the bench runs per benchmark, takes the benchmark's own.
+    for kernel in runs:
+        runs[kernel]["spawn-vmas-1000"] = [[500.0] * 3 for _ in range(3)]
+    served = bench.figures("spawn", runs, phased, claims, 0)
+    assert served["power"]["slower"]["spawn-vmas-0"]["verdict"] == "regression"
+    assert bench.thresholds_today(["spawn", "aim9"]) == "spawn 0.25%, aim9 0.5%"
