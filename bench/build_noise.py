@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from kperf.stats.abtest import MetricInput, NoisePrior, Verdict, compare_metrics, min_effect_for_clock
+from kperf.stats.boot_spread import spread_of_runs
 from kperf.stats.builds import between_build_noise, measured_build_prior
 from kperf.stats.sequential import Plan, sequential_look
 from kperf_kbuild.profiles import DEFAULT_PROFILE, PROFILES
@@ -177,6 +178,7 @@ def analyse(
     thresholds: Sequence[float] = THRESHOLDS,
     service_prior: NoisePrior | None = None,
     min_effect_pct: float | None = None,
+    boot_spread: bool = False,
 ) -> dict[str, Any]:
     """The figures from runs of "base", the perturbed kernels and any fixtures.
 
@@ -184,6 +186,9 @@ def analyse(
     service_prior: the between-build part the service uses where it has learned none
     (kperf.stats.builds.measured_build_prior); given, a third way ("as the service") is reported.
     min_effect_pct: the practical threshold the fixtures' verdicts are given at (default: the clock's).
+    boot_spread: the service's ways also take each metric's boot noise as the service does without
+    history (kperf.stats.boot_spread), measured on the kernels other than the pair's two, so that a
+    pair is never judged with a spread its own boots made.
     """
     fixture_threshold = min_effect_for_clock(CLOCK) if min_effect_pct is None else min_effect_pct
     metrics = sorted(set.intersection(*(set(runs[k]) for k in ("base", *perturbed))))
@@ -209,6 +214,9 @@ def analyse(
     def pair_inputs(head: str, held_out: Sequence[str], fixed: NoisePrior | None = None) -> dict[str, MetricInput]:
         """Base against `head`; the between-build part `fixed`, or from the perturbed builds in `held_out`."""
         inputs = {}
+        spread = {}
+        if boot_spread and fixed is not None:
+            spread = spread_of_runs({k: v for k, v in runs.items() if k not in ("base", head)})
         for metric in metrics:
             prior = fixed
             if held_out and fixed is None:
@@ -220,6 +228,7 @@ def analyse(
                 runs[head][metric],
                 directions[metric],
                 min_effect_pct=fixture_threshold,
+                noise=spread.get(metric),
                 build_noise=prior,
             )
         return inputs
@@ -276,11 +285,17 @@ def figures(
     prior = measured_build_prior(bench)
     # The fixtures judged at the benchmark's own default, as the service judges them.
     threshold = min_effect_for_clock(CLOCK, bench)
-    out = analyse(runs, directions, perturbed, claims, service_prior=prior, min_effect_pct=threshold)
+    out = analyse(runs, directions, perturbed, claims, service_prior=prior, min_effect_pct=threshold, boot_spread=True)
     # What fewer boots a side would have given: the first n of each kernel's.
     out["by_boots"] = {
         str(n): analyse(
-            first_boots(runs, n), directions, perturbed, claims, service_prior=prior, min_effect_pct=threshold
+            first_boots(runs, n),
+            directions,
+            perturbed,
+            claims,
+            service_prior=prior,
+            min_effect_pct=threshold,
+            boot_spread=True,
         )
         for n in range(2, boots)
     }

@@ -105,3 +105,26 @@ def test_fixtures_are_judged_at_their_benchmarks_own_threshold() -> None:
     served = bench.figures("spawn", runs, phased, claims, 0)
     assert served["power"]["slower"]["spawn-vmas-0"]["verdict"] == "regression"
     assert bench.thresholds_today(["spawn", "aim9"]) == "spawn 0.25%, aim9 0.5%"
+
+
+def test_the_services_ways_take_the_boot_spread_of_the_other_kernels() -> None:
+    """A metric whose one reading a boot is 414 or 421 by the phase: base 421 twice and a stand-in
+    414 twice look exact to boots alone; with the boot spread the other kernels show (as the
+    service takes the phase bench's, kperf.stats.boot_spread) the pair is not flagged."""
+    bench = load_bench("build_noise")
+    from kperf.stats.builds import measured_build_prior
+
+    rng = np.random.default_rng(3)
+    phased = [f"phase-{n:02d}" for n in range(1, 21)]
+    runs: dict[str, dict[str, list[list[float]]]] = {"base": {"m": [[421.0], [421.0]]}}
+    runs["phase-01"] = {"m": [[414.0], [414.0]]}
+    for kernel in phased[1:]:
+        runs[kernel] = {"m": [[float(rng.choice([414.0, 421.0]))] for _ in range(2)]}
+    prior = measured_build_prior("pagealloc")
+    without = bench.analyse(runs, {"m": False}, phased, service_prior=prior)
+    served = bench.analyse(runs, {"m": False}, phased, service_prior=prior, boot_spread=True)
+    way = "the service's first look"
+    assert without["ways"][way]["pairs_flagged_share"]["0.5"] > 0.0
+    assert served["ways"][way]["pairs_flagged_share"]["0.5"] == 0.0
+    # The boots-only and held-out-builds ways are the bench's own and do not change.
+    assert served["ways"]["boots only"] == without["ways"]["boots only"]

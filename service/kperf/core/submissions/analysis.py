@@ -31,7 +31,7 @@ from kperf.core.models import (
     SubmissionBuild,
 )
 from kperf.core.results import drift_pools, noise_pools, outcome, summaries
-from kperf.stats import builds as stats_builds
+from kperf.core.submissions import priors as priors_without_history
 from kperf.stats import noise, sequential, summary
 from kperf.stats.builds import BuildNoise
 from kperf.stats.changepoints import DriftEstimate
@@ -143,6 +143,9 @@ class GroupLook:
     builds: dict[str, stats.NoisePrior]
     measured: dict[str, stats.NoisePrior]
     measured_source: str  # where `measured` came from, for the method line
+    # The boot noise measured without history (kperf.core.submissions.priors), and where it came from.
+    spread: dict[str, stats.NoisePrior]
+    spread_source: str
 
 
 def boots_per_side(metrics: dict[str, dict[str, list[list[float]]]]) -> int:
@@ -159,21 +162,26 @@ def group_look(
     mclass_id, bench, clock = group
     priors = learned_priors(sub, mclass_id, bench, clock, metrics)
     builds = learned_build_priors(mclass_id, bench, clock)
-    measured, source = measured_build_priors(mclass_id, bench, clock, [n for n in metrics if n not in builds])
+    measured, source = priors_without_history.measured_build_priors(
+        mclass_id, bench, clock, [n for n in metrics if n not in builds]
+    )
+    spread, spread_source = priors_without_history.measured_boot_priors(
+        sub, mclass_id, bench, clock, [n for n in metrics if n not in priors]
+    )
     inputs = {
         name: stats.MetricInput(
             base=sides["base"],
             head=sides["head"],
             higher_is_better=defs[name].higher_is_better,
             min_effect_pct=benchmarks.min_effect_pct(name, clock, sub.min_effect_pct, defs[name].benchmark),
-            noise=priors.get(name),
+            noise=priors.get(name) or spread.get(name),
             build_noise=builds.get(name) or measured.get(name),
         )
         for name, sides in metrics.items()
     }
     plan = benchmarks.look_plan(sub, bench, clock)
     look = sequential.sequential_look(inputs, sequential.look_number(plan, boots_per_side(metrics)), plan)
-    return GroupLook(inputs, look, plan, priors, builds, measured, source)
+    return GroupLook(inputs, look, plan, priors, builds, measured, source, spread, spread_source)
 
 
 def analyse_submission(sub_id: int) -> None:
@@ -206,6 +214,11 @@ def analyse_submission(sub_id: int) -> None:
                     f"; between-build noise for {len(measured)} of {len(inputs)} metrics from the "
                     f"{taken.measured_source}"
                     if measured
+                    else ""
+                )
+                + (
+                    f"; boot noise for {len(taken.spread)} of {len(inputs)} metrics from {taken.spread_source}"
+                    if taken.spread
                     else ""
                 )
                 + _interval_parts(phases.get((mclass_id, bench, clock), (0, 0)))
@@ -441,34 +454,6 @@ def learned_build_priors(mclass_id: int, bench: str, clock: str) -> dict[str, st
         if prior is not None:
             out[metric] = prior
     return out
-
-
-def _lab_build_record(mclass_id: int) -> stats_builds.MeasuredBuildNoise | None:
-    """The lab's own perturbed-build record for this machine class (KPERF_BUILD_NOISE_RECORDS), if any."""
-    records: dict[str, stats_builds.MeasuredBuildNoise] = settings.KPERF_BUILD_NOISE_RECORDS
-    if not records:
-        return None
-    name = MachineClass.objects.filter(pk=mclass_id).values_list("name", flat=True).first()
-    return records.get(name or "") or records.get("*")
-
-
-def measured_build_priors(
-    mclass_id: int, bench: str, clock: str, metrics: list[str]
-) -> tuple[dict[str, stats.NoisePrior], str]:
-    """The between-build part where the class has learned none, under the instruction clock, and
-    where it comes from: the lab's own perturbed-build record for the class where it has one for
-    the benchmark (KPERF_BUILD_NOISE_RECORDS), else the project's bench figure
-    (kperf.stats.builds.measured_build_prior), so that two single builds whose boots agree exactly
-    never get an interval of zero width (docs/statistics.md, "What an interval includes"). The wall
-    clock's boots hold far more."""
-    if clock != Clock.INSTRUCTIONS:
-        return {}, ""
-    record = _lab_build_record(mclass_id)
-    if record is not None and bench in record.priors:
-        prior, source = record.priors[bench], record.source
-    else:
-        prior, source = stats_builds.measured_build_prior(bench), stats_builds.MEASURED_BUILD_SOURCE
-    return {metric: prior for metric in metrics}, source
 
 
 def requested_clock(machine_class: str, clock: str | None) -> str:
