@@ -113,8 +113,8 @@ DEFAULT_MIN_EFFECT_PCT: dict[str, float] = {"instructions": 0.5, "wall": 3.0}
 # which bench/build_noise.py found no unrelated pair flagged at that
 # threshold on every profile and architecture it measured, the between-build
 # and phase parts included (docs/statistics.md, "The practical threshold per
-# benchmark"). The page allocator keeps the clock's: one unrelated change in
-# ten (x86_64) to four (arm64) gets a flag among its 120 metrics at 0.5%.
+# benchmark"). The page allocator keeps the clock's for its readings' resolution:
+# below 0.5% most of its metrics could only be called inconclusive.
 # So does aim9: nothing false was flagged at 0.25% either, but its interval
 # at two boots a side is about +-0.25% wide, so at 0.25% an unchanged
 # metric could not be called unchanged at the first look, and every aim9
