@@ -92,21 +92,25 @@ def test_a_record_without_seeded_boots_or_runs_is_refused_with_what_is_wrong(tmp
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("profile", ["tiny", "distro"])
+@pytest.mark.parametrize("profile", ["tiny", "distro", "tiny on two vCPUs"])
 def test_without_history_a_comparison_takes_the_boot_spread_the_bench_measured_for_its_profile(
     alice: Any, qemu_class: Any, runner_api: Any, tmp_path: Path, profile: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Exact boots a side, heads 0.5% below base, at a 0.01% threshold, on a table where the bench
     saw spawn-vmas-0's boots spread by 0.5% with the phase on x86_64 `tiny` and spawn-vmas-1000's
     not at all: the first is within what two boots a side can draw, the second a regression. The
-    bench has not measured the `distro` profile: there both are regressions, as before."""
+    bench has not measured the `distro` profile nor two vCPUs: there both are regressions, as before."""
     table = {"x86_64/tiny": {"spawn": {"spawn-vmas-0": NoisePrior(0.005, 20.0)}}}
     monkeypatch.setattr(boot_spread, "_project_table", lambda: table)
     assert qemu_class.clock == Clock.INSTRUCTIONS and qemu_class.arch == "x86_64"
     _, api = runner_api
     sub = submission_ready_for_testing(alice, qemu_class, tmp_path)
+    if profile == "tiny on two vCPUs":
+        # The bench booted one vCPU: a class of two measures something it has not.
+        qemu_class.vcpus = 2
+        qemu_class.save(update_fields=["vcpus"])
     sub.min_effect_pct = 0.01
-    sub.profile = profile
+    sub.profile = profile.split()[0]
     sub.save(update_fields=["min_effect_pct", "profile"])
     finish_all(sub, api, lambda job, side: results_body(job, 1000.0 if side == "base" else 995.0))
     got = {m.metric: m for m in MetricComparison.objects.filter(comparison__submission=sub)}

@@ -25,6 +25,10 @@ from kperf.core.models import Clock, MachineClass, Submission
 from kperf.stats import boot_spread
 from kperf.stats import builds as stats_builds
 
+# The grid bench/build_noise.py boots: a spread measured on it says nothing of another grid's
+# durations and iterations.
+BENCH_GRID = "quick"
+
 
 def _lab_build_record(mclass_id: int) -> stats_builds.MeasuredBuildNoise | None:
     """The lab's own perturbed-build record for this machine class (KPERF_BUILD_NOISE_RECORDS), if any."""
@@ -60,13 +64,16 @@ def measured_boot_priors(
     """Per metric of `metrics` (those with no noise learned from history), the boot noise the
     project's phase bench measured on the class's architecture and the submission's profile, and
     where it comes from; nothing off the instruction clock (the wall clock's boots show their own
-    spread) or where the bench has not measured that architecture and profile."""
-    if clock != Clock.INSTRUCTIONS or not metrics:
+    spread) or where the bench has not measured what the comparison measures: its architecture
+    and profile, the quick grid, one vCPU and no NUMA nodes."""
+    if clock != Clock.INSTRUCTIONS or not metrics or sub.grid != BENCH_GRID:
         return {}, ""
-    mclass = MachineClass.objects.filter(pk=mclass_id).values_list("arch", "profile").first()
+    mclass = MachineClass.objects.filter(pk=mclass_id).values_list("arch", "profile", "vcpus", "numa_nodes").first()
     if mclass is None:
         return {}, ""
-    arch, class_profile = mclass
+    arch, class_profile, vcpus, numa_nodes = mclass
+    if vcpus > 1 or numa_nodes:
+        return {}, ""
     profile = sub.profile or class_profile
     spread = boot_spread.project_spread(arch, profile, bench)
     chosen = {m: spread[m] for m in metrics if m in spread}
