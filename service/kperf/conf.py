@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from django.core.checks.security.base import (
     SECRET_KEY_INSECURE_PREFIX,
@@ -16,6 +19,7 @@ from django.core.checks.security.base import (
     SECRET_KEY_MIN_UNIQUE_CHARACTERS,
 )
 
+from kperf.stats.boot_spread import spread_of_record
 from kperf.stats.builds import MeasuredBuildNoise, build_noise_from_record
 
 
@@ -116,10 +120,23 @@ def env_build_noise_records(name: str) -> dict[str, MeasuredBuildNoise]:
             hint = "give a bench/build_noise.py --json record"
             raise ConfigError(f"{name}: {path} is not JSON ({exc}); {hint}") from None
         try:
-            out[mclass] = build_noise_from_record(record, path.name)
+            out[mclass] = with_boot_spread(build_noise_from_record(record, path.name), record, path.name)
         except ValueError as exc:
             raise ConfigError(f"{name}: {exc}") from None
     return out
+
+
+def with_boot_spread(noise: MeasuredBuildNoise, record: dict[str, Any], name: str) -> MeasuredBuildNoise:
+    """A record made with --seeded also gives each metric's boot spread, for its profile (named in
+    its header, "the mm profile"); the service prefers it to the project's phase bench
+    (kperf.core.submissions.priors)."""
+    header = str(record.get("header", ""))
+    if "seeded phase" not in header:
+        return noise
+    profile = re.search(r"\bthe (\w+) profile\b", header)
+    if profile is None:
+        raise ValueError(f"{name}: its header does not say which profile it measured ('the <name> profile')")
+    return replace(noise, boot_spread=spread_of_record(record, name), profile=profile.group(1))
 
 
 # How to make a key that passes secret_key_problem, for messages.

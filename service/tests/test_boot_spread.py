@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from kperf.conf import ConfigError, env_build_noise_records
 from kperf.core.models import Clock, MetricComparison
 from kperf.stats import boot_spread
 from kperf.stats.abtest import MetricInput, NoisePrior, Verdict, compare_metrics
@@ -129,3 +130,76 @@ def test_without_history_a_comparison_takes_the_boot_spread_the_bench_measured_f
     else:
         assert fork0.verdict == MetricComparison.Verdict.REGRESSION, fork0.note
         assert "boot noise for" not in method
+
+
+def seeded_record(tmp: Path, profile: str = "tiny") -> Path:
+    """A lab's own bench/build_noise.py --seeded --json record (spawn only): spawn-vmas-0's boots
+    spread by 0.5% with the phase, spawn-vmas-1000's repeat."""
+    kernels = ["base", *(f"perturb-{n:02d}" for n in range(1, 11))]
+    runs = {
+        k: {"spawn-vmas-0": [[1000.0 * (1 + s)] * 3 for s in (0.005, -0.005)], "spawn-vmas-1000": [[500.0] * 3] * 2}
+        for k in kernels
+    }
+    rows = [{"metric": m, "between_build_pct": 0.0, "boot_sd_pct": 0.0} for m in ("spawn-vmas-0", "spawn-vmas-1000")]
+    header = (
+        f"Measured 2026-11-30 on a lab box (x86_64, 8 cores), x86_64 guest, the {profile} profile, instruction "
+        "clock, quick grids, 10 perturbed builds + base, 2 boot(s) each, each boot at a seeded phase"
+    )
+    record = {"header": header, "kind": "builds", "results": {"spawn": {"metrics": rows, "runs": runs, "kernels": 11}}}
+    path = tmp / f"lab-{profile}.json"
+    path.write_text(json.dumps(record))
+    return path
+
+
+def test_a_labs_seeded_record_gives_its_boot_spread_for_its_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KPERF_BUILD_NOISE_RECORDS", f"{MM_RECORD},qemu-arm64={seeded_record(tmp_path)}")
+    records = env_build_noise_records("KPERF_BUILD_NOISE_RECORDS")
+    mm = records["*"]
+    assert mm.profile == "mm" and 0.006 < mm.boot_spread["pagealloc"]["alloc-odr0-8"].sd < 0.012
+    assert mm.priors["pagealloc"].sd >= 0.0001  # its between-build part, as before
+    lab = records["qemu-arm64"]
+    assert lab.profile == "tiny" and set(lab.boot_spread["spawn"]) == {"spawn-vmas-0"}
+    # A seeded record that does not say its profile cannot be matched to a submission's.
+    record = json.loads(seeded_record(tmp_path).read_text())
+    record["header"] = record["header"].replace("the tiny profile, ", "")
+    (tmp_path / "anon.json").write_text(json.dumps(record))
+    monkeypatch.setenv("KPERF_BUILD_NOISE_RECORDS", str(tmp_path / "anon.json"))
+    with pytest.raises(ConfigError, match="does not say which profile"):
+        env_build_noise_records("KPERF_BUILD_NOISE_RECORDS")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("profile", ["tiny", "mm"])
+def test_a_labs_seeded_record_comes_before_the_projects_table_for_the_profile_it_measured(
+    alice: Any,
+    qemu_class: Any,
+    runner_api: Any,
+    tmp_path: Path,
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    profile: str,
+) -> None:
+    """The lab measured `tiny` on its class: a `tiny` comparison takes the lab's 0.5% for
+    spawn-vmas-0 and a 0.5% difference between exact-looking sides is no regression; an `mm`
+    comparison on the same class takes the project's table for x86_64 `mm` (0.03%), where it is."""
+    monkeypatch.setenv("KPERF_BUILD_NOISE_RECORDS", f"qemu-x86_64={seeded_record(tmp_path)}")
+    settings.KPERF_BUILD_NOISE_RECORDS = env_build_noise_records("KPERF_BUILD_NOISE_RECORDS")
+    _, api = runner_api
+    sub = submission_ready_for_testing(alice, qemu_class, tmp_path)
+    sub.min_effect_pct = 0.01
+    sub.profile = profile
+    sub.save(update_fields=["min_effect_pct", "profile"])
+    finish_all(sub, api, lambda job, side: results_body(job, 1000.0 if side == "base" else 995.0))
+    got = {m.metric: m for m in MetricComparison.objects.filter(comparison__submission=sub)}
+    method = got["spawn-vmas-0"].comparison.method
+    if profile == "tiny":
+        assert "boot noise for 1 of 2 metrics from the perturbed-build record lab-tiny.json, 2026-11-30" in method
+        assert got["spawn-vmas-0"].verdict != MetricComparison.Verdict.REGRESSION, got["spawn-vmas-0"].note
+    else:
+        assert "boot noise for 2 of 2 metrics from the phase bench (bench/build_noise.py --seeded) on x86_64 `mm`" in (
+            method
+        )
+        assert got["spawn-vmas-0"].verdict == MetricComparison.Verdict.REGRESSION, got["spawn-vmas-0"].note
+    assert got["spawn-vmas-1000"].verdict == MetricComparison.Verdict.REGRESSION

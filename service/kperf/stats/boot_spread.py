@@ -37,7 +37,7 @@ from kperf.stats.builds import between_build_noise
 
 TABLE = Path(__file__).with_name("boot_spread.json")
 # What the method line names as the table's origin.
-PROJECT_SOURCE = "the phase bench (bench/build_noise.py --seeded)"
+PROJECT_SOURCE = "phase bench (bench/build_noise.py --seeded)"
 # Spreads below this (a relative sd of 1e-9: the last bits of a log) are boots that repeat.
 _ZERO = 1e-9
 

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -90,6 +90,10 @@ class MeasuredBuildNoise:
 
     priors: dict[str, NoisePrior]
     source: str
+    # Where the record's boots were each at a seeded phase: per benchmark and metric their spread
+    # (kperf.stats.boot_spread), for the profile the record was made with.
+    boot_spread: dict[str, dict[str, NoisePrior]] = field(default_factory=dict)
+    profile: str = ""
 
 
 def build_noise_from_record(record: object, name: str) -> MeasuredBuildNoise:

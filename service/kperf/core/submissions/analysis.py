@@ -217,7 +217,7 @@ def analyse_submission(sub_id: int) -> None:
                     else ""
                 )
                 + (
-                    f"; boot noise for {len(taken.spread)} of {len(inputs)} metrics from {taken.spread_source}"
+                    f"; boot noise for {len(taken.spread)} of {len(inputs)} metrics from the {taken.spread_source}"
                     if taken.spread
                     else ""
                 )

@@ -61,8 +61,9 @@ def measured_build_priors(
 def measured_boot_priors(
     sub: Submission, mclass_id: int, bench: str, clock: str, metrics: list[str]
 ) -> tuple[dict[str, stats.NoisePrior], str]:
-    """Per metric of `metrics` (those with no noise learned from history), the boot noise the
-    project's phase bench measured on the class's architecture and the submission's profile, and
+    """Per metric of `metrics` (those with no noise learned from history), the boot noise the lab's
+    own seeded record for the class measured (KPERF_BUILD_NOISE_RECORDS, for the submission's
+    profile), else the project's phase bench on the class's architecture and that profile, and
     where it comes from; nothing off the instruction clock (the wall clock's boots show their own
     spread) or where the bench has not measured what the comparison measures: its architecture
     and profile, the quick grid, one vCPU and no NUMA nodes."""
@@ -75,6 +76,11 @@ def measured_boot_priors(
     if vcpus > 1 or numa_nodes:
         return {}, ""
     profile = sub.profile or class_profile
+    # The lab's own seeded record for the class first, where it measured this profile.
+    record = _lab_build_record(mclass_id)
+    if record is not None and record.profile == profile and record.boot_spread.get(bench):
+        chosen = {m: record.boot_spread[bench][m] for m in metrics if m in record.boot_spread[bench]}
+        return chosen, record.source if chosen else ""
     spread = boot_spread.project_spread(arch, profile, bench)
     chosen = {m: spread[m] for m in metrics if m in spread}
     return chosen, f"{boot_spread.PROJECT_SOURCE} on {arch} `{profile}`" if chosen else ""
