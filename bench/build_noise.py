@@ -187,8 +187,9 @@ def analyse(
     (kperf.stats.builds.measured_build_prior); given, a third way ("as the service") is reported.
     min_effect_pct: the practical threshold the fixtures' verdicts are given at (default: the clock's).
     boot_spread: the service's ways also take each metric's boot noise as the service does without
-    history (kperf.stats.boot_spread), measured on the kernels other than the pair's two, so that a
-    pair is never judged with a spread its own boots made.
+    history (kperf.stats.boot_spread), measured on the perturbed kernels other than the pair's head
+    (the base and the fixtures left out), so that a pair is never judged with a spread its own
+    boots made.
     """
     fixture_threshold = min_effect_for_clock(CLOCK) if min_effect_pct is None else min_effect_pct
     metrics = sorted(set.intersection(*(set(runs[k]) for k in ("base", *perturbed))))
@@ -216,7 +217,7 @@ def analyse(
         inputs = {}
         spread = {}
         if boot_spread and fixed is not None:
-            spread = spread_of_runs({k: v for k, v in runs.items() if k not in ("base", head)})
+            spread = spread_of_runs({k: runs[k] for k in perturbed if k != head})
         for metric in metrics:
             prior = fixed
             if held_out and fixed is None:

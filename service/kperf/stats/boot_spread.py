@@ -38,6 +38,9 @@ from kperf.stats.builds import between_build_noise
 TABLE = Path(__file__).with_name("boot_spread.json")
 # What the method line names as the table's origin.
 PROJECT_SOURCE = "phase bench (bench/build_noise.py --seeded)"
+# bench/build_noise.py's names for the kernels that run the base's code.
+SAME_CODE = ("base",)
+SAME_CODE_PREFIXES = ("perturb-", "phase-")
 # Spreads below this (a relative sd of 1e-9: the last bits of a log) are boots that repeat.
 _ZERO = 1e-9
 
@@ -70,10 +73,17 @@ def spread_of_record(record: object, name: str) -> dict[str, dict[str, NoisePrio
     out: dict[str, dict[str, NoisePrior]] = {}
     for bench, result in results.items():
         runs = result.get("runs") if isinstance(result, dict) else None
-        if not isinstance(runs, dict) or len(runs) < 2:
-            raise ValueError(f"{name}: benchmark {bench!r} has no runs of at least two kernels")
+        # The kernels that run the base's code (the base, its padded builds or settle phases), not
+        # the fixtures a record also boots: those change what the benchmark runs.
+        same = {
+            k: v
+            for k, v in (runs.items() if isinstance(runs, dict) else ())
+            if k in SAME_CODE or str(k).startswith(SAME_CODE_PREFIXES)
+        }
+        if len(same) < 2:
+            raise ValueError(f"{name}: benchmark {bench!r} has no runs of at least two kernels of the base's code")
         try:
-            out[str(bench)] = spread_of_runs(runs)
+            out[str(bench)] = spread_of_runs(same)
         except (TypeError, ValueError) as error:
             raise ValueError(f"{name}: benchmark {bench!r} has runs that are not boots of numbers ({error})") from None
     return out
