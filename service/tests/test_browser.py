@@ -16,6 +16,7 @@ binary. Without it the tests fail: they are never skipped.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Iterator
@@ -66,6 +67,19 @@ class Chromium:
         self.contexts = [context]
         return context.new_page()
 
+    def settle_and_close(self) -> None:
+        """Wait until no page has a request in flight, then close them all.
+
+        A page the test is done with may still be loading its plots; the live server answering
+        it reads the tables that the flush after the test truncates, and the two deadlocked once
+        (the flush's TRUNCATE against a plot's SELECT). So the pages finish first."""
+        for context in self.contexts:
+            for page in context.pages:
+                with contextlib.suppress(PlaywrightError):
+                    page.wait_for_load_state("networkidle", timeout=30_000)
+            context.close()
+        self.contexts = []
+
 
 @pytest.fixture(scope="module")
 def chromium() -> Iterator[Chromium]:
@@ -99,6 +113,14 @@ def chromium() -> Iterator[Chromium]:
                 yield Chromium(browser)
             finally:
                 browser.close()
+
+
+@pytest.fixture(autouse=True)
+def pages_settled_before_the_flush(chromium: Chromium, transactional_db: Any) -> Iterator[None]:
+    """Every test's pages closed before its database is flushed: this fixture is set up after the
+    database's, so it is torn down before it (Chromium.settle_and_close says why)."""
+    yield
+    chromium.settle_and_close()
 
 
 def log_in(page: Page, username: str = "alice", password: str = PASSWORD) -> None:
