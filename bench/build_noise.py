@@ -479,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
         + f"{args.boots} boot(s) each"
         + (", each boot at a seeded phase (kperf.phase_seed); " if args.seeded else "; ")
         + f"builds {built - started:.0f} s, boots {time.monotonic() - built:.0f} s. "
-        "Practical threshold today: " + ", ".join(f"{b} {min_effect_for_clock(CLOCK, b):g}%" for b in benches) + "."
+        f"Practical thresholds today: {thresholds_today(benches)}."
     )
     text = "\n".join(markdown(r, f"### {bench}\n\n{header}") for bench, r in out.items())
     print(text)

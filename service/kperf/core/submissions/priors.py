@@ -32,11 +32,15 @@ BENCH_GRID = "quick"
 
 def _lab_build_record(mclass_id: int) -> stats_builds.MeasuredBuildNoise | None:
     """The lab's own perturbed-build record for this machine class (KPERF_BUILD_NOISE_RECORDS), if any."""
-    records: dict[str, stats_builds.MeasuredBuildNoise] = settings.KPERF_BUILD_NOISE_RECORDS
-    if not records:
+    if not settings.KPERF_BUILD_NOISE_RECORDS:
         return None
-    name = MachineClass.objects.filter(pk=mclass_id).values_list("name", flat=True).first()
-    return records.get(name or "") or records.get("*")
+    return _record_named(MachineClass.objects.filter(pk=mclass_id).values_list("name", flat=True).first())
+
+
+def _record_named(mclass_name: str | None) -> stats_builds.MeasuredBuildNoise | None:
+    """The record KPERF_BUILD_NOISE_RECORDS gives the class of this name, or every class ("*")."""
+    records: dict[str, stats_builds.MeasuredBuildNoise] = settings.KPERF_BUILD_NOISE_RECORDS
+    return records.get(mclass_name or "") or records.get("*")
 
 
 def measured_build_priors(
@@ -69,15 +73,16 @@ def measured_boot_priors(
     and profile, the quick grid, one vCPU and no NUMA nodes."""
     if clock != Clock.INSTRUCTIONS or not metrics or sub.grid != BENCH_GRID:
         return {}, ""
-    mclass = MachineClass.objects.filter(pk=mclass_id).values_list("arch", "profile", "vcpus", "numa_nodes").first()
+    fields = ("name", "arch", "profile", "vcpus", "numa_nodes")
+    mclass = MachineClass.objects.filter(pk=mclass_id).values_list(*fields).first()
     if mclass is None:
         return {}, ""
-    arch, class_profile, vcpus, numa_nodes = mclass
+    name, arch, class_profile, vcpus, numa_nodes = mclass
     if vcpus > 1 or numa_nodes:
         return {}, ""
     profile = sub.profile or class_profile
     # The lab's own seeded record for the class first, where it measured this profile.
-    record = _lab_build_record(mclass_id)
+    record = _record_named(name)
     if record is not None and record.profile == profile and record.boot_spread.get(bench):
         chosen = {m: record.boot_spread[bench][m] for m in metrics if m in record.boot_spread[bench]}
         return chosen, record.source if chosen else ""
