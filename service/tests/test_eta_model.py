@@ -17,6 +17,7 @@ from kperf.core.lab.eta_model import (
     Unknown,
     Work,
     estimate,
+    remaining,
     sentence,
 )
 
@@ -114,9 +115,41 @@ def test_only_the_recent_durations_count() -> None:
     assert est.seconds == 60
 
 
-def test_a_run_past_its_typical_length_counts_as_about_to_end() -> None:
+def test_a_running_job_has_left_what_the_recent_runs_longer_than_it_had_left() -> None:
+    # Of 40, 60, 80, 100, 120 s, a job 90 s in sits at 62.5% of the interpolated
+    # distribution; of what lies above, the 10th, 50th and 90th percentiles are
+    # 93, 105 and 117 s: 3, 15 and 27 s to go, where the median alone (80 s)
+    # said it was about to end. The submission's job (48, 80, 112 s) follows it.
+    s = Situation(runners={CLASS: 1}, jobs=[work(elapsed=90), work(own=True)])
+    est = known(estimate(s, history(40, 60, 80, 100, 120)))
+    assert (est.low, est.seconds, est.high) == pytest.approx((3 + 48, 15 + 80, 27 + 112))
+
+
+def test_a_run_shorter_than_every_recent_one_has_its_typical_length_less_what_it_ran() -> None:
+    t = history(40, 60, 80, 100, 120).job(CLASS, "spawn", "quick")
+    assert [remaining(t, q, 30) for q in ("low", "mid", "high")] == pytest.approx([48 - 30, 80 - 30, 112 - 30])
+    assert [remaining(t, q, None) for q in ("low", "mid", "high")] == pytest.approx([48, 80, 112])
+
+
+def test_a_run_longer_than_every_recent_one_has_as_long_again_to_go_at_the_median() -> None:
+    # 500 s in, where the history knows 60 s: 500 s to go at the median, 1/9
+    # and 9 times that at the ends of the range, then the submission's job.
     s = Situation(runners={CLASS: 1}, jobs=[work(elapsed=500), work(own=True)])
-    assert known(estimate(s, history(60))).seconds == pytest.approx(60)
+    est = known(estimate(s, history(60)))
+    assert (est.low, est.seconds, est.high) == pytest.approx((500 / 9 + 60, 500 + 60, 4500 + 60))
+    # Just short of the longest known run, there is next to nothing left.
+    t = history(40, 60, 80, 100, 120).job(CLASS, "spawn", "quick")
+    assert remaining(t, "mid", 119.9) == pytest.approx(0.05)
+
+
+def test_a_running_build_slower_than_its_history_holds_the_worker_for_the_slow_builds_remainder() -> None:
+    # Builds of 15, 23 and 71 s (median 23). One ahead, 30 s in, sits at
+    # f = (1 + 7/48) / 2 of the interpolated distribution; the median of what
+    # lies above is at f + (1 - f) / 2 = 0.786, 50.5 s: 20.5 s to go (it
+    # counted as done before). Then ours (23 s) and a job of 60 s.
+    s = Situation(runners={CLASS: 1}, builds=[None], builds_ahead=[30.0], jobs=[work(own=True, after_builds=True)])
+    est = known(estimate(s, history(60, builds=(15, 23, 71))))
+    assert est.seconds == pytest.approx(20.5 + 23 + 60)
 
 
 def test_no_runner_in_service_means_no_estimate() -> None:

@@ -9,7 +9,9 @@ jobs out. The answer is the time the last of the submission's builds and
 jobs finishes, with a range from the 10th and 90th percentiles of the same
 durations, widened by the boots further looks may add (docs/statistics.md,
 "More boots when the answer is `inconclusive`"): a submission can never be
-promised that its first look decides.
+promised that its first look decides. A build or job already running takes
+what is left of the recent durations longer than it has run so far; past
+every one of them, as long again.
 
 No Django here: kperf.core.lab.eta gathers the situation from the database,
 bench/eta.py from a recorded history as it stood at each moment, and both
@@ -18,6 +20,7 @@ ask the same functions.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import statistics
 from collections import deque
@@ -38,6 +41,17 @@ RECENT = 20
 DEFAULT_JOB_S = 120.0
 DEFAULT_BUILD_S = 600.0
 
+# The quantile each end of the estimate reads (`Typical.low`, `mid`, `high`).
+QUANTILES = {"low": 0.1, "mid": 0.5, "high": 0.9}
+
+# A run longer than every recent one of its kind: how much is left, in units
+# of how long it has run, at each quantile. Nothing measured says more than
+# that it is still going; seen at a moment spread evenly over its run (the
+# page is asked at any time), the part still to come is as long as the part
+# gone at the median, and 1/9 to 9 times as long at the 10th and 90th
+# percentiles (J. R. Gott, Nature 363, 1993). docs/eta.md, "Running work".
+BEYOND_HISTORY = {"low": 1 / 9, "mid": 1.0, "high": 9.0}
+
 
 @dataclass(frozen=True)
 class Typical:
@@ -47,10 +61,56 @@ class Typical:
     mid: float
     high: float
     basis: str
+    # The durations themselves, sorted (at least one): a running build or
+    # job is judged by those longer than it has run so far (`remaining`).
+    values: tuple[float, ...]
 
     def at(self, quantile: str) -> float:
         value: float = getattr(self, quantile)
         return value
+
+    def about(self, basis: str) -> Typical:
+        return Typical(self.low, self.mid, self.high, basis, self.values)
+
+
+def _quantile(ordered: Sequence[float], p: float) -> float:
+    """The p-quantile interpolated between the sorted values, as statistics.quantiles' "inclusive" method cuts them."""
+    x = p * (len(ordered) - 1)
+    j = min(int(x), len(ordered) - 2)
+    if j < 0:
+        return ordered[0]
+    return ordered[j] + (x - j) * (ordered[j + 1] - ordered[j])
+
+
+def _rank(ordered: Sequence[float], value: float) -> float:
+    """Where `value` sits in the same interpolated distribution: the p with `_quantile(ordered, p) == value`."""
+    i = bisect.bisect_right(ordered, value) - 1
+    if i < 0:
+        return 0.0
+    if i >= len(ordered) - 1:
+        return 1.0
+    return (i + (value - ordered[i]) / (ordered[i + 1] - ordered[i])) / (len(ordered) - 1)
+
+
+def remaining(t: Typical, q: str, elapsed: float | None) -> float:
+    """What is left of a run `elapsed` seconds in, at quantile `q` ("low", "mid", "high") of `t`.
+
+    The quantile of the durations that are longer than the elapsed time,
+    from the same interpolated distribution as `typical`: a build twice its
+    median in is one of the slow ones and has the slow ones' remainder to
+    go. Past the longest of them the history no longer says anything:
+    BEYOND_HISTORY. Until 2026-12-01 a run past the typical duration counted
+    as about to end (remaining 0); on a lab running two to three times
+    slower than its history that was early every time (docs/eta.md,
+    "Running work").
+    """
+    gone = elapsed or 0.0
+    if gone <= 0:
+        return t.at(q)
+    if gone < t.values[-1]:
+        f = _rank(t.values, gone)
+        return max(_quantile(t.values, f + QUANTILES[q] * (1 - f)) - gone, 0.0)
+    return gone * BEYOND_HISTORY[q]
 
 
 def typical(values: Sequence[float], what: str) -> Typical | None:
@@ -68,7 +128,12 @@ def typical(values: Sequence[float], what: str) -> Typical | None:
         cuts = statistics.quantiles(ordered, n=10, method="inclusive")
         low, mid, high = cuts[0], statistics.median(ordered), cuts[-1]
     n = len(ordered)
-    return Typical(low, mid, high, f"median of {n} recent {what}{'s' if n != 1 else ''}")
+    return Typical(low, mid, high, f"median of {n} recent {what}{'s' if n != 1 else ''}", tuple(ordered))
+
+
+def _assumed(seconds: float, what: str) -> Typical:
+    """A default where nothing was measured yet: as if one run of `seconds` had been."""
+    return Typical(seconds, seconds, seconds, f"{seconds:.0f} s {what}: none measured yet", (seconds,))
 
 
 class History:
@@ -95,15 +160,15 @@ class History:
         """The same benchmark and grid on the class; else any job of the class; else the default."""
         exact = typical(self._jobs.get((machine_class, benchmark, grid), ()), f"{benchmark} {grid} job")
         if exact is not None:
-            return Typical(exact.low, exact.mid, exact.high, f"{exact.basis} on {machine_class}")
+            return exact.about(f"{exact.basis} on {machine_class}")
         anyjob = typical(self._per_class.get(machine_class, ()), "job")
         if anyjob is not None:
-            return Typical(anyjob.low, anyjob.mid, anyjob.high, f"{anyjob.basis} on {machine_class}")
+            return anyjob.about(f"{anyjob.basis} on {machine_class}")
         # A class nobody measured on yet: the lab's other classes say more than a fixed guess.
         lab = typical([s for d in self._per_class.values() for s in d], "job")
         if lab is not None:
-            return Typical(lab.low, lab.mid, lab.high, f"{lab.basis} on other machine classes")
-        return Typical(DEFAULT_JOB_S, DEFAULT_JOB_S, DEFAULT_JOB_S, f"{DEFAULT_JOB_S:.0f} s a job: none measured yet")
+            return lab.about(f"{lab.basis} on other machine classes")
+        return _assumed(DEFAULT_JOB_S, "a job")
 
     def build(self, kind: str = "") -> Typical:
         """Builds of the same kind (an incremental build takes a fraction of a clean
@@ -114,9 +179,7 @@ class History:
         known = typical(self._builds, "build")
         if known is not None:
             return known
-        return Typical(
-            DEFAULT_BUILD_S, DEFAULT_BUILD_S, DEFAULT_BUILD_S, f"{DEFAULT_BUILD_S:.0f} s a build: none measured yet"
-        )
+        return _assumed(DEFAULT_BUILD_S, "a build")
 
 
 @dataclass(frozen=True)
@@ -186,11 +249,6 @@ class _Bases:
             self.seen.append(basis)
 
 
-def _remaining(t: Typical, q: str, elapsed: float | None) -> float:
-    # A run past the typical duration is about to end, as far as anyone can tell.
-    return max(t.at(q) - (elapsed or 0.0), 0.0)
-
-
 def _builds_done(s: Situation, hist: History, q: str, bases: _Bases) -> tuple[float, float]:
     """When the builds ahead and the submission's own are done: workers take them first come, first served."""
     if not s.builds and not s.builds_ahead:
@@ -211,7 +269,7 @@ def _builds_done(s: Situation, hist: History, q: str, bases: _Bases) -> tuple[fl
         if own:
             bases.add(t.basis)
         start = heapq.heappop(workers)
-        end = start + _remaining(t, q, elapsed)
+        end = start + remaining(t, q, elapsed)
         heapq.heappush(workers, end)
         if own:
             done = max(done, end)
@@ -240,7 +298,7 @@ def _class_done(
     for w in jobs:
         if w.elapsed_s is not None:
             # Running: it holds a runner until it ends.
-            end = heapq.heappop(free) + _remaining(hist.job(w.machine_class, w.benchmark, w.grid), q, w.elapsed_s)
+            end = heapq.heappop(free) + remaining(hist.job(w.machine_class, w.benchmark, w.grid), q, w.elapsed_s)
             heapq.heappush(free, end)
             done = max(done, end) if w.own else done
             continue
