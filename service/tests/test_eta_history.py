@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from kperf.core.lab import eta
 from kperf.core.lifecycle import states
-from kperf.core.models import Job, KernelBuild, MachineClass, StatusChange, Tree
+from kperf.core.models import Job, KernelBuild, MachineClass, StatusChange, Submission, Tree
 from kperf_testing.lab import built
 
 CLASS = "qemu-x86_64"
@@ -103,3 +103,30 @@ def test_a_build_is_expected_incremental_where_the_lab_built_its_tree_before(db:
     assert eta._kind(tree.pk, "x86_64", "user-7") == "incremental"
     KernelBuild.objects.filter(tree=tree).update(scope="user-3")
     assert eta._kind(tree.pk, "x86_64", "user-7") == "clean"
+
+
+def test_a_running_job_has_run_since_its_last_lease(db: Any, alice: Any, tmp_path: Path) -> None:
+    """What a running job has left is judged by how long it has run
+    (kperf.core.lab.eta_model.remaining), counted as its kind's durations are:
+    from its last lease. Its row's `started` stays at the first."""
+    mclass = MachineClass.objects.create(name=CLASS, arch="x86_64")
+    tree = Tree.objects.create(url=str(tmp_path / "tree"))
+    sub = Submission.objects.create(
+        owner=alice,
+        tree=tree,
+        head_ref="f",
+        base_ref="master",
+        benchmarks=["spawn"],
+        arches=["x86_64"],
+        status=Submission.Status.TESTING,
+    )
+    job = _job(built(tree, "a" * 40, tmp_path), mclass)
+    now = timezone.now()
+    states.move(job, Job.Status.LEASED, started=now - timedelta(hours=1))
+    _at(job, Job.Status.LEASED, now - timedelta(hours=1))
+    states.move(job, Job.Status.QUEUED)
+    states.move(job, Job.Status.LEASED)  # the lease does not move `started` on
+    _at(job, Job.Status.LEASED, now - timedelta(seconds=30))
+
+    (running,) = eta._queues(sub, {job.pk}, {mclass.pk: mclass}, now)
+    assert running.elapsed_s == 30.0 and running.own

@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from django.db.models import OuterRef, Q, Subquery
+from django.db.models import F, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from typing_extensions import TypedDict
 
@@ -172,10 +173,15 @@ def _queues(sub: Submission, own_ids: set[int], classes: dict[int, MachineClass]
         Job.objects.filter(machine_class_id__in=classes, status__in=(Job.Status.QUEUED, Job.Status.LEASED))
         # Only calibrations and older submissions (and its own jobs) can be ahead.
         .filter(Q(pinned_runner__isnull=False) | Q(submission_id__lte=sub.pk) | Q(id__in=own_ids))
+        # A running job's time so far from its last lease, as its kind's
+        # durations are read (`history`): `started` stays at the first lease
+        # when a lost runner's job is leased again, and what a running job
+        # has left is judged by how long it has run (eta_model.remaining).
+        .annotate(ran_from=Coalesce(_timeline("Job", Job.Status.LEASED)[0], F("started")))
         .values_list(
             "id",
             "status",
-            "started",
+            "ran_from",
             "machine_class_id",
             "benchmark",
             "grid",
