@@ -30,7 +30,14 @@ import psycopg
 import pytest
 import requests
 
-from kperf_testing.kbuild import FIXTURES_DIR, build_fixture_kernel, read_fixture
+from kperf_testing.kbuild import (
+    FIXTURES_DIR,
+    build_fixture_kernel,
+    kernel_tree_path,
+    read_fixture,
+    stack_build_root,
+    stack_mirror,
+)
 from kperf_testing.mbox import b4_mbox, message_id
 from kperf_testing.plugin import redis_stack_db
 from kperf_testing.stack import RunningStack, running_stack
@@ -43,6 +50,12 @@ TIMEOUT_S = 40 * 60
 def stack_env(tmp_path: Path, cache: Path) -> tuple[dict[str, str], Callable[[], None]]:
     """Environment for a stack of our own, and how to drop its database afterwards."""
     env = {"KPERF_CCACHE_DIR": str(cache / "ccache"), "KPERF_LOG_LEVEL": "INFO"}
+    # The lab's mirror and warm build trees, where the fixture kernels were
+    # built (kperf_testing.kbuild): the stack's service builds the base and
+    # the fixture branches the test cache has built already in those trees,
+    # recompiling nothing, and its other heads incrementally from them.
+    env["KPERF_MIRROR_ROOT"] = str(stack_mirror(kernel_tree_path(cache), cache).parent)
+    env["KPERF_BUILD_ROOT"] = str(stack_build_root(cache))
     # The series test copies its result to a list, as a developer would:
     # an address this lab allows (docs/security.md, "Mail").
     env["KPERF_MAIL_ALLOWED_RECIPIENTS"] = "linux-mm@example.org"
@@ -140,10 +153,10 @@ def own_stack(
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, kperf_cache: Path, x86_64_kernel: Any) -> Iterator[RunningStack]:
-    """One stack for every end-to-end test, so the base kernel is built once.
-    The test cache's build of it comes first: the stack's own build then
-    finds every object in the shared ccache instead of compiling it beside
-    another build of the same files."""
+    """One stack for every end-to-end test. The test cache's build of the
+    base comes first: the stack's own build then finds its warm tree
+    (`stack_env`) instead of compiling it beside another build of the same
+    files."""
     with own_stack(tmp_path_factory, kperf_cache, "e2e") as running:
         yield running
 
@@ -348,9 +361,10 @@ def test_the_instruction_clock_finds_one_to_three_percent_and_flags_no_unrelated
     made twice gets the same verdicts."""
     brk_run = submit(stack, kernel_tree, "brk-slower", ["aim9"])
     brk = judge_fixture(brk_run, "brk-slower")
-    # Builds are reproducible: the service's base image, built in its own
-    # directory at its own time, is byte for byte the test cache's build of
-    # the same source and config (testing/kperf_testing/kbuild.py).
+    # The service's base image, built through its queue in the lab's warm
+    # tree (stack_env), is byte for byte the test cache's build of the same
+    # source and config; that a build in another directory at another time
+    # gives the same bytes is kernel-builds/tests/test_kbuild_kernel.py's.
     base = next(b for b in brk_run["builds"] if b["side"] == "base")
     cached = hashlib.sha256(Path(x86_64_kernel.artifacts["kernel"]).read_bytes()).hexdigest()
     assert base["artifacts"]["kernel"]["sha256"] == cached

@@ -30,7 +30,7 @@ def arm64_stack(
     tmp_path_factory: pytest.TempPathFactory, kperf_cache: Path, kernel_tree: Path
 ) -> Iterator[RunningStack]:
     # The arm64 base in the test cache first: the stack's build of it then
-    # hits the shared ccache (tests/test_e2e.py, `stack`).
+    # finds it built in the lab's warm tree (tests/test_e2e.py, `stack_env`).
     assert build_fixture_kernel(kernel_tree, "base", "arm64", kperf_cache).ok
     with own_stack(tmp_path_factory, kperf_cache, "e2e-arm64", ["--arch", "arm64"]) as running:
         yield running

@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.kernel, pytest.mark.e2e]
 def smp_stack(
     tmp_path_factory: pytest.TempPathFactory, kperf_cache: Path, x86_64_kernel: Any
 ) -> Iterator[RunningStack]:
-    # x86_64_kernel: the base in the test cache first, for the ccache (tests/test_e2e.py, `stack`).
+    # x86_64_kernel: the base in the test cache first, for its warm tree (tests/test_e2e.py, `stack_env`).
     with own_stack(tmp_path_factory, kperf_cache, "e2e-smp", ["--vcpus", "2"]) as running:
         yield running
 

@@ -11,8 +11,17 @@ Everything lives in a cache directory (KPERF_CACHE, ~/.cache/kperf)::
     linux-test.git/       the bare repository (+ kperf-test-tree.json state)
     fixture-builds/<key>/ artifacts and kperf-build.json of a fixture kernel
     ccache/               the compiler cache every fixture build shares
+    stack-mirrors/        the mirror of linux-test.git that the test stacks'
+                          services keep (their KPERF_MIRROR_ROOT)
     work/trees/           warm build trees (kperf_kbuild.trees): each fixture
                           branch builds incrementally from the nearest one
+
+Fixture kernels are built from the stacks' mirror, in the work root the
+stacks build in (their KPERF_BUILD_ROOT: `stack_build_root`), so a test
+stack's service finds the lab's warm trees as a lab's builder that built
+them before would: its base build recompiles nothing and its heads build
+incrementally. A warm tree serves one repository path, so a build from
+linux-test.git itself could not be reused by a stack (kperf_kbuild.trees).
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ TARBALL = Path("/usr/src/linux-source-6.1.tar.xz")
 TARBALL_PACKAGE = "linux-source-6.1"
 FIXTURES_DIR = Path(__file__).resolve().parents[2] / "kernel-builds" / "fixtures"
 TREE_NAME = "linux-test.git"
+STACK_MIRRORS = "stack-mirrors"
 BASE_BRANCH = "base"
 STATE_FILE = "kperf-test-tree.json"
 MANIFEST = "kperf-build.json"
@@ -146,7 +156,7 @@ def ensure_test_tree(
     """
     cache_dir = Path(cache_dir).resolve()
     cache_dir.mkdir(parents=True, exist_ok=True)
-    tree = cache_dir / TREE_NAME
+    tree = kernel_tree_path(cache_dir)
     with file_lock(cache_dir / "linux-test.lock"):
         state = _read_state(tree)
         identity = _tarball_identity(tarball) if tarball.is_file() else None
@@ -193,10 +203,10 @@ def build_fixture_kernel(
         log.info("building %s (%s) for %s into %s", branch, sha[:12], arch, out)
         result = build_kernel(
             BuildRequest(
-                repo=tree,
+                repo=sync_stack_mirror(tree, cache_dir, sha),
                 sha=sha,
                 arch=arch,
-                work_root=cache_dir / "work",
+                work_root=stack_build_root(cache_dir),
                 output_dir=out,
                 ccache_dir=cache_dir / "ccache",
                 profile=profile,
@@ -206,6 +216,52 @@ def build_fixture_kernel(
         if result.ok:
             _save_manifest(out / MANIFEST, result, sha=sha, arch=arch, branch=branch)
         return result
+
+
+def kernel_tree_path(cache_dir: Path) -> Path:
+    """Where ensure_test_tree keeps the test tree (made or not)."""
+    return Path(cache_dir).resolve() / TREE_NAME
+
+
+def stack_mirror(tree: Path, cache_dir: Path) -> Path:
+    """Where a test stack's service (KPERF_MIRROR_ROOT = cache/stack-mirrors)
+    keeps its mirror of `tree` submitted by path: the name
+    kperf.core.models.trees.Tree.mirror_path gives that URL."""
+    digest = hashlib.sha256(str(tree).encode()).hexdigest()[:16]
+    return Path(cache_dir).resolve() / STACK_MIRRORS / f"{digest}.git"
+
+
+def stack_build_root(cache_dir: Path) -> Path:
+    """The work root of the fixture builds and of the test stacks' builds
+    (their KPERF_BUILD_ROOT). One per pytest-xdist worker beyond the first:
+    a service writes its outputs under ``outputs/<build id>``, and two
+    stacks' databases running at once both have a build 1."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    name = "work" if worker in ("", "gw0") else f"work-{worker}"
+    return Path(cache_dir).resolve() / name
+
+
+def sync_stack_mirror(tree: Path, cache_dir: Path, sha: str) -> Path:
+    """The stacks' mirror of `tree`, made or fetched until it has `sha`.
+
+    Under the lock the service's own fetches take (kperf.core.builds.gitops:
+    ``<mirror>.lock``), with the refspec they use, so either may update it.
+    """
+    mirror = stack_mirror(tree, cache_dir)
+    mirror.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(Path(f"{mirror}.lock")):
+        if not (mirror / "HEAD").exists():
+            tmp = mirror.with_name(mirror.name + ".partial")
+            shutil.rmtree(tmp, ignore_errors=True)
+            subprocess.run(
+                ["git", "clone", "--mirror", "--quiet", "--", str(tree), str(tmp)], check=True, capture_output=True
+            )
+            tmp.rename(mirror)
+        elif subprocess.run(
+            ["git", "-C", str(mirror), "cat-file", "-e", f"{sha}^{{commit}}"], capture_output=True
+        ).returncode:
+            _git(mirror, "fetch", "--prune", "--quiet", "--", str(tree), "+refs/*:refs/*", "^refs/kperf/*")
+    return mirror
 
 
 # --- the repository --------------------------------------------------------

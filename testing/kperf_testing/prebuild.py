@@ -33,7 +33,8 @@ from kperf_testing.xdist_schedule import BASE_READY, STATE_ENV
 # (branch, arch, profile), in the order the tests need them: the x86_64 base
 # first (nearly every kernel test boots it, and the others build
 # incrementally from its warm tree), then the other cold configurations, then
-# the fixture branches the kernel-build tests read from the cache.
+# the fixture branches the kernel-build tests read from the cache (and the
+# end-to-end stacks find built in their warm trees: kperf_testing.kbuild).
 # broken-build is left out: a failed build is not cached, so its test builds it anyway.
 KERNELS: tuple[tuple[str, str, str], ...] = (
     ("base", "x86_64", "tiny"),
