@@ -32,7 +32,6 @@ import requests
 
 from kperf_testing.kbuild import (
     FIXTURES_DIR,
-    build_fixture_kernel,
     kernel_tree_path,
     read_fixture,
     stack_build_root,
@@ -40,6 +39,7 @@ from kperf_testing.kbuild import (
 )
 from kperf_testing.mbox import b4_mbox, message_id
 from kperf_testing.plugin import redis_stack_db
+from kperf_testing.prebuild import prebuilt
 from kperf_testing.stack import RunningStack, running_stack
 
 pytestmark = [pytest.mark.kernel, pytest.mark.e2e]
@@ -152,11 +152,12 @@ def own_stack(
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, kperf_cache: Path, x86_64_kernel: Any) -> Iterator[RunningStack]:
-    """One stack for every end-to-end test. The test cache's build of the
-    base comes first: the stack's own build then finds its warm tree
-    (`stack_env`) instead of compiling it beside another build of the same
-    files."""
+def stack(tmp_path_factory: pytest.TempPathFactory, kperf_cache: Path, kernel_tree: Path) -> Iterator[RunningStack]:
+    """One stack for every end-to-end test. The test cache's builds of the
+    base and of the x86_64 fixture branches come first: the stack's own
+    builds then find them in their warm trees (`stack_env`) instead of
+    compiling them beside another build of the same files."""
+    assert all(r.ok for r in prebuilt(kernel_tree, kperf_cache, "x86_64"))
     with own_stack(tmp_path_factory, kperf_cache, "e2e") as running:
         yield running
 
@@ -402,7 +403,7 @@ def test_the_mm_profile_finds_a_memcg_regression_the_tiny_profile_cannot_build(
     tiny profile does not build mm/memcontrol.c at all (its image is the same
     bytes with the fixture: kernel-builds/tests/test_profile_kernels.py)."""
     # The mm base in the test cache first, for the ccache (see `stack`).
-    assert build_fixture_kernel(kernel_tree, "base", "x86_64", kperf_cache, profile="mm").ok
+    assert all(r.ok for r in prebuilt(kernel_tree, kperf_cache, "x86_64", "mm"))
     d = submit(stack, kernel_tree, "memcg-charge-slower", ["pft"], profile="mm")
     metrics = judge_fixture(d, "memcg-charge-slower")
     assert metrics["faults/sec-threads-1"]["verdict"] == "regression"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from test_e2e import own_stack, verdicts, wait_final, web_page
 
-from kperf_testing.kbuild import build_fixture_kernel
+from kperf_testing.prebuild import prebuilt
 from kperf_testing.stack import RunningStack
 
 pytestmark = [pytest.mark.kernel, pytest.mark.e2e]
@@ -31,7 +31,7 @@ def arm64_stack(
 ) -> Iterator[RunningStack]:
     # The arm64 base in the test cache first: the stack's build of it then
     # finds it built in the lab's warm tree (tests/test_e2e.py, `stack_env`).
-    assert build_fixture_kernel(kernel_tree, "base", "arm64", kperf_cache).ok
+    assert all(r.ok for r in prebuilt(kernel_tree, kperf_cache, "arm64"))
     with own_stack(tmp_path_factory, kperf_cache, "e2e-arm64", ["--arch", "arm64"]) as running:
         yield running
 

@@ -16,21 +16,20 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from test_e2e import own_stack, verdicts, wait_final
 
+from kperf_testing.prebuild import prebuilt
 from kperf_testing.stack import RunningStack
 
 pytestmark = [pytest.mark.kernel, pytest.mark.e2e]
 
 
 @pytest.fixture(scope="module")
-def smp_stack(
-    tmp_path_factory: pytest.TempPathFactory, kperf_cache: Path, x86_64_kernel: Any
-) -> Iterator[RunningStack]:
-    # x86_64_kernel: the base in the test cache first, for its warm tree (tests/test_e2e.py, `stack_env`).
+def smp_stack(tmp_path_factory: pytest.TempPathFactory, kperf_cache: Path, kernel_tree: Path) -> Iterator[RunningStack]:
+    # The test cache's x86_64 kernels first, for their warm trees (tests/test_e2e.py, `stack_env`).
+    assert all(r.ok for r in prebuilt(kernel_tree, kperf_cache, "x86_64"))
     with own_stack(tmp_path_factory, kperf_cache, "e2e-smp", ["--vcpus", "2"]) as running:
         yield running
 
