@@ -38,6 +38,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from kperf.core.builds import gitops
+from kperf.core.builds.tree_urls import TreePolicy
 from kperf_kbuild.driver import (
     DEFAULT_PROFILE,
     BuildInfraError,
@@ -242,25 +244,12 @@ def stack_build_root(cache_dir: Path) -> Path:
 
 
 def sync_stack_mirror(tree: Path, cache_dir: Path, sha: str) -> Path:
-    """The stacks' mirror of `tree`, made or fetched until it has `sha`.
-
-    Under the lock the service's own fetches take (kperf.core.builds.gitops:
-    ``<mirror>.lock``), with the refspec they use, so either may update it.
-    """
+    """The stacks' mirror of `tree`, made or fetched until it has `sha`, by
+    the service's own mirror code (its lock, its refspec), so that the
+    service's later fetches go on from it as from a mirror of its own."""
     mirror = stack_mirror(tree, cache_dir)
     mirror.parent.mkdir(parents=True, exist_ok=True)
-    with file_lock(Path(f"{mirror}.lock")):
-        if not (mirror / "HEAD").exists():
-            tmp = mirror.with_name(mirror.name + ".partial")
-            shutil.rmtree(tmp, ignore_errors=True)
-            subprocess.run(
-                ["git", "clone", "--mirror", "--quiet", "--", str(tree), str(tmp)], check=True, capture_output=True
-            )
-            tmp.rename(mirror)
-        elif subprocess.run(
-            ["git", "-C", str(mirror), "cat-file", "-e", f"{sha}^{{commit}}"], capture_output=True
-        ).returncode:
-            _git(mirror, "fetch", "--prune", "--quiet", "--", str(tree), "+refs/*:refs/*", "^refs/kperf/*")
+    gitops.ensure_commit(str(tree), mirror, sha, policy=TreePolicy(allow_local=True))
     return mirror
 
 
