@@ -37,7 +37,7 @@ from kperf_testing.xdist_schedule import BASE_READY, STATE_ENV
 # that waits for them (`prebuilt`) never builds in a warm tree the prebuild
 # still holds: it would make a new tree beside it and build everything again
 # there (kperf_kbuild.trees), 159 s for the `mm` base on 2026-12-01's VM
-# where the tree's own build took 36 s. The kernel-build tests read the
+# where a build in the prebuild's tree took 31 s. The kernel-build tests read the
 # fixture branches from the cache; the end-to-end stacks find them built in
 # their warm trees (kperf_testing.kbuild).
 # broken-build is left out: a failed build is not cached, so its test builds it anyway.
