@@ -106,3 +106,30 @@ def test_a_module_with_one_core_idle_shows_half_the_cores_busy_and_its_idle_core
     assert "| b/test_y.py | 0.3 | 20.0 | 2 | 1 | 50% | 20 |" in table
     # --top 1 keeps the longest (a tie here: the first that ran).
     assert [line for line in bench.report(rec, top=1) if line.startswith("| a/")] != []
+
+
+def test_under_two_xdist_workers_each_test_has_one_start_and_one_end_from_the_worker_that_ran_it(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "test_three.py").write_text(TESTS)
+    timeline = tmp_path / "timeline.jsonl"
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "kperf_testing.timeline"]
+    subprocess.run(
+        [*command, "-c", str(tmp_path / "pytest.ini"), "-n", "2", str(tmp_path / "test_three.py")],
+        env={**os.environ, "KPERF_TEST_TIMELINE": str(timeline)},
+        capture_output=True,
+        timeout=120,
+    )
+    events = [json.loads(line) for line in timeline.read_text().splitlines()]
+    # The controller replays the workers' reports and writes nothing.
+    assert sorted((e["nodeid"].split("::")[1], e["event"]) for e in events) == sorted(
+        (name, kind) for name in ("test_burns_a_core", "test_sleeps", "test_fails") for kind in ("start", "end")
+    )
+    assert {e["worker"] for e in events} <= {"gw0", "gw1"}
+    bench = load_bench("test_timeline")
+    assert {t["nodeid"].split("::")[1]: t["outcome"] for t in bench.read_timeline(timeline)} == {
+        "test_burns_a_core": "passed",
+        "test_sleeps": "passed",
+        "test_fails": "failed",
+    }

@@ -20,19 +20,23 @@ import pytest
 ENV = "KPERF_TEST_TIMELINE"
 
 _outcomes: dict[str, str] = {}
-_controller = False
+_config: list[pytest.Config] = []
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    global _controller
+    _config[:] = [config]
+
+
+def _controller() -> bool:
     # Under xdist the controller replays every worker's hooks: only the
-    # process that runs a test writes its lines.
-    _controller = config.pluginmanager.hasplugin("dsession")
+    # process that runs a test writes its lines. Asked when writing, not at
+    # configure time, when xdist may not have registered its session yet.
+    return bool(_config) and _config[0].pluginmanager.hasplugin("dsession")
 
 
 def _write(event: dict[str, object]) -> None:
     path = os.environ.get(ENV)
-    if not path or _controller:
+    if not path or _controller():
         return
     event["worker"] = os.environ.get("PYTEST_XDIST_WORKER", "")
     # One write of one short line, in append mode: two workers' lines
