@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# kperf_testing.timeline.ENV, spelt out: `run` works before the venv exists
+# (`run -- ./.ci/run` on a new machine makes it), with the system Python.
 ENV = "KPERF_TEST_TIMELINE"
 READY = re.compile(r"^(?P<kernel>\S+ \S+ \S+): (?P<state>ready|failed.*?) after (?P<seconds>\d+) s$")
 
@@ -140,7 +142,7 @@ def _cpu_model() -> str:
 
 @dataclass(frozen=True)
 class Span:
-    """A module (or the whole run) as it ran: seconds from the run's start."""
+    """A module as it ran: seconds from the run's start."""
 
     name: str
     start: float

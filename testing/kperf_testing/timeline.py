@@ -50,6 +50,9 @@ def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) 
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # Every test of every run passes here: nothing to keep without the variable.
+    if not os.environ.get(ENV):
+        return
     # The worst of the three phases: a failed set-up or teardown fails the test.
     if report.failed:
         _outcomes[report.nodeid] = "failed"
