@@ -37,7 +37,7 @@ from kperf_kbuild.sandbox import Sandbox
 from kperf_kbuild.trees import DEFAULT_BUDGET_BYTES
 from kperf_runner.client import Client, NotHeld, ProtocolError, ServerUnavailable, sha256_of
 
-log = logging.getLogger("kperf.builder")
+log = logging.getLogger(__name__)
 
 API = "/api/v1/builder/"
 VERSION = "1"

@@ -27,9 +27,10 @@ files hit even in a new tree.
 
 The tree's own build system (Makefiles, Kconfig, scripts) is a stranger's
 program: tuxmake and everything it starts run in the sandbox of
-``kperf_kbuild.sandbox``, which sees the checkout read-only and may write
-only its object tree, its outputs, a scratch directory and its scope's
-ccache.
+``kperf_kbuild.sandbox``, which sees the checkout read-only (but for new
+entries in its top directory, removed after the build) and may write only
+its object tree, its outputs, a scratch directory and its scope's ccache,
+under a uid no other running build has (kperf_kbuild.build_uids).
 
 Scopes: a warm object tree or a ccache written by one build is read by the
 next, so a hostile build could plant an object (or a cache entry) that ends
@@ -37,7 +38,8 @@ up in another kernel. Warm trees and ccache therefore belong to a scope and
 are only ever shared within it: ``lab`` for what the lab's operators vouch
 for (their tracked branches, staff submissions, calibration), and one scope
 per submitter otherwise. A submitter can only spoil their own kernels,
-which their own patches could do anyway. docs/security.md says more.
+which their own patches could do anyway; a submitter's ccache is bounded
+after every build (kperf_kbuild.ccache_scope). docs/security.md says more.
 
 The configuration asked for is kperf_kbuild.kconfig's, the request and its
 answer kperf_kbuild.request's, and one tuxmake run kperf_kbuild.invoke's;
@@ -47,12 +49,13 @@ incremental build fails.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from kperf_kbuild import trees
+from kperf_kbuild import build_uids, ccache_scope, trees
 from kperf_kbuild.host import MIN_FREE_BYTES, check_commit, check_free_space, check_tools
 from kperf_kbuild.host import BuildInfraError as BuildInfraError
 from kperf_kbuild.host import default_ccache_dir as _default_ccache_dir
@@ -103,7 +106,18 @@ def build_kernel(req: BuildRequest, progress: ProgressFn | None = None) -> Build
     check_tools(req.arch)
     sandbox = req.sandbox or Sandbox.from_environ()
     sandbox.check()
-    req = replace(req, sandbox=sandbox)
+    # A uid of its own for as long as it builds: its process limit is its own.
+    with build_uids.lease(sandbox) as leased:
+        result = _build_leased(replace(req, sandbox=leased), fragments, digest, report)
+    result.duration_s = time.monotonic() - started
+    report("done", "ok" if result.ok else f"failed: {result.error}"[:200])
+    return result
+
+
+def _build_leased(req: BuildRequest, fragments: tuple[Path, ...], digest: str, report: ProgressFn) -> BuildResult:
+    """build_kernel's work once the build has its uid (``req.sandbox``)."""
+    sandbox = req.sandbox
+    assert sandbox is not None
     repo = Path(req.repo).resolve()
     check_commit(repo, req.sha)
 
@@ -114,7 +128,7 @@ def build_kernel(req: BuildRequest, progress: ProgressFn | None = None) -> Build
     ccache_dir = scoped_ccache_dir(
         Path(req.ccache_dir).resolve() if req.ccache_dir else _default_ccache_dir(), req.scope
     )
-    ccache_dir.mkdir(parents=True, exist_ok=True)
+    ccache_scope.prepare(ccache_dir, sandbox)
 
     def build_in(tree: WarmTree, distance: int | None) -> BuildResult:
         reused = _prepare_tree(tree, repo, req.sha, distance, report)
@@ -132,6 +146,12 @@ def build_kernel(req: BuildRequest, progress: ProgressFn | None = None) -> Build
             reuse_config=tree.path / REUSED_CONFIG if config_from else None,
         )
         result.reused_sha, result.tree, result.config_from = reused, tree.name, config_from
+        if result.ok and reused and not reused_objects(tree.obj, result.compiled):
+            # Built in another commit's tree but compiled every object anew
+            # (6.1's objects under a 6.12 build): a clean build, and called so.
+            # A failed build keeps the sha: the guard below rebuilds it from scratch.
+            report("build", f"compiled all {result.compiled} files: nothing of {reused[:12]}'s objects was reused")
+            result.reused_sha = ""
         assert tree.state is not None
         tree.state.bytes, tree.state.last_used = tree.measure(), time.time()
         tree.save()
@@ -158,10 +178,30 @@ def build_kernel(req: BuildRequest, progress: ProgressFn | None = None) -> Build
                 fresh.unlock()
     finally:
         tree.unlock()
+        if req.scope != "lab":
+            # What the build left in its scope's cache stays for the next
+            # builds of the scope: bounded after every build, whatever it did.
+            try:
+                ccache_scope.trim(ccache_dir, sandbox, log=lambda m: report("collect", m))
+            except (OSError, BuildInfraError) as exc:
+                report("collect", f"could not bound the ccache scope {ccache_dir}: {exc}"[:300])
     trees.evict(work_root, budget_bytes=req.trees_budget_bytes, log=lambda m: report("collect", m))
-    result.duration_s = time.monotonic() - started
-    report("done", "ok" if result.ok else f"failed: {result.error}"[:200])
     return result
+
+
+def reused_objects(obj: Path, compiled: int) -> bool:
+    """Whether a build in a warm object tree kept any object it found there.
+
+    kbuild prints one line per file it compiles (kperf_kbuild.logscan), and
+    every object file it made is in the tree after the build: when it
+    compiled at least as many files as the tree holds objects, none of the
+    old ones was kept, and calling the build incremental would be wrong.
+    The walk never follows a link: the tree is written by the build.
+    """
+    objects = 0
+    for _, _, names in os.walk(obj):
+        objects += sum(1 for name in names if name.endswith(".o"))
+    return objects > compiled
 
 
 # Where _prepare_tree keeps the last build's .config for the next run, beside

@@ -13,11 +13,11 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kperf_kbuild import nofollow
+from kperf_kbuild import ccache_scope, nofollow
 from kperf_kbuild.host import CROSS_COMPILE, MIN_FREE_BYTES, BuildInfraError, free_bytes
 from kperf_kbuild.kconfig import KERNEL_IMAGES, check_config
 from kperf_kbuild.logscan import (
@@ -31,8 +31,9 @@ from kperf_kbuild.logscan import (
 from kperf_kbuild.modules import build_benchmark_modules, has_modules, module_names
 from kperf_kbuild.profiles import ProfileMismatch, base_config
 from kperf_kbuild.request import BuildRequest, BuildResult
-from kperf_kbuild.sandbox import Sandbox, build_env
+from kperf_kbuild.sandbox import Ran, Sandbox, Watched, build_env
 from kperf_kbuild.trees import WarmTree
+from kperf_kbuild.written import Growth, NewEntries
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,8 @@ class Run:
     # merged: it has them).
     base: str
     merge_fragments: bool = True
+    # What the disk limit counts (kperf_kbuild.written).
+    watch: Sequence[Watched] = ()
 
     @property
     def writable(self) -> list[Path]:
@@ -74,46 +77,61 @@ def run_tuxmake(
     reuse_config: Path | None = None,
 ) -> BuildResult:
     """Build the tree's checkout with tuxmake; a kernel that does not build is
-    a result, a fault of the build machine raises BuildInfraError."""
-    scratch = tree.path / "scratch"
-    shutil.rmtree(scratch, ignore_errors=True)
-    (scratch / "tmp").mkdir(parents=True)
-    (scratch / "ext").mkdir()
-    try:
-        base = _config_base(req, scratch, tree, fragments, reuse_config, report)
-    except ProfileMismatch as e:
-        # The profile does not fit this tree's release: the kernel's result.
-        return _stopped(digest, output_dir, None, str(e), report)
-    run = Run(
-        req, tree, output_dir, fragments, ccache_dir, work_root, digest, req.sandbox or Sandbox.from_environ(), scratch,
-        base, merge_fragments=reuse_config is None,
-    )  # fmt: skip
-    env = _environment(run)
-    # check_config writes what this build's .config lacks; a warm tree's is the last build's.
-    unmet = tree.obj / "kperf-unmet-options"
-    unmet.unlink(missing_ok=True)
-    scanner = LogScanner(report, tree.obj, tree.src)
+    a result, a fault of the build machine raises BuildInfraError.
 
-    def on_line(line: str) -> None:
-        if scanner.feed(line):
-            check_config(tree.obj / ".config", fragments, report)
+    Everything the build can write counts against its disk limit: its object
+    tree, outputs and scratch, whatever it adds to the checkout's top
+    directory (removed when it ends), and what its scope's ccache grows by
+    (bounded after the build: kperf_kbuild.ccache_scope)."""
+    with _writes_counted(tree, output_dir, ccache_dir, report) as watch:
+        scratch = tree.path / "scratch"
+        shutil.rmtree(scratch, ignore_errors=True)
+        (scratch / "tmp").mkdir(parents=True)
+        (scratch / "ext").mkdir()
+        try:
+            base = _config_base(req, scratch, tree, fragments, reuse_config, report)
+        except ProfileMismatch as e:
+            # The profile does not fit this tree's release: the kernel's result.
+            return _stopped(digest, output_dir, None, str(e), report)
+        run = Run(
+            req, tree, output_dir, fragments, ccache_dir, work_root, digest,
+            req.sandbox or Sandbox.from_environ(), scratch, base, merge_fragments=reuse_config is None, watch=watch,
+        )  # fmt: skip
+        env = _environment(run)
+        # check_config writes what this build's .config lacks; a warm tree's is the last build's.
+        unmet = tree.obj / "kperf-unmet-options"
+        unmet.unlink(missing_ok=True)
+        scanner = LogScanner(report, tree.obj, tree.src)
 
-    ran = run.sandbox.run(
-        tuxmake_argv(run),
-        cwd=tree.src,
-        env=env,
-        on_line=on_line,
-        readonly=[tree.src / ".git", *{f.parent for f in fragments}],
-        writable=[tree.src, *run.writable],
-        watch=[tree.obj, output_dir, scratch],
-    )
+        def on_line(line: str) -> None:
+            if scanner.feed(line):
+                check_config(tree.obj / ".config", fragments, report)
+
+        ran = run.sandbox.run(
+            tuxmake_argv(run),
+            cwd=tree.src,
+            env=env,
+            on_line=on_line,
+            readonly=[tree.src / ".git", *{f.parent for f in fragments}],
+            writable=run.writable,
+            writable_top=[tree.src],
+            watch=watch,
+        )
+        return _outcome(run, ran, scanner, env, unmet, report)
+
+
+def _outcome(
+    run: Run, ran: Ran, scanner: LogScanner, env: dict[str, str], unmet: Path, report: ProgressFn
+) -> BuildResult:
+    """What one finished tuxmake run came to: the kernel's result, or BuildInfraError for the machine's fault."""
+    tree = run.tree
     if ran.stopped:
         # The tree's own build passed a limit (ran too long, wrote or
         # printed too much): the kernel's failure, not the machine's.
-        return _stopped(run.digest, output_dir, scanner, ran.stopped, report)
-    ccache_stats = read_stats_log(scratch / "ccache-stats.log")
+        return _stopped(run.digest, run.output_dir, scanner, ran.stopped, report)
+    ccache_stats = read_stats_log(run.scratch / "ccache-stats.log")
     # What tuxmake recorded of each target (config, kernel, modules), not what the log's text says.
-    recorded = read_target_status(output_dir)
+    recorded = read_target_status(run.output_dir)
     targets = recorded or {}
     _raise_machine_faults(run, scanner, targets, ran.returncode)
     # make ended by itself, so obj is consistent even if the kernel failed
@@ -137,9 +155,22 @@ def run_tuxmake(
             # make ran, so the tree's code could have removed or spoilt it.
             error += "; tuxmake left no readable metadata.json after the build ran"
     return BuildResult(
-        ok=ok, artifacts=artifacts, config_digest=digest, log_tail=scanner.log_tail(), duration_s=0.0,
+        ok=ok, artifacts=artifacts, config_digest=run.digest, log_tail=scanner.log_tail(), duration_s=0.0,
         error=error, ccache_stats=ccache_stats, warnings=warnings, compiled=scanner.compiled,
     )  # fmt: skip
+
+
+@contextlib.contextmanager
+def _writes_counted(tree: WarmTree, output_dir: Path, ccache_dir: Path, report: ProgressFn) -> Iterator[list[Watched]]:
+    """What the build's disk limit watches; what it added to the checkout is removed when it ends."""
+    added = NewEntries(tree.src)
+    try:
+        yield [tree.obj, output_dir, tree.path / "scratch", added.usage, Growth(ccache_dir).usage]
+    finally:
+        # The checkout is the next build's too: it keeps nothing of this one.
+        left = added.remove()
+        if left:
+            report("collect", f"removed what the build added to the checkout: {', '.join(left)}"[:300])
 
 
 def _config_base(
@@ -179,7 +210,7 @@ def _modules(run: Run, env: dict[str, str], report: ProgressFn) -> tuple[dict[st
     report("modules", f"building {', '.join(module_names()) or 'no'} benchmark module(s)")
     built, warnings = build_benchmark_modules(
         run.req.arch, tree.src, tree.obj, run.output_dir, run.scratch / "ext",
-        run.sandbox.make_runner(tree.src, env, run.writable), run.sandbox.own,
+        run.sandbox.make_runner(tree.src, env, run.writable, run.watch), run.sandbox.own,
     )  # fmt: skip
     for warning in warnings:
         report("modules", warning[:200])
@@ -239,13 +270,18 @@ def _environment(run: Run) -> dict[str, str]:
         CCACHE_DIR=str(run.ccache_dir),
         CCACHE_BASEDIR=str(run.work_root),
         CCACHE_STATSLOG=str(run.scratch / "ccache-stats.log"),
+        **ccache_scope.ccache_env(run.req.scope, run.sandbox),
     )
-    run.sandbox.own(*run.writable)
+    # This build's alone (its tree is locked): handed to its uid whole. The
+    # scope's ccache is shared with the scope's other builds, running or
+    # not, through its group instead (kperf_kbuild.ccache_scope).
+    run.sandbox.own(run.tree.obj, run.output_dir, run.scratch)
     # kconfig's merge_config.sh makes its temporary file in the current
     # directory, the checkout: its top directory is writable (sticky, so
-    # the checkout's own files cannot be removed or renamed); everything
-    # below stays root's, and src/.git read-only, so the worker's next git
-    # command in this tree reads kperf's repository, not one the build made.
+    # the checkout's own files cannot be removed or renamed, which their
+    # read-only mounts ensure too: Sandbox.command); everything below stays
+    # root's, and src/.git read-only, so the worker's next git command in
+    # this tree reads kperf's repository, not one the build made.
     if run.sandbox.drops_to_uid:
         run.tree.src.chmod(0o1777)
     return env

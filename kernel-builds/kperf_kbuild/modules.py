@@ -1,4 +1,4 @@
-"""kperf's own kernel modules (kernel-builds/modules/<name>/): the benchmarks
+"""kperf's own kernel modules (kernel-builds/kperf_kbuild/benchmark_modules/<name>/): the benchmarks
 that run inside the kernel, built against every kernel kperf builds."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from kperf_kbuild import nofollow
 from kperf_kbuild.host import CROSS_COMPILE
 from kperf_kbuild.logscan import FIRST_ERROR
 
-# Out-of-tree modules built against every kernel (kernel-builds/modules/<name>/,
+# Out-of-tree modules built against every kernel (kernel-builds/kperf_kbuild/benchmark_modules/<name>/,
 # each with a Kbuild file): the benchmarks that run inside the kernel. Their
 # sources are part of the config digest, so editing one rebuilds the kernels.
-MODULES_DIR = Path(__file__).resolve().parent.parent / "modules"
+MODULES_DIR = Path(__file__).resolve().parent / "benchmark_modules"
 
 # Runs one make command line where the kernel's build runs (the sandbox):
 # (argv) -> (exit code, output).

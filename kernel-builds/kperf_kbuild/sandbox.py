@@ -6,21 +6,24 @@ a bubblewrap sandbox (Debian's ``bubblewrap``, the sandbox Flatpak runs
 untrusted applications in) with:
 
 - an unprivileged user: when kperf runs as root, bwrap sets the sandbox up
-  and ``setpriv`` then drops to ``KPERF_BUILD_UID`` with every capability
-  gone and no_new_privs set; as an ordinary user, bwrap's user namespace
-  keeps the build at that user's rights;
+  and ``setpriv`` then drops to a uid of its own (one of ``KPERF_BUILD_UIDS``
+  from ``KPERF_BUILD_UID``, leased for the build: kperf_kbuild.build_uids)
+  with every capability gone and no_new_privs set; as an ordinary user,
+  bwrap's user namespace keeps the build at that user's rights;
 - a scrubbed environment: only the variables the build needs, none of the
   worker's (no database URL, broker URL or secret key);
 - no network: a network namespace of its own with only loopback;
 - its own PID, IPC and UTS namespaces and /proc, so it sees no other
   process (and no other process's environment);
 - a filesystem of read-only system directories (/usr, a few files of /etc,
-  the Python that runs tuxmake), the checkout read-only, and writable only
-  its object tree, its output directory, its scratch directories and its
-  scope's ccache (see ``kperf_kbuild.driver`` for scopes);
+  the Python that runs tuxmake), the checkout read-only but for new entries
+  in its top directory, and writable only its object tree, its output
+  directory, its scratch directories and its scope's ccache (see
+  ``kperf_kbuild.driver`` for scopes);
 - limits: per-process CPU time, address space and file size, processes of
-  the build user (rlimits, inherited across exec), and, watched from
-  outside, wall time, disk written and log size.
+  the build's own uid (rlimits, inherited across exec), and, watched from
+  outside, wall time, disk written (everywhere it can write:
+  kperf_kbuild.written) and log size.
 
 ``mode="off"`` runs the command directly, as before; it exists for a
 developer's own laptop and is refused unless asked for by name.
@@ -50,6 +53,9 @@ MiB = 1024**2
 # other daemons run as nobody, and a build must not share an rlimit count or
 # file ownership with them. Any uid without a login and without files works.
 DEFAULT_BUILD_UID = 64000
+# How many uids from DEFAULT_BUILD_UID builds lease, one per running build
+# (kperf_kbuild.build_uids): at least the builds one machine runs at once.
+DEFAULT_BUILD_UIDS = 16
 DEFAULT_BUILD_NICE = 10
 _AUTOGROUP_SH = (
     "for try in 1 2 3 4 5 6 7 8 9 10; do "
@@ -114,13 +120,21 @@ class Limits:
     file_bytes: int = 8 * GiB
     disk_bytes: int = 24 * GiB
     log_bytes: int = 64 * MiB
+    # What a submitter's ccache scope may hold between builds (ccache's
+    # max_size, then enforced by kperf_kbuild.ccache_scope after each build).
+    ccache_scope_bytes: int = 2 * GiB
 
 
 @dataclass(frozen=True)
 class Sandbox:
     mode: str = "bwrap"
+    # The first build uid; a running build leases its own among ``uids``
+    # from here (kperf_kbuild.build_uids), and is then given with uids=1.
     uid: int = DEFAULT_BUILD_UID
+    # Every build uid's group: what lets builds under different uids share
+    # their scope's ccache (kperf_kbuild.ccache_scope).
     gid: int = DEFAULT_BUILD_UID
+    uids: int = DEFAULT_BUILD_UIDS
     limits: Limits = field(default_factory=Limits)
     # A build is a batch job: below the web server, the analyses and the
     # database on a shared host, so that a page or a verdict does not wait
@@ -156,10 +170,16 @@ class Sandbox:
             file_bytes=int(number("KPERF_BUILD_MAX_FILE_BYTES", defaults.file_bytes)),
             disk_bytes=int(number("KPERF_BUILD_MAX_DISK_BYTES", defaults.disk_bytes)),
             log_bytes=int(number("KPERF_BUILD_MAX_LOG_BYTES", defaults.log_bytes)),
+            ccache_scope_bytes=int(number("KPERF_CCACHE_SCOPE_MAX_BYTES", defaults.ccache_scope_bytes)),
         )
         uid = int(number("KPERF_BUILD_UID", DEFAULT_BUILD_UID))
         gid = int(number("KPERF_BUILD_GID", uid))
-        return cls(mode=mode, uid=uid, gid=gid, limits=limits, nice=_build_nice(env))
+        uids = int(number("KPERF_BUILD_UIDS", DEFAULT_BUILD_UIDS))
+        if uid + uids > 2**31:
+            raise BuildInfraError(
+                f"KPERF_BUILD_UID={uid} with KPERF_BUILD_UIDS={uids} passes the largest uid: choose a lower first uid"
+            )
+        return cls(mode=mode, uid=uid, gid=gid, uids=uids, limits=limits, nice=_build_nice(env))
 
     def with_limits(self, **changes: Any) -> Sandbox:
         return replace(self, limits=replace(self.limits, **changes))
@@ -214,13 +234,16 @@ class Sandbox:
         env: Mapping[str, str],
         readonly: Sequence[Path] = (),
         writable: Sequence[Path] = (),
+        writable_top: Sequence[Path] = (),
     ) -> tuple[list[str], dict[str, str]]:
         """(argv, env) for subprocess: ``argv`` run in the sandbox with
         exactly ``env``, ``readonly`` and ``writable`` visible at their own
-        paths. With the sandbox off: argv and env as given."""
+        paths, and ``writable_top`` directories in which the build may add
+        entries but change none it finds. With the sandbox off: argv and
+        env as given."""
         if not self.enabled:
             return list(argv), dict(env)
-        binds = _filesystem(readonly, writable)
+        binds = _filesystem(readonly, writable, writable_top)
         out = [
             "bwrap",
             "--die-with-parent",
@@ -277,7 +300,7 @@ class Sandbox:
         ]
 
     def make_runner(
-        self, src: Path, env: Mapping[str, str], writable: Sequence[Path]
+        self, src: Path, env: Mapping[str, str], writable: Sequence[Path], watch: Sequence[Watched] = ()
     ) -> Callable[[list[str]], tuple[int, str]]:
         """(argv) -> (exit code, output), run in this sandbox like the
         kernel's build: kperf's benchmark modules are built with the tree's
@@ -286,8 +309,9 @@ class Sandbox:
         def run(argv: list[str]) -> tuple[int, str]:
             lines: list[str] = []
             ran = self.run(
-                argv, cwd=src, env=env, on_line=lines.append, readonly=[src / ".git"], writable=[src, *writable]
-            )
+                argv, cwd=src, env=env, on_line=lines.append, readonly=[src / ".git"], writable=writable,
+                writable_top=[src], watch=watch,
+            )  # fmt: skip
             text = "\n".join(lines) + "\n"
             if ran.stopped:
                 return 1, text + ran.stopped + "\n"
@@ -330,12 +354,16 @@ class Sandbox:
         on_line: Callable[[str], None],
         readonly: Sequence[Path] = (),
         writable: Sequence[Path] = (),
-        watch: Sequence[Path] = (),
+        writable_top: Sequence[Path] = (),
+        watch: Sequence[Watched] = (),
     ) -> Ran:
         """Run ``argv`` in the sandbox, feeding each output line to
         ``on_line``, and stop it whole when it passes a limit: wall time,
-        the bytes under ``watch`` (what it wrote), or its log size."""
-        cmd, outer_env = self.command(argv, cwd=cwd, env=env, readonly=readonly, writable=writable)
+        the bytes under ``watch`` (what it wrote: a path's every byte, or
+        what a callable counts), or its log size."""
+        cmd, outer_env = self.command(
+            argv, cwd=cwd, env=env, readonly=readonly, writable=writable, writable_top=writable_top
+        )
         cmd = [*self.nice_prefix(), *self.rlimit_prefix(), *cmd]
         try:
             proc = subprocess.Popen(
@@ -389,6 +417,12 @@ class Sandbox:
         return ran
 
 
+# What the disk limit counts: every byte under a path, or what a callable
+# says the build added (kperf_kbuild.written: a shared directory's growth,
+# a directory's new entries).
+Watched = Path | Callable[[], int]
+
+
 @dataclass
 class Ran:
     returncode: int
@@ -436,7 +470,7 @@ def _stop(proc: subprocess.Popen[bytes], ran: Ran, reason: str) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _watchdog(lim: Limits, watch: Sequence[Path], finished: threading.Event, stop: Callable[[str], None]) -> None:
+def _watchdog(lim: Limits, watch: Sequence[Watched], finished: threading.Event, stop: Callable[[str], None]) -> None:
     """Until the build finishes: stop it past its wall time, or once what it wrote under ``watch`` passes its limit."""
     started = time.monotonic()
     next_disk = started
@@ -446,7 +480,7 @@ def _watchdog(lim: Limits, watch: Sequence[Path], finished: threading.Event, sto
             stop(f"the build ran for more than {lim.wall_seconds:.0f} s and was stopped (KPERF_BUILD_WALL_SECONDS)")
             return
         if watch and now >= next_disk:
-            used = sum(disk_usage(p) for p in watch)
+            used = sum(disk_usage(p) if isinstance(p, Path) else p() for p in watch)
             # A large tree takes a while to walk: look less often.
             next_disk = now + max(2.0, 10 * (time.monotonic() - now))
             if used > lim.disk_bytes:
@@ -502,8 +536,9 @@ def python_paths() -> list[Path]:
     return sorted(paths)
 
 
-def _filesystem(readonly: Sequence[Path], writable: Sequence[Path]) -> list[str]:
-    """bwrap's words for what the build sees: the system read-only, ``readonly`` and ``writable`` at their paths."""
+def _filesystem(readonly: Sequence[Path], writable: Sequence[Path], writable_top: Sequence[Path] = ()) -> list[str]:
+    """bwrap's words for what the build sees: the system read-only, ``readonly`` and ``writable`` at their paths,
+    ``writable_top`` writable with every entry it holds now read-only."""
     binds: list[str] = []
     mounts: list[tuple[str, str, str]] = []
     for top in _TOP_LINKS:
@@ -521,6 +556,19 @@ def _filesystem(readonly: Sequence[Path], writable: Sequence[Path]) -> list[str]
         mounts.append(("--ro-bind", str(p), str(p)))
     for p in writable:
         mounts.append(("--bind", str(p), str(p)))
+    # The checkout: kconfig's merge_config.sh makes its temporary files in
+    # the current directory, which tuxmake makes the checkout, so its top
+    # directory stays writable; every entry already in it is mounted
+    # read-only over itself, so that the build changes, renames or removes
+    # none (a mount point cannot be), as root or not. What it adds there is
+    # counted against its disk limit and removed after it (kperf_kbuild.written).
+    ro = {str(p) for p in readonly}
+    for adds_only in writable_top:
+        mounts.append(("--bind", str(adds_only), str(adds_only)))
+        for entry in sorted(os.listdir(adds_only)):
+            path = adds_only / entry
+            if str(path) not in ro and not path.is_symlink():
+                mounts.append(("--ro-bind", str(path), str(path)))
     # /tmp would live in the sandbox's root tmpfs, in memory and outside
     # every limit: it is there but not writable; TMPDIR points into the
     # build's scratch directory (build_env), which the disk limit watches.

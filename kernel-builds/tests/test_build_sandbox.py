@@ -80,18 +80,20 @@ def worker_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def sandbox_processes(marker: str) -> list[int]:
-    """Processes of this test's build still running as the build user (none may outlive a build).
+    """Processes of this test's build still running as a build uid (none may outlive a build).
 
     Only those whose command line holds `marker`: other builds of the same
     user may run on this machine at the same time (a bench, a second test
     run), and they are not this build's leftovers.
     """
-    uid = Sandbox.from_environ().uid
+    policy = Sandbox.from_environ()
+    # Each running build has a uid of its own among these (kperf_kbuild.build_uids).
+    uids = range(policy.uid, policy.uid + policy.uids)
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if entry.stat().st_uid == uid and marker.encode() in (entry / "cmdline").read_bytes():
+                if entry.stat().st_uid in uids and marker.encode() in (entry / "cmdline").read_bytes():
                     found.append(int(entry.name))
             except OSError:
                 continue
@@ -105,6 +107,34 @@ def test_a_makefile_that_prints_the_environment_sees_no_secret(tmp_path: Path) -
     assert CANARY not in log
     assert "DATABASE_URL" not in log and "KPERF_SECRET_KEY" not in log
     assert not result.ok and result.error
+
+
+def test_a_makefile_cannot_read_the_service_s_home_its_code_or_the_worker_s_files(tmp_path: Path) -> None:
+    """The kperf home holds the admin's and the runners' credentials and every user's mirror; the
+    service's code and the repository beside the build's interpreter are no business of a build either."""
+    home = tmp_path / "kperf-home"
+    (home / "mirrors").mkdir(parents=True)
+    (home / "credentials.json").write_text(CANARY)
+    repo_root = Path(__file__).resolve().parents[2]
+    # `make up`'s home is the repository's .kperf; the build's interpreter is the repository's .venv, bound
+    # alone (and kperf_kbuild for its config fragments), so the repository itself shows only those.
+    targets = [
+        home / "credentials.json",
+        home / "mirrors",
+        repo_root / ".kperf",
+        repo_root / "service" / "kperf" / "settings.py",
+        repo_root / "service",
+    ]
+    recipe = "\n".join(f"cat {t} || ls -a {t} || echo MISSING {t}" for t in targets) + "\necho READ-DONE; exit 1"
+    result = build(tmp_path, recipe)
+    log = full_log(result, tmp_path)
+    assert "READ-DONE" in log
+    assert CANARY not in log
+    for target in targets:
+        # Not there at all in the build's view: neither readable nor listable.
+        assert f"MISSING {target}" in log, (target, log[-3000:])
+    assert "DATABASES" not in log and "SECRET_KEY" not in log
+    assert not result.ok
 
 
 def test_a_makefile_that_reads_every_process_environment_sees_only_its_own(tmp_path: Path) -> None:
@@ -321,8 +351,8 @@ def test_one_submitter_s_build_cannot_plant_objects_or_cache_entries_in_another_
     object tree or its cache is never seen by a build of another scope."""
     recipe = """
     test -e $(O)/planted && echo SEES-PLANTED-OBJ || echo NO-PLANT-OBJ
-    test -e $$CCACHE_DIR/planted && echo SEES-PLANTED-CACHE || echo NO-PLANT-CACHE
-    touch $(O)/planted $(O)/.config $$CCACHE_DIR/planted
+    test -e $$CCACHE_DIR/0/planted && echo SEES-PLANTED-CACHE || echo NO-PLANT-CACHE
+    mkdir -p $$CCACHE_DIR/0; touch $(O)/planted $(O)/.config $$CCACHE_DIR/0/planted
     exit 1
     """
     repo, sha = hostile_tree(tmp_path, recipe)
@@ -346,12 +376,12 @@ def test_one_submitter_s_build_cannot_plant_objects_or_cache_entries_in_another_
     assert "NO-PLANT-OBJ" in first.log_tail and "NO-PLANT-CACHE" in first.log_tail
     # The plant took, in user-1's own tree and cache.
     assert (tmp_path / "work" / "trees" / first.tree / "obj" / "planted").exists()
-    assert (tmp_path / "ccache-scopes" / "user-1" / "planted").exists()
+    assert (tmp_path / "ccache-scopes" / "user-1" / "0" / "planted").exists()
     second = run("user-2")
     assert second.tree != first.tree and second.tree.startswith("user-2-")
     assert "NO-PLANT-OBJ" in second.log_tail and "NO-PLANT-CACHE" in second.log_tail
     # The lab's cache is the plain ccache directory, untouched by either.
-    assert not (tmp_path / "ccache" / "planted").exists()
+    assert not (tmp_path / "ccache" / "0" / "planted").exists()
 
 
 def test_a_scope_that_could_climb_out_of_its_directory_is_refused(tmp_path: Path) -> None:

@@ -13,7 +13,18 @@
  *       cycles to the alloc total; time freeing them with __free_pages the
  *       same way
  *     record "order %2u batch %6lu alloc %llu free %llu", the totals divided
- *     by INNER and by batch
+ *     by INNER and by batch, then on a line of its own the totals themselves
+ *     and that divisor: "pagealloc-total: order %d batch %lu ops %llu alloc
+ *     %llu free %llu", ops = INNER * batch
+ *
+ * The first line is the row of mmtests' stap-scripts/pagealloc-micro.stp,
+ * which its extractor reads; it rounds down to whole cycles, and a whole
+ * cycle can be half a percent of a figure on the instruction clock, as much
+ * as the changes kperf has to tell apart there.  The second keeps the mean's decimals
+ * (alloc / ops, to one part in INNER * batch) for kperf; it does not start
+ * with "order", and kperf's copy of pagealloc.log for mmtests leaves it out.
+ * ops counts batch blocks per repetition, though batch + 1 are allocated,
+ * so that alloc / ops is the row's figure before the rounding.
  *
  * Batches double from 1 while batch < (batch_limit_kb * 1024 / 4096) >> order
  * (128 MiB: 1..16384 for order 0).  The cycle counter is get_cycles(): the
@@ -131,6 +142,8 @@ static int measure(int order, unsigned long batch, struct page **pages)
 	}
 	emit("order %2d batch %6lu alloc %llu free %llu\n", order, batch,
 	     div_u64(div_u64(alloc_total, inner), batch), div_u64(div_u64(free_total, inner), batch));
+	emit("pagealloc-total: order %d batch %lu ops %llu alloc %llu free %llu\n", order, batch,
+	     (unsigned long long)inner * batch, alloc_total, free_total);
 	return 0;
 }
 
@@ -152,7 +165,8 @@ static int run(void)
 	}
 	if (lines == 0)
 		return -EINVAL;
-	results_size = 128 + lines * 64;
+	/* A row and its total line, with room for 20-digit totals; emit() cuts, never overruns. */
+	results_size = 128 + lines * (64 + 144);
 	results = vzalloc(results_size);
 	pages = vzalloc((most + 1) * sizeof(*pages));
 	if (!results || !pages) {
