@@ -75,7 +75,7 @@ from .inflight import InFlight
 from .reporting import NotToldQuiet, Progress, boot_record, join_consoles, label
 from .toolchain import compile_all, normalize_arch
 
-log = logging.getLogger("kperf_runner")
+log = logging.getLogger(__name__)
 
 HEARTBEAT_EVERY = 30.0
 DEFAULT_POLL = 5.0

@@ -17,7 +17,7 @@ from .benchmarks import Benchmark
 from .client import Client
 from .reporting import Progress
 
-log = logging.getLogger("kperf_runner")
+log = logging.getLogger(__name__)
 
 
 def download_kernel(client: Client, cache: Path, job: dict[str, Any], label: str, progress: Progress) -> Path:

@@ -44,7 +44,7 @@ from .counters import boot_counters, per_command_counters, read_vmstat, vmstat_d
 from .perf import CommandCounters
 from .toolchain import ToolchainError, compile_all, host_arch, normalize_arch
 
-log = logging.getLogger("kperf_runner")
+log = logging.getLogger(__name__)
 
 
 def default_state_dir() -> Path:

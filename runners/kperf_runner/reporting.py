@@ -14,7 +14,7 @@ from .client import BadAnswer, BadToken, Client, NotHeld, ProtocolError, ServerU
 from .counters import per_command_counters
 from .toolchain import COMMON_HEADER, CSRC
 
-log = logging.getLogger("kperf_runner")
+log = logging.getLogger(__name__)
 
 CONSOLE_EVERY = 3.0
 # The most lease the service adds for a quiet runner (docs/runner-protocol.md).

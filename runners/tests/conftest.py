@@ -38,3 +38,7 @@ def kernel(request: pytest.FixtureRequest) -> Path:
     path = build.artifacts["kernel"]
     assert isinstance(path, Path)
     return path
+
+
+# The fake service every agent test talks to, shared from its fixture module (no test module imports another).
+from agent_fixtures import service  # noqa: E402, F401

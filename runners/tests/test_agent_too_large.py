@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_agent_failures import FakeService, NativeBackend, _agent, service  # noqa: F401
+from agent_fixtures import FakeService, NativeBackend, _agent
 
 from kperf_runner import agent as agent_module
 from kperf_runner.agent import DONE, FAILED
@@ -25,7 +25,7 @@ def short_tail(monkeypatch: pytest.MonkeyPatch) -> int:
 
 
 def test_results_too_large_are_sent_again_with_the_console_cut(
-    service: tuple[FakeService, str],  # noqa: F811
+    service: tuple[FakeService, str],
     tmp_path: Path,
     runner_state: Path,
     spawn_binary: Path,
@@ -42,7 +42,7 @@ def test_results_too_large_are_sent_again_with_the_console_cut(
 
 
 def test_results_still_too_large_fail_the_job_as_infra(
-    service: tuple[FakeService, str],  # noqa: F811
+    service: tuple[FakeService, str],
     tmp_path: Path,
     runner_state: Path,
     spawn_binary: Path,
@@ -61,7 +61,7 @@ def test_results_still_too_large_fail_the_job_as_infra(
 
 
 def test_progress_too_large_still_extends_the_lease(
-    service: tuple[FakeService, str],  # noqa: F811
+    service: tuple[FakeService, str],
     tmp_path: Path,
     runner_state: Path,
     spawn_binary: Path,

@@ -4,21 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from test_agent_failures import FakeService, NativeBackend, _agent, _job, service
+from agent_fixtures import FakeService, _agent, _job
+from boot_fixtures import RecordingBackend
 
-from kperf_runner.backends import BootJob, BootResult, ConsoleCallback, with_phase_seed
-
-__all__ = ["service"]
-
-
-class RecordingBackend(NativeBackend):
-    def __init__(self) -> None:
-        super().__init__()
-        self.jobs: list[BootJob] = []
-
-    def boot(self, job: BootJob, kernel: Path, on_console: ConsoleCallback | None = None) -> BootResult:
-        self.jobs.append(job)
-        return super().boot(job, kernel, on_console)
+from kperf_runner.backends import BootJob, with_phase_seed
 
 
 def test_each_boot_gets_the_claims_command_line_and_thp_mode(

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kexec_fixtures import NONCE, RAMOOPS, SPAWN_PARAMS, _spawn_commands, _with_nonce
 from namespace_init import run_init_with_pmsg
 
 from kperf_runner.backends import BENCHMARK_CMDLINE, BenchmarkFailure, BootFailure, BootJob, CannotResume
@@ -24,8 +25,6 @@ from kperf_runner.backends.kexec import KexecBackend, KexecSetupError, Ramoops, 
 from kperf_runner.backends.watchdog import WDIOC_KEEPALIVE, WDIOC_SETTIMEOUT
 from kperf_runner.benchmarks import get_benchmark
 from kperf_runner.toolchain import host_arch
-
-RAMOOPS = Ramoops(0x30000000, 0x1000000)
 
 
 def _backend(tmp_path: Path, **kwargs: Any) -> KexecBackend:
@@ -105,14 +104,6 @@ def test_the_watchdog_ioctls_are_the_kernel_headers(tmp_path: Path) -> None:
     subprocess.run(["gcc", "-o", str(tmp_path / "wd"), str(source)], check=True)
     out = subprocess.run([str(tmp_path / "wd")], capture_output=True, text=True, check=True).stdout.split()
     assert [int(word) for word in out] == [WDIOC_SETTIMEOUT, WDIOC_KEEPALIVE]
-
-
-SPAWN_PARAMS = {"duration": 0.05, "iterations": 2, "extra_vmas": [0, 10]}
-
-
-def _spawn_commands() -> list[list[str]]:
-    bench = get_benchmark("spawn")
-    return bench.command(bench.validate(SPAWN_PARAMS), "/kperf/bin")
 
 
 def _state(seconds_ago: float = 30.0) -> dict[str, Any]:
@@ -223,17 +214,6 @@ def test_a_machine_that_never_left_its_kernel_cannot_resume(tmp_path: Path) -> N
 
 
 # -- the boot's nonce: pstore's records must come from the kernel under test ---
-
-NONCE = "5f0e3c2a9b7d4e1f8a6c0b2d4e6f8a0c"
-
-
-def _with_nonce(transcript: bytes, nonce: str = NONCE) -> bytes:
-    """The transcript as init writes it on a kernel booted with kperf.boot=<nonce> (the host's has none)."""
-    lines = transcript.decode().splitlines(keepends=True)
-    return "".join(
-        line.rstrip("\n") + f" kperf.boot={nonce}\n" if line.startswith("KPERF-ENV kernel_cmdline=") else line
-        for line in lines
-    ).encode()
 
 
 def test_a_boot_whose_transcript_names_its_nonce_is_resumed(

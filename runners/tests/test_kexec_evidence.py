@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kexec_fixtures import NONCE, RAMOOPS, _spawn_commands, _with_nonce
 from namespace_init import run_init_with_pmsg
-from test_kexec_backend import NONCE, RAMOOPS, _spawn_commands, _with_nonce
 
 from kperf_runner.backends import BootFailure, BootJob
 from kperf_runner.backends.kexec import KexecBackend, handover_warning

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_fixtures import TOKEN, FakeService, _job
+from kexec_fixtures import _with_nonce
 from namespace_init import run_init_with_pmsg
-from test_agent_failures import TOKEN, FakeService, _job, service  # noqa: F401
-from test_kexec_backend import _with_nonce
 
 from kperf_runner import inflight
 from kperf_runner.agent import ABANDONED, DONE, FAILED, Agent, RunnerConfig
@@ -207,7 +207,7 @@ def _records(lab: Lab) -> list[str]:
 
 @pytest.mark.parametrize("cut", POINTS)
 def test_a_power_cut_after_a_good_boot_loses_nothing(
-    service: tuple[FakeService, str],  # noqa: F811
+    service: tuple[FakeService, str],
     tmp_path: Path,
     runner_state: Path,
     transcript: bytes,
@@ -263,7 +263,7 @@ def test_a_power_cut_after_a_good_boot_loses_nothing(
 
 @pytest.mark.parametrize("cut", POINTS)
 def test_a_power_cut_after_a_panic_loses_no_failure(
-    service: tuple[FakeService, str],  # noqa: F811
+    service: tuple[FakeService, str],
     tmp_path: Path,
     runner_state: Path,
     transcript: bytes,
@@ -299,7 +299,7 @@ def test_a_power_cut_after_a_panic_loses_no_failure(
 
 
 def test_a_reset_before_the_records_are_kept_is_the_runners_fault_not_an_early_death(
-    service: tuple[FakeService, str],  # noqa: F811
+    service: tuple[FakeService, str],
     tmp_path: Path,
     runner_state: Path,
     transcript: bytes,
@@ -324,7 +324,7 @@ def test_a_reset_before_the_records_are_kept_is_the_runners_fault_not_an_early_d
 
 
 def test_a_failure_the_service_does_not_acknowledge_stays_on_disk_and_is_sent_again(
-    service: tuple[FakeService, str],  # noqa: F811
+    service: tuple[FakeService, str],
     tmp_path: Path,
     runner_state: Path,
     transcript: bytes,
@@ -374,7 +374,7 @@ def test_a_failure_the_service_does_not_acknowledge_stays_on_disk_and_is_sent_ag
 
 
 def test_a_kernel_that_dies_before_its_ramoops_is_a_boot_failure_with_the_evidence(
-    service: tuple[FakeService, str],  # noqa: F811
+    service: tuple[FakeService, str],
     tmp_path: Path,
     runner_state: Path,
     transcript: bytes,
@@ -399,7 +399,7 @@ def test_a_kernel_that_dies_before_its_ramoops_is_a_boot_failure_with_the_eviden
 
 
 def test_a_power_cut_between_two_boots_keeps_the_first_and_clears_its_records_before_the_second(
-    service: tuple[FakeService, str],  # noqa: F811
+    service: tuple[FakeService, str],
     tmp_path: Path,
     runner_state: Path,
     transcript: bytes,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_kexec_backend import RAMOOPS
+from kexec_fixtures import RAMOOPS
 
 from kperf_runner.backends import BootJob
 from kperf_runner.backends.kexec import KexecBackend

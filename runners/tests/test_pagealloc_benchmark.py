@@ -167,12 +167,19 @@ def test_mmtests_runs_are_pagealloc_log_and_the_per_order_files() -> None:
         PAGEALLOC.mmtests_runs(raw.split("order  3")[0], QUICK)
 
 
-def _raw(outer: int = 3, skip: tuple[int, int] | None = None) -> str:
+def _raw(outer: int = 3, skip: tuple[int, int] | None = None, totals: bool = False) -> str:
+    """Rows of 400 and 200 cycles; with totals, each row's pagealloc-total line (inner 100: 400.37, 200.5)."""
     lines = ["clock: tsc"]
     for order in (0, 1):
         for batch in pagealloc_batches(order, 16):
             if (order, batch) != skip:
-                lines += [f"order {order:2d} batch {batch:6d} alloc 400 free 200"] * outer
+                row = [f"order {order:2d} batch {batch:6d} alloc 400 free 200"]
+                if totals:
+                    alloc, free = 40037 * batch, 20050 * batch
+                    row.append(
+                        f"pagealloc-total: order {order} batch {batch} ops {100 * batch} alloc {alloc} free {free}"
+                    )
+                lines += row * outer
     return "\n".join(lines) + "\n"
 
 
@@ -191,6 +198,55 @@ PARAMS = resolve_params("pagealloc", "quick", {"orders": [0, 1], "batch_limit_kb
     ],
 )
 def test_parse_errors_say_what_is_wrong(raw: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        PAGEALLOC.parse(raw, PARAMS)
+
+
+def test_the_totals_give_each_sample_its_decimals_and_mmtests_its_rows() -> None:
+    raw = _raw(totals=True)
+    # order 0 batch 1 and 2 lose their first two rounds (warm-up), order 1 batch 1 keeps all three.
+    assert {(s.metric, s.value) for s in PAGEALLOC.parse(raw, PARAMS)} == {
+        (f"{kind}-odr{o}-{b}", value)
+        for o, b in ((0, 1), (0, 2), (1, 1))
+        for kind, value in (("alloc", 400.37), ("free", 200.5), ("total", 400.37 + 200.5))
+    }
+    assert len(PAGEALLOC.parse(raw, PARAMS)) == 3 * (1 + 1 + 3)
+    # What mmtests reads is unchanged: the rows, whole cycles, nothing else in pagealloc.log.
+    assert PAGEALLOC.rounds(raw, PARAMS) == PAGEALLOC.rounds(_raw(), PARAMS)
+    files = PAGEALLOC.mmtests_runs(raw, PARAMS)["pagealloc"]
+    assert files["pagealloc.log"] == pagealloc_log(_raw())
+    assert files["alloc-0"] == PAGEALLOC.mmtests_runs(_raw(), PARAMS)["pagealloc"]["alloc-0"]
+    # Beside them the totals, one line per row, in a file mmtests does not open (it globs alloc-[0-9]*).
+    assert files["pagealloc-total.log"].splitlines() == [
+        x for x in raw.splitlines() if x.startswith("pagealloc-total:")
+    ]
+    assert "pagealloc-total.log" not in PAGEALLOC.mmtests_runs(_raw(), PARAMS)["pagealloc"]
+    # mmtests reads the rows of a boot with totals as it read them before.
+    _, read = _mmtests_read(files["pagealloc.log"])
+    assert read["alloc-odr1-1"] == [400.0, 400.0, 400.0]
+
+
+_ROW = "order  0 batch      1 alloc 400 free 200"
+_TOTAL = "pagealloc-total: order 0 batch 1 ops 100 alloc 40037 free 20050"
+
+
+_TOTALS = _raw(totals=True)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (_TOTALS.replace(_TOTAL + "\n", "", 1), "no pagealloc-total line, the first of order 0 batch 1;"),
+        (_TOTALS.replace(_ROW + "\n", "", 1) + _ROW + "\n", "line 2 follows no result row of order 0 batch 1"),
+        (_TOTALS.replace(_TOTAL, _TOTAL + "\n" + _TOTAL, 1), "the total on output line 4 follows no result row"),
+        (_TOTALS.replace(_TOTAL, _TOTAL.replace("h 1", "h 2"), 1), "3 follows no result row of order 0 batch 2"),
+        (_TOTALS.replace("alloc 40037", "alloc 39999", 1), r"\(39999 and 20050 cycles over 100\) does not round down"),
+        (_TOTALS.replace("alloc 40037", "alloc 39999", 1), r"round down to its row \(alloc 400 free 200\)"),
+        (_TOTALS.replace("ops 100", "ops 0", 1), "over 0"),
+        (_TOTALS.replace("free 20050", "free -1", 1), "malformed total on output line 3"),
+    ],
+)  # fmt: skip
+def test_totals_that_do_not_fit_their_rows_are_refused(raw: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         PAGEALLOC.parse(raw, PARAMS)
 
@@ -319,6 +375,9 @@ def test_the_module_builds_with_the_kernel_and_runs_under_qemu(
     assert len(samples) == 3 * (order0 * (outer - 2) + (cases - order0) * outer)
     assert all(s.value > 0 for s in samples)
     assert PAGEALLOC.environment(result.raw_output) == {"cycle_clock": "tsc"}
+    # Each row has its totals, and kperf's samples their decimals.
+    assert result.raw_output.count("pagealloc-total: ") == cases * outer
+    assert any(s.value != round(s.value) for s in samples)
     # The module's procfs file went with it: kmodload unloaded it.
     assert "kmodload: module=pagealloc cpu=0" in result.raw_output
 

@@ -15,7 +15,6 @@ import logging
 import math
 import os
 import queue
-import re
 import shutil
 import subprocess
 import tempfile
@@ -28,6 +27,7 @@ from typing import IO, Any
 from ..initramfs import GUEST_BINDIR, job_initramfs
 from ..toolchain import compile_static, host_arch, normalize_arch
 from . import BENCHMARK_CMDLINE, Backend, BootFailure, BootJob, BootResult, ConsoleCallback, parse_boot
+from .qemu_version import QEMU_BINARY, QEMU_PACKAGE, icount_smp_refusal, qemu_version
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +37,6 @@ KVM_API_VERSION = 12
 # Once init has printed KPERF-DONE it only syncs and powers off.
 POWER_OFF_GRACE = 30.0
 
-_QEMU = {"x86_64": "qemu-system-x86_64", "arm64": "qemu-system-aarch64"}
-_QEMU_PACKAGE = {"x86_64": "qemu-system-x86", "arm64": "qemu-system-arm"}
 _CONSOLE = {"x86_64": "ttyS0", "arm64": "ttyAMA0"}
 
 # QEMU's instruction clock: with icount the guest's clocks advance by 2^shift
@@ -53,9 +51,6 @@ ICOUNT = "shift=0,sleep=off"
 # with several vCPUs drift apart by milliseconds of guest time; with one vCPU
 # the date changes nothing (measured: docs/runners.md).
 ICOUNT_RTC = "clock=vm,base=2020-01-01T00:00:00"
-# Before 8.1 (commit 83ecdb18eb65) QEMU gave one vCPU an icount turn's whole
-# instruction budget, and an x86 guest's SMP bring-up livelocks.
-ICOUNT_SMP_QEMU = (8, 1)
 # Kernel words for several vCPUs on the instruction clock. x86: qemu64 is
 # an AMD model without an invariant TSC, and Linux takes the TSCs of more
 # than one such CPU to be unsynchronised and moves its clocks to the HPET;
@@ -156,24 +151,6 @@ def x86_kvm_cpu_args(qemu: str, scratch: Path) -> list[str] | None:
             log.debug("KVM probe %s failed: %s", cpu or "default cpu", run.stderr[-300:])
     _kvm_cpu_cache[qemu] = result
     return result
-
-
-_versions: dict[str, tuple[str, tuple[int, int]]] = {}
-
-
-def qemu_version(binary: str) -> tuple[str, tuple[int, int]]:
-    """The first line of `binary --version` and its (major, minor), asked once per binary."""
-    if binary not in _versions:
-        try:
-            run = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60, check=False)
-        except (OSError, subprocess.TimeoutExpired) as error:
-            raise RuntimeError(f"cannot run {binary} --version: {error}") from error
-        line = next((text.strip() for text in run.stdout.splitlines() if text.strip()), "")
-        found = re.search(r"version (\d+)\.(\d+)", line)
-        if found is None:
-            raise RuntimeError(f"cannot tell the version of {binary}: --version said {line or run.stderr.strip()!r}")
-        _versions[binary] = (line, (int(found[1]), int(found[2])))
-    return _versions[binary]
 
 
 def _lower_autogroup(pid: int, nice: int) -> None:
@@ -279,10 +256,10 @@ class QemuBackend(Backend):
         return ["-cpu", "max"] if kvm_device_usable() else None
 
     def qemu_binary(self) -> str:
-        path = shutil.which(_QEMU[self.arch])
+        path = shutil.which(QEMU_BINARY[self.arch])
         if path is None:
             raise RuntimeError(
-                f"{_QEMU[self.arch]} not found; install it with: apt-get install {_QEMU_PACKAGE[self.arch]}"
+                f"{QEMU_BINARY[self.arch]} not found; install it with: apt-get install {QEMU_PACKAGE[self.arch]}"
             )
         return path
 
@@ -300,14 +277,9 @@ class QemuBackend(Backend):
 
     def check_icount_smp(self, binary: str, vcpus: int) -> None:
         """Several vCPUs on the instruction clock need QEMU 8.1: an older one is refused (an infrastructure fault)."""
-        line, version = qemu_version(binary)
-        if version < ICOUNT_SMP_QEMU:
-            raise RuntimeError(
-                f"the job wants {vcpus} vCPUs on the instruction clock, which needs QEMU 8.1 or later "
-                f"(older ones hang the guest's SMP bring-up under -icount); {binary} is {line!r}: install "
-                f"QEMU >= 8.1, e.g. Debian 12's backports: apt-get install -t bookworm-backports "
-                f"{_QEMU_PACKAGE[self.arch]}"
-            )
+        refusal = icount_smp_refusal(binary, self.arch, vcpus, "the job")
+        if refusal is not None:
+            raise RuntimeError(refusal)
 
     def numa_args(self, nodes: int, cpus: int) -> list[str]:
         """-numa options for `nodes` nodes: memory split evenly, CPUs in contiguous

@@ -38,6 +38,8 @@ from kperf_runner.benchmarks.pagealloc import (
     Pagealloc,
     pagealloc_batches,
     pagealloc_log,
+    pagealloc_readings,
+    pagealloc_total_log,
     without_warmup,
 )
 from kperf_runner.benchmarks.pft import PFT_MODES, Pft
@@ -100,6 +102,8 @@ __all__ = [
     "get_benchmark",
     "pagealloc_batches",
     "pagealloc_log",
+    "pagealloc_readings",
+    "pagealloc_total_log",
     "resolve_params",
     "without_warmup",
 ]

@@ -9,6 +9,14 @@ batch, alloc and free and has no way to skip one, so any other line becomes
 a batch size of its own and breaks its extract and compare scripts.
 `pagealloc_log()` is that mapping; the parser reads the rows through it, so
 kperf and mmtests read the same rows.
+
+After each row the module prints its totals ("pagealloc-total: order %d
+batch %lu ops %llu alloc %llu free %llu": the round's cycles and the count
+the row divides them by, inner x batch). The row rounds down to whole cycles,
+half a percent of a figure on the instruction clock; kperf's samples are the
+totals divided by ops, with their decimals, and the row is what mmtests
+reads. Output of a module from before the totals (stored raw output, the
+arm64 capture) has rows alone, and its samples are the rows.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from kperf_runner.benchmarks.base import Benchmark, Grid, Metric, MmtestsRuns, Operations, Param, Sample
 
@@ -24,13 +32,19 @@ PAGEALLOC_PROC = "/proc/kperf_pagealloc"
 _PAGEALLOC_ROW = re.compile(
     r"order\s+(?P<order>\d+)\s+batch\s+(?P<batch>\d+)\s+alloc\s+(?P<alloc>\d+)\s+free\s+(?P<free>\d+)"
 )
+_PAGEALLOC_TOTAL = re.compile(
+    r"pagealloc-total: order (?P<order>\d+) batch (?P<batch>\d+) ops (?P<ops>\d+) "
+    r"alloc (?P<alloc>\d+) free (?P<free>\d+)"
+)
 _PAGEALLOC_CLOCK = re.compile(r"clock: (?P<clock>\S+)")
 _PAGEALLOC_INNER = re.compile(r"pagealloc-info: .*\binner=(?P<inner>\d+)\b.*")
 # ExtractPagealloc.pm (lines 41-49) counts the rows of each batch size, whatever
 # their order, and keeps a row from the third on: the first two rounds of each
 # batch size are warm-up. kperf reports the same rows.
 WARMUP_ROUNDS = 2
-Round = tuple[int, int, int, int]  # order, batch, alloc, free
+Round = tuple[int, int, int, int]  # order, batch, alloc, free: a row as printed, whole cycles
+Reading = tuple[int, int, float, float]  # order, batch, alloc, free: cycles per block, from the totals
+_R = TypeVar("_R", Round, Reading)
 
 
 def pagealloc_batches(order: int, batch_limit_kb: int) -> list[int]:
@@ -57,14 +71,76 @@ def _rows(raw_output: str) -> list[tuple[int, str, re.Match[str]]]:
     return rows
 
 
-def without_warmup(rounds: Iterable[Round]) -> list[Round]:
+def _totals(raw_output: str) -> list[tuple[float, float] | None]:
+    """Per result row, in order: (alloc, free) per block from its pagealloc-total line, or None without one.
+
+    A total line belongs to the row just before it, of the same order and
+    batch; ValueError on one that does not, on a malformed one, and on totals
+    that do not round down to their row (a cut or mixed-up output).
+    """
+    totals: list[tuple[float, float] | None] = []
+    row: re.Match[str] | None = None
+    for lineno, line in enumerate(raw_output.splitlines(), start=1):
+        text = line.strip()
+        if text.startswith("order"):
+            row = _PAGEALLOC_ROW.fullmatch(text)  # _rows() reports a malformed one
+            totals.append(None)
+            continue
+        if not text.startswith("pagealloc-total:"):
+            continue
+        total = _PAGEALLOC_TOTAL.fullmatch(text)
+        if not total:
+            raise ValueError(f"pagealloc: malformed total on output line {lineno}: {text!r}")
+        if row is None or totals[-1] is not None or (row["order"], row["batch"]) != (total["order"], total["batch"]):
+            raise ValueError(
+                f"pagealloc: the total on output line {lineno} follows no result row of order "
+                f"{total['order']} batch {total['batch']}; the module prints each right after its row"
+            )
+        ops, alloc, free = int(total["ops"]), int(total["alloc"]), int(total["free"])
+        if ops < 1 or (alloc // ops, free // ops) != (int(row["alloc"]), int(row["free"])):
+            raise ValueError(
+                f"pagealloc: the total on output line {lineno} ({alloc} and {free} cycles over {ops}) "
+                f"does not round down to its row (alloc {row['alloc']} free {row['free']})"
+            )
+        totals[-1] = (alloc / ops, free / ops)
+    return totals
+
+
+def pagealloc_readings(raw_output: str) -> list[Reading]:
+    """Every result row as (order, batch, alloc, free) in cycles per block: its totals over its ops.
+
+    Output of a module that printed no totals gives the rows' whole cycles.
+    ValueError when only some rows have totals: the output was cut or mixed up.
+    """
+    rows = [(int(r["order"]), int(r["batch"]), int(r["alloc"]), int(r["free"])) for _, _, r in _rows(raw_output)]
+    totals = _totals(raw_output)
+    if all(t is None for t in totals):
+        return [(o, b, float(a), float(f)) for o, b, a, f in rows]
+    missing = [i for i, t in enumerate(totals) if t is None]
+    if missing:
+        o, b, _, _ = rows[missing[0]]
+        raise ValueError(
+            f"pagealloc: {len(missing)} result rows have no pagealloc-total line, the first of "
+            f"order {o} batch {b}; the module prints one after every row"
+        )
+    return [(o, b, t[0], t[1]) for (o, b, _, _), t in zip(rows, totals, strict=True) if t is not None]
+
+
+def pagealloc_total_log(raw_output: str) -> str:
+    """The pagealloc-total lines of this raw output, in order: the export's pagealloc-total.log."""
+    return "".join(
+        f"{line.strip()}\n" for line in raw_output.splitlines() if line.strip().startswith("pagealloc-total:")
+    )
+
+
+def without_warmup(rounds: Iterable[_R]) -> list[_R]:
     """The rounds mmtests keeps: all but the first two of each batch size, counted across orders."""
     per_batch: Counter[int] = Counter()
     kept = []
-    for order, batch, alloc, free in rounds:
-        per_batch[batch] += 1
-        if per_batch[batch] > WARMUP_ROUNDS:
-            kept.append((order, batch, alloc, free))
+    for one in rounds:
+        per_batch[one[1]] += 1
+        if per_batch[one[1]] > WARMUP_ROUNDS:
+            kept.append(one)
     return kept
 
 
@@ -163,22 +239,29 @@ class Pagealloc(Benchmark):
             raise ValueError(f"pagealloc: incomplete output for {shown}; the raw output shows where it stopped")
         return out
 
+    def readings(self, raw_output: str, params: Mapping[str, Any]) -> list[Reading]:
+        """The rounds of rounds(), in the same order, in cycles per block with their decimals (pagealloc_readings)."""
+        self.rounds(raw_output, params)  # the same checks: a complete run or ValueError
+        return pagealloc_readings(raw_output)
+
     def parse(self, raw_output: str, params: Mapping[str, Any]) -> list[Sample]:
-        """mmtests' samples: every round but the first two of each batch size, numbered from 0.
+        """mmtests' samples with kperf's resolution: every round but the first two of each batch size, numbered from 0.
 
         The count is per batch size across orders, as in ExtractPagealloc.pm,
         so with the orders run in turn only the first order loses rounds (the
         later ones reuse batch sizes it warmed). The raw output keeps every round.
+        A value is the round's total over its ops (readings()): the row mmtests
+        reads is that figure rounded down.
         """
-        kept: dict[tuple[int, int], list[tuple[int, int]]] = {}
-        for order, batch, alloc, free in without_warmup(self.rounds(raw_output, params)):
+        kept: dict[tuple[int, int], list[tuple[float, float]]] = {}
+        for order, batch, alloc, free in without_warmup(self.readings(raw_output, params)):
             kept.setdefault((order, batch), []).append((alloc, free))
         samples: list[Sample] = []
         for order, batch in self._cases(self.validate(params)):
             for kind in ("alloc", "free", "total"):
                 for iteration, (alloc, free) in enumerate(kept.get((order, batch), [])):
                     value = {"alloc": alloc, "free": free, "total": alloc + free}[kind]
-                    samples.append(Sample(f"{kind}-odr{order}-{batch}", iteration, float(value)))
+                    samples.append(Sample(f"{kind}-odr{order}-{batch}", iteration, value))
         return samples
 
     def operations(self, raw_output: str, params: Mapping[str, Any]) -> Operations:
@@ -206,9 +289,15 @@ class Pagealloc(Benchmark):
         appends the procfs file to pagealloc.log, then writes "<batch> <alloc>"
         to alloc-<order> and "<batch> <free>" to free-<order> for every row;
         ExtractPagealloc.pm finds the orders from the alloc-<order> file names.
+        With the module's totals, also pagealloc-total.log: its pagealloc-total
+        lines, one per row of pagealloc.log, which mmtests does not open (it
+        globs alloc-[0-9]*) and kperf's import reads for the decimals.
         """
         rounds = self.rounds(raw_output, params)  # the same checks: a complete run or ValueError
         files = {"pagealloc.log": pagealloc_log(raw_output)}
+        if any(_totals(raw_output)):
+            pagealloc_readings(raw_output)  # every row has its total, each consistent with it
+            files["pagealloc-total.log"] = pagealloc_total_log(raw_output)
         for order, batch, alloc, free in rounds:
             files[f"alloc-{order}"] = files.get(f"alloc-{order}", "") + f"{batch} {alloc}\n"
             files[f"free-{order}"] = files.get(f"free-{order}", "") + f"{batch} {free}\n"

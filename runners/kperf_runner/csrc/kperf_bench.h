@@ -8,11 +8,13 @@
 #define KPERF_BENCH_H
 
 #include <errno.h>
+#include <math.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifndef PROGRAM
 #error "define PROGRAM before including kperf_bench.h"
@@ -42,6 +44,29 @@ static inline long parse_long(const char *opt, const char *s, long min, long max
 	if (errno || end == s || *end != '\0' || v < min || v > max)
 		die("%s wants an integer in [%ld, %ld], got '%s'", opt, min, max, s);
 	return v;
+}
+
+/* Seconds (fractions allowed) in (0, 86400], as -t takes them. */
+static inline double parse_seconds(const char *opt, const char *s)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || *end != '\0' || !isfinite(v) || v <= 0 || v > 86400)
+		die("%s wants seconds in (0, 86400], got '%s'", opt, s);
+	return v;
+}
+
+/* The monotonic clock in seconds: what every program times its rounds by. */
+static inline double now_seconds(void)
+{
+	struct timespec ts;
+
+	if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+		die("clock_gettime(CLOCK_MONOTONIC): %s", strerror(errno));
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 /* Pin the calling process to one CPU (cpu < 0: leave it where it is). */

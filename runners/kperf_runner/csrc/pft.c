@@ -65,15 +65,6 @@ static void usage(void)
 	exit(2);
 }
 
-static double now_seconds(void)
-{
-	struct timespec ts;
-
-	if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
-		die("clock_gettime(CLOCK_MONOTONIC): %s", strerror(errno));
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static double tv_seconds(const struct timeval *tv)
 {
 	return (double)tv->tv_sec + (double)tv->tv_usec / 1e6;

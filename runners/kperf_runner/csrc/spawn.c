@@ -51,15 +51,6 @@ static void usage(void)
 	exit(2);
 }
 
-static double now_seconds(void)
-{
-	struct timespec ts;
-
-	if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
-		die("clock_gettime(CLOCK_MONOTONIC): %s", strerror(errno));
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* Lines in /proc/self/maps, or -1 where /proc is not mounted. */
 static long count_vmas(void)
 {
@@ -138,16 +129,9 @@ int main(int argc, char **argv)
 
 	while ((opt = getopt(argc, argv, "t:i:v:c:h")) != -1) {
 		switch (opt) {
-		case 't': {
-			char *end;
-
-			errno = 0;
-			seconds = strtod(optarg, &end);
-			if (errno || end == optarg || *end != '\0' || !isfinite(seconds) ||
-			    seconds <= 0 || seconds > 86400)
-				die("-t wants seconds in (0, 86400], got '%s'", optarg);
+		case 't':
+			seconds = parse_seconds("-t", optarg);
 			break;
-		}
 		case 'i':
 			iterations = parse_long("-i", optarg, 1, 100000);
 			break;
