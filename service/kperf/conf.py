@@ -7,17 +7,15 @@ because a silently ignored typo in a lab's configuration costs a day.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from django.core.checks.security.base import (
-    SECRET_KEY_INSECURE_PREFIX,
-    SECRET_KEY_MIN_LENGTH,
-    SECRET_KEY_MIN_UNIQUE_CHARACTERS,
-)
+from django.core.checks.security.base import SECRET_KEY_INSECURE_PREFIX, SECRET_KEY_MIN_LENGTH
 
 from kperf.stats.boot_spread import spread_of_record
 from kperf.stats.builds import MeasuredBuildNoise, build_noise_from_record
@@ -143,18 +141,44 @@ def with_boot_spread(noise: MeasuredBuildNoise, record: dict[str, Any], name: st
 SECRET_KEY_RECIPE = "python3 -c 'import secrets; print(secrets.token_urlsafe(50))'"
 
 
+# What a key must hold, by secret_key_bits: as much as a 128-bit random key.
+SECRET_KEY_MIN_BITS = 128
+
+
+def secret_key_bits(key: str) -> float:
+    """A rough and deliberately low estimate of the randomness in a key, in bits.
+
+    Each character is worth the Shannon entropy of the key's own mix of
+    characters (a key of few different ones, or of one mostly, is worth
+    little per character), and a character counts only where it starts a
+    run of three the key has not had before, so a piece repeated to make
+    up the length adds nothing: `abcde` ten times holds 7 new runs of
+    2.3 bits, about 16 bits. secrets.token_urlsafe(50) holds about 370.
+    """
+    n = len(key)
+    if n == 0:
+        return 0.0
+    per_character = -sum(c / n * math.log2(c / n) for c in Counter(key).values())
+    new_runs = len({key[i : i + 3] for i in range(n - 2)}) + min(n, 2)
+    return per_character * new_runs
+
+
 def secret_key_problem(key: str) -> str | None:
     """What makes a secret key guessable, or None for a usable one.
 
-    Django's own criteria (its deploy check security.W009): at least 50
-    characters, at least 5 different ones, not one of the keys
-    `startproject` writes. The message never repeats the key: it would end
-    up in logs.
+    At least 50 characters (Django's own deploy check, security.W009), not
+    one of the keys `startproject` writes, and at least SECRET_KEY_MIN_BITS
+    of randomness by secret_key_bits: length alone passes `abcde` ten
+    times. The message never repeats the key: it would end up in logs.
     """
     if len(key) < SECRET_KEY_MIN_LENGTH:
         return f"is {len(key)} characters long; it needs at least {SECRET_KEY_MIN_LENGTH}"
-    if len(set(key)) < SECRET_KEY_MIN_UNIQUE_CHARACTERS:
-        return f"has {len(set(key))} different characters; it needs at least {SECRET_KEY_MIN_UNIQUE_CHARACTERS}"
     if key.startswith(SECRET_KEY_INSECURE_PREFIX):
         return f"starts with {SECRET_KEY_INSECURE_PREFIX!r}, the mark of a key Django made for development"
+    bits = secret_key_bits(key)
+    if bits < SECRET_KEY_MIN_BITS:
+        return (
+            f"holds about {bits:.0f} bits of randomness (kperf's estimate: its characters' entropy, a repeated "
+            f"piece counted once); it needs at least {SECRET_KEY_MIN_BITS}"
+        )
     return None

@@ -16,7 +16,7 @@ from urllib.parse import quote
 import psycopg
 from kombu import Connection
 
-log = logging.getLogger("kperf.embedded")
+log = logging.getLogger(__name__)
 
 DB_NAME = "kperf"
 

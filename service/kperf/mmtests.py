@@ -8,7 +8,9 @@ for the file each format comes from.
 
 An mmtests run does not reboot between its iterations (iter-0, iter-1, …),
 so one run directory is one boot: its iterations are iterations. Import
-several runs of the same kernel to give kperf several boots.
+several runs of the same kernel to give kperf several boots. A run kperf
+exported is the exception: the export wrote each boot as an iter-<n>
+directory (and says so with its kperf-run.json), so each is a boot again.
 
 Each benchmark reads what mmtests' own extractor reads, so imported samples
 are mmtests' samples: pagealloc drops the first two rounds of each batch size
@@ -20,17 +22,24 @@ A sample's metric name is its series: it carries the experiment's parameters
 aim9's test), each read from the logs. Where the logs do not say, the
 directory is refused: a guessed parameter would merge two experiments into one
 series and nothing downstream could tell.
+
+A run kperf exported also holds `kperf-run.json` (KPERF_RUN_FILE): the clock,
+configuration profile, machine shape and kernel the boots were measured
+with, which mmtests' files do not say. Without it a run is mmtests' own:
+timed with the wall clock, its shape unknown.
 """
 
 from __future__ import annotations
 
 import gzip
+import json
 import lzma
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kperf_runner.benchmarks import without_warmup
+from kperf_runner.backends import CLOCKS
+from kperf_runner.benchmarks import pagealloc_readings, without_warmup
 
 # One run of aim9's singleuser: field 2 is the test, field 6 ops/sec.
 AIM9_TESTS = ("page_test", "brk_test", "exec_test", "fork_test")
@@ -62,6 +71,11 @@ _SPAWN_LOG = re.compile(r"spawn-(?P<copies>\d+)-(?P<iteration>\d+)\.log(?:\.gz|\
 _PFT_COMMAND = re.compile(r"(?:^|/)pft\s(?:.*\s)?(?P<switch>-t|-n)\s+(?P<clients>\d+)(?:\s|$)")
 PFT_SWITCHES = {"-t": "threads", "-n": "processes"}
 
+# What kperf's export writes beside mmtests' files in each run directory
+# (kperf.core.results.mmtests_export), and the version of its fields.
+KPERF_RUN_FILE = "kperf-run.json"
+KPERF_RUN_FORMAT = 1
+
 BENCHMARK_DIRS = {"aim9": "aim9", "pagealloc": "pagealloc", "pft": "pft", "unixbench-spawn": "spawn"}
 
 
@@ -72,12 +86,42 @@ class MmtestsImportError(ValueError):
 @dataclass
 class ImportedBenchmark:
     benchmark: str  # kperf's name
-    samples: list[tuple[str, int, float]] = field(default_factory=list)  # (metric, iteration, value)
+    # (boot, metric, iteration, value): a plain mmtests run is one boot (0); a
+    # run kperf exported has one boot per iter-<n> directory, boot n.
+    readings: list[tuple[int, str, int, float]] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    # The boot add() files readings under: the iter-<n> being read.
+    boot: int = 0
 
     def add(self, metric: str, value: float) -> None:
-        iteration = sum(1 for m, _, _ in self.samples if m == metric)
-        self.samples.append((metric, iteration, value))
+        iteration = sum(1 for b, m, _, _ in self.readings if m == metric and b == self.boot)
+        self.readings.append((self.boot, metric, iteration, value))
+
+    @property
+    def samples(self) -> list[tuple[str, int, float]]:
+        """(metric, iteration, value) of every boot, in the order read."""
+        return [(m, i, v) for _, m, i, v in self.readings]
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """Where and how a run's boots were measured: what kperf's export writes
+    (kperf.core.results.mmtests_export.Setup) and an import reads back."""
+
+    kernel_sha: str
+    arch: str
+    machine_class: str
+    clock: str
+    profile: str
+    vcpus: int
+    numa_nodes: int
+
+
+@dataclass(frozen=True)
+class KperfRun(RunSetup):
+    """What kperf's export says about a run (KPERF_RUN_FILE): how its boots were measured, and the kernel."""
+
+    kernel_version: str
 
 
 @dataclass
@@ -88,6 +132,53 @@ class ImportedRun:
     # Experiments in the directory kperf has no series for (another aim9 test,
     # spawn with several copies): said, not stored under a name that is not theirs.
     left_out: list[str] = field(default_factory=list)
+    # None: a plain mmtests run (wall clock, shape unknown).
+    kperf: KperfRun | None = None
+
+
+def read_kperf_run(run_dir: Path) -> KperfRun | None:
+    """The run's KPERF_RUN_FILE, checked; None when there is none."""
+    path = run_dir / KPERF_RUN_FILE
+    if not path.exists():
+        return None
+    instead = f"fix or delete {path} (without it the run imports as a plain mmtests run, on the wall clock)"
+    try:
+        data = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise MmtestsImportError(f"{path} is not JSON ({e}): {instead}") from None
+    if not isinstance(data, dict):
+        raise MmtestsImportError(f"{path} is not a JSON object: {instead}")
+    if data.get("format") != KPERF_RUN_FORMAT:
+        raise MmtestsImportError(
+            f"{path} is format {data.get('format')!r}, this kperf reads format {KPERF_RUN_FORMAT}: "
+            "import it with the kperf that exported it, or upgrade"
+        )
+    if data.get("clock") not in CLOCKS:
+        raise MmtestsImportError(f"{path}: unknown clock {data.get('clock')!r} (kperf's are {', '.join(CLOCKS)})")
+
+    def text(key: str) -> str:
+        value = data.get(key)
+        if not isinstance(value, str) or not value.strip():
+            raise MmtestsImportError(f"{path}: {key} must be a non-empty string, not {value!r}: {instead}")
+        return value.strip()
+
+    def count(key: str) -> int:
+        value = data.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise MmtestsImportError(f"{path}: {key} must be a count (0 or more), not {value!r}: {instead}")
+        return value
+
+    version = data.get("kernel_version")
+    return KperfRun(
+        kernel_sha=text("kernel_sha"),
+        arch=text("arch"),
+        machine_class=text("machine_class"),
+        clock=str(data["clock"]),
+        profile=text("profile"),
+        vcpus=count("vcpus"),
+        numa_nodes=count("numa_nodes"),
+        kernel_version=version.strip() if isinstance(version, str) else "",
+    )
 
 
 def _leave_out(left_out: list[str], why: str) -> None:
@@ -130,16 +221,32 @@ def _pagealloc(logs: Path, out: ImportedBenchmark) -> None:
     if not path.exists():
         raise MmtestsImportError(f"{logs} has no pagealloc.log")
     out.files.append(path.name)
-    rows = []
-    for line in read_text(path).splitlines():
-        m = _PAGEALLOC_ROW.match(line.strip())
-        if m:
-            rows.append((int(m["order"]), int(m["batch"]), int(m["alloc"]), int(m["free"])))
+    rows = [line.strip() for line in read_text(path).splitlines() if _PAGEALLOC_ROW.match(line.strip())]
+    readings = [
+        (int(m["order"]), int(m["batch"]), float(m["alloc"]), float(m["free"]))
+        for m in map(_PAGEALLOC_ROW.match, rows)
+        if m
+    ]
+    totals = logs / "pagealloc-total.log"
+    if totals.exists():
+        # kperf's export: the module's totals, one line per row, give each row its decimals.
+        out.files.append(totals.name)
+        lines = [line.strip() for line in read_text(totals).splitlines() if line.strip()]
+        if len(lines) != len(rows) or not all(line.startswith("pagealloc-total:") for line in lines):
+            raise MmtestsImportError(
+                f"{totals} has {len(lines)} lines for the {len(rows)} rows of {path}: "
+                "it is one pagealloc-total line per row, nothing else; export the run again, "
+                "or delete it to import the rows alone"
+            )
+        try:
+            readings = pagealloc_readings("".join(f"{row}\n{line}\n" for row, line in zip(rows, lines, strict=True)))
+        except ValueError as e:
+            raise MmtestsImportError(f"{totals}: {e}") from None
     # The first two rounds of each batch size are warm-up, for mmtests and kperf alike.
-    for o, b, alloc, free in without_warmup(rows):
-        out.add(f"alloc-odr{o}-{b}", float(alloc))
-        out.add(f"free-odr{o}-{b}", float(free))
-        out.add(f"total-odr{o}-{b}", float(alloc + free))
+    for o, b, alloc, free in without_warmup(readings):
+        out.add(f"alloc-odr{o}-{b}", alloc)
+        out.add(f"free-odr{o}-{b}", free)
+        out.add(f"total-odr{o}-{b}", alloc + free)
 
 
 def _pft_commands(logs: Path) -> dict[int, set[str]] | None:
@@ -252,8 +359,11 @@ def read_run(run_dir: Path, pft_mode: str | None = None) -> ImportedRun:
             f"{run_dir} is not an mmtests run directory: it has no iter-0/ "
             "(give work/log/<run-name>, the directory run-mmtests.sh wrote)"
         )
+    kperf = read_kperf_run(run_dir)
     version_file = iters[0] / "kernel.version"
     kernel_version = read_text(version_file).strip() if version_file.exists() else ""
+    if not kernel_version and kperf is not None:
+        kernel_version = kperf.kernel_version
     found: dict[str, ImportedBenchmark] = {}
     left_out: list[str] = []
     for iter_dir in iters:
@@ -262,6 +372,9 @@ def read_run(run_dir: Path, pft_mode: str | None = None) -> ImportedRun:
             if logs is None:
                 continue
             bench = found.setdefault(name, ImportedBenchmark(name))
+            # mmtests does not reboot between its iterations; kperf's export
+            # writes each boot as an iteration directory of its own.
+            bench.boot = int(iter_dir.name[5:]) if kperf is not None else 0
             if name == "aim9":
                 _aim9(logs, bench, left_out)
             elif name == "pagealloc":
@@ -281,4 +394,6 @@ def read_run(run_dir: Path, pft_mode: str | None = None) -> ImportedRun:
             f"{run_dir} has no results of a benchmark kperf knows (looked for {', '.join(BENCHMARK_DIRS)} "
             "under iter-*/<benchmark>/logs/)"
         )
-    return ImportedRun(run_name=run_dir.name, kernel_version=kernel_version, benchmarks=found, left_out=left_out)
+    return ImportedRun(
+        run_name=run_dir.name, kernel_version=kernel_version, benchmarks=found, left_out=left_out, kperf=kperf
+    )

@@ -6,6 +6,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
 from kperf import storage_settings
@@ -23,7 +24,12 @@ from kperf.conf import (
 )
 from kperf.core.builds import tree_urls
 from kperf.core.lifecycle.task_names import Task
+from kperf.folders import private_dir, private_dirs
 from kperf.stats.abtest import DEFAULT_MIN_EFFECT_PCT_BY_BENCHMARK
+
+# Django's generic classes (ModelAdmin[Model], QuerySet[Model]) subscriptable at run time, as
+# their types are written for the checker.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BASE_DIR.parent.parent
@@ -142,6 +148,8 @@ AXES_COOLOFF_TIME = timedelta(minutes=env_int("KPERF_LOGIN_COOLOFF_MINUTES", 15,
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "kperf.core.web.throttle.lockout_response"
+# The user name cut to what axes can store: a longer one was a 500, uncounted.
+AXES_USERNAME_CALLABLE = "kperf.core.web.throttle.attempted_username"
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
@@ -153,8 +161,10 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = KPERF_HOME / "static"
+# Readable by kperf alone: the home holds every submitted tree (kperf.folders).
+private_dir(KPERF_HOME)
 # WhiteNoise warns on every request when the directory is missing.
-STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+private_dir(STATIC_ROOT)
 
 # Uploads from runners carry console logs and raw benchmark output; cap them so
 # a runner gone wrong cannot fill the database (docs/runner-protocol.md).
@@ -173,9 +183,12 @@ LOGGING = {
     # handler printing every kperf line again; kperf's own loggers print.
     "root": {"handlers": ["null"]},
     "loggers": {
+        # Every logger is named after its module: kperf.* is the service, kperf_kbuild.* the
+        # kernel builder a worker runs in-process.
         "kperf": {"handlers": ["console"], "level": env_str("KPERF_LOG_LEVEL", "INFO")},
+        "kperf_kbuild": {"handlers": ["console"], "level": env_str("KPERF_LOG_LEVEL", "INFO")},
         # Unhandled exceptions in web pages, with their tracebacks (the API's
-        # are logged by kperf.api); Django's default sends them nowhere
+        # are logged by kperf.core.web.api); Django's default sends them nowhere
         # when DEBUG is off.
         "django.request": {"handlers": ["console"], "level": "ERROR"},
         # The web server's own warnings (queue depth, refused connections).
@@ -195,6 +208,8 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ROUTES = {
     Task.BUILD_KERNEL: {"queue": "builds"},
     Task.ANALYSE_SUBMISSION: {"queue": "analysis"},
+    # An interim look is statistics as the analysis is: on its queue, not in the advance.
+    Task.LOOK_SUBMISSION: {"queue": "analysis"},
     Task.ANALYSE_BRANCH_COMMIT: {"queue": "analysis"},
     Task.REANALYSE_BRANCH: {"queue": "analysis"},
     Task.SUMMARISE_JOB: {"queue": "analysis"},
@@ -238,6 +253,9 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("KPERF_TASKS_EAGER", False)
 KPERF_MIRROR_ROOT = env_path("KPERF_MIRROR_ROOT", KPERF_HOME / "mirrors")
 KPERF_BUILD_ROOT = env_path("KPERF_BUILD_ROOT", KPERF_HOME / "builds")
 KPERF_ARTIFACT_ROOT = env_path("KPERF_ARTIFACT_ROOT", KPERF_HOME / "artifacts")
+# Made now, readable by kperf alone, rather than with whatever umask the first
+# process to write there has (git, the build driver, the storage).
+private_dirs(KPERF_HOME, KPERF_MIRROR_ROOT, KPERF_BUILD_ROOT, KPERF_ARTIFACT_ROOT)
 # Build artifacts and archived outputs go through the storage named
 # "artifacts": KPERF_ARTIFACT_ROOT, or an S3-compatible bucket when
 # KPERF_S3_BUCKET is set (docs/operations.md, "Storage").
@@ -304,6 +322,11 @@ KPERF_BOOT_BUDGET_FACTOR = env_int("KPERF_BOOT_BUDGET_FACTOR", 2, minimum=1)
 # Boots per side of a first look under QEMU's instruction clock, whose boots repeat
 # one another (kperf.core.benchmarks.boots_per_side).
 KPERF_INSTRUCTION_CLOCK_BOOTS = env_int("KPERF_INSTRUCTION_CLOCK_BOOTS", 2, minimum=1)
+# Extra base boots the first submission of a machine shape nobody has measured yet gets on the
+# instruction clock, so the lab learns that shape's boot spread (profile, vCPUs, NUMA nodes, grid)
+# from them; 0: learn it from ordinary base boots only (kperf.core.submissions.shape_spread,
+# docs/statistics.md, "Each shape's own boot spread").
+KPERF_SHAPE_SPREAD_BOOTS = env_int("KPERF_SHAPE_SPREAD_BOOTS", 4, minimum=0)
 # Guest instructions QEMU's TCG executes a host second under -icount, the slow
 # end of what was measured (docs/benchmarks.md, "Grids on the instruction
 # clock"), and the host seconds a boot's commands may take there: a grid that

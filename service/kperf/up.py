@@ -2,7 +2,7 @@
 
 Starts, in order: PostgreSQL (embedded unless DATABASE_URL is set), the broker
 (kombu's SQLAlchemy transport on that PostgreSQL unless CELERY_BROKER_URL is
-set), migrations, the web server, one Celery worker for the `builds` queue,
+set), migrations, the host speed probe (docs/eta.md), the web server, one Celery worker for the `builds` queue,
 one for `default` and `analysis`, beat, the SMTP listener for replies to
 alerts when asked (--mail-listener), and one local QEMU runner. Prints the
 URL and credentials, then waits. Ctrl-C (or SIGTERM) stops the children in
@@ -29,9 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from kperf import local_env
 from kperf.conf import SECRET_KEY_RECIPE, secret_key_problem
 from kperf.embedded import EmbeddedPostgres, broker_url_for_database, prepare_broker, start_postgres
+from kperf.folders import private_dir
 from kperf.web import command as web_command
+from kperf_kbuild.profiles import PROFILES
+from kperf_runner.backends.qemu_version import icount_smp_refusal
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -259,6 +263,13 @@ def _parser() -> argparse.ArgumentParser:
         help="vCPUs of the local runners' guests, 1, 2 or 4 (default KPERF_RUNNER_VCPUS, else as the class has it: "
         'one on the instruction clock; docs/kernels.md, "vCPUs")',
     )
+    p.add_argument(
+        "--profile",
+        choices=PROFILES,
+        default=os.environ.get("KPERF_PROFILE") or None,
+        help="configuration profile the local class's kernels are built with, tiny, mm or distro (default "
+        "KPERF_PROFILE, else as the class has it: tiny for a new one; docs/kernels.md). Its history restarts",
+    )
     p.add_argument("--quiet", action="store_true", help="children's output only in HOME/logs/")
     p.add_argument(
         "--mail-listener",
@@ -304,6 +315,38 @@ def _refusal(home: Path, arch: str, host: str, port: int) -> str | None:
             f"serves there: stop it, or choose a free port with KPERF_PORT=8001 make up (or kperf-up --port 8001)"
         )
     return None
+
+
+def qemu_refusal(arch: str, mclass: dict[str, Any]) -> str | None:
+    """Why the local runners' QEMU cannot boot what the local class asks, or None.
+
+    Several vCPUs on the instruction clock need QEMU 8.1 (docs/runners.md);
+    Debian 12's is 7.2. Said before anything starts, rather than by every
+    job failing as infrastructure after its kernels were built.
+    """
+    if (mclass.get("clock") or "instructions") != "instructions":
+        return None
+    name = mclass.get("machine_class") or f"qemu-{arch}"
+    try:
+        refusal = icount_smp_refusal(_QEMU[arch][0], arch, int(mclass.get("vcpus") or 0), f"machine class {name}")
+    except RuntimeError as error:
+        return f"kperf-up: {error}"
+    if refusal is None:
+        return None
+    return f"kperf-up: {refusal}\nor start with --vcpus 1 (KPERF_RUNNER_VCPUS=1): one vCPU, which any QEMU boots"
+
+
+def _local_class(home: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The local class as the last start left it (credentials.json), with this start's --vcpus; a
+    new one is on the instruction clock with the runner's default vCPUs."""
+    creds = home / "credentials.json"
+    last: dict[str, Any] = json.loads(creds.read_text()) if creds.exists() else {}
+    if last.get("arch", "x86_64") != args.arch:
+        last = {}  # another architecture's class: this one's is new, or as the database has it
+    mclass: dict[str, Any] = {key: last[key] for key in ("machine_class", "vcpus", "clock") if key in last}
+    if args.vcpus:
+        mclass["vcpus"] = args.vcpus
+    return mclass
 
 
 def local_mail(env: dict[str, str], home: Path) -> bool:
@@ -372,14 +415,20 @@ def _start(stack: Stack, args: argparse.Namespace) -> tuple[str, dict[str, Any],
     """Migrate, set up the local accounts, start every child; (URL, credentials, their file)."""
     stack.manage("migrate", "--noinput")
     stack.manage("collectstatic", "--noinput")
+    # This host builds and boots: its speed gives a fresh lab its first ETAs (docs/eta.md, "A fresh lab").
+    stack.manage("measure_host_speed")
     prepare_broker(stack.env.get("CELERY_BROKER_URL", ""))
     creds_file = stack.home / "credentials.json"
     runner_name = f"local-qemu-{args.arch}"
     stack.manage(
         "bootstrap_local", "--credentials-file", str(creds_file), "--arch", args.arch, "--runner-name", runner_name,
         "--runners", str(local_runners(args)), *(["--vcpus", str(args.vcpus)] if args.vcpus else []),
+        *(["--profile", args.profile] if args.profile else []),
     )  # fmt: skip
     creds = json.loads(creds_file.read_text())
+    # The class as stored, which a start without --vcpus, or add_runner, may have changed.
+    if not args.no_runner and (refusal := qemu_refusal(args.arch, creds)):
+        raise SystemExit(refusal)
     url = f"http://{args.host}:{args.port}"
     bindir = Path(sys.executable).parent
     celery = [str(bindir / "celery"), "-A", "kperf"]
@@ -418,9 +467,15 @@ def local_runners(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    home = args.home.resolve()
-    home.mkdir(parents=True, exist_ok=True)
+    if args.profile and args.profile not in PROFILES:
+        # argparse checks --profile's choices, never a default taken from the environment.
+        print(f"kperf-up: KPERF_PROFILE={args.profile!r} is no profile: choose {', '.join(PROFILES)}", file=sys.stderr)
+        return 1
+    # Readable by kperf alone (kperf.folders): every submitted tree is in it.
+    home = private_dir(args.home.resolve())
     refusal = _refusal(home, args.arch, args.host, args.port)
+    if not refusal and not args.no_runner:
+        refusal = qemu_refusal(args.arch, _local_class(home, args))
     if refusal:
         print(refusal, file=sys.stderr)
         return 1
@@ -436,6 +491,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     env, pg = _environment(home)
     args.mail_listener = local_mail(env, home) or args.mail_listener
+    # kperf-manage typed beside this stack reads the same settings (kperf.local_env).
+    local_env.write(home, env)
     stack = Stack(home, env, args.quiet)
     stopping = threading.Event()
 

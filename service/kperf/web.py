@@ -28,7 +28,7 @@ from kperf.web_guard import (
     raise_open_files_limit,
 )
 
-log = logging.getLogger("kperf.web")
+log = logging.getLogger(__name__)
 
 
 def command(host: str, port: int) -> list[str]:

@@ -48,7 +48,7 @@ from waitress.server import TcpWSGIServer
 
 from kperf.conf import ConfigError
 
-log = logging.getLogger("kperf.web")
+log = logging.getLogger(__name__)
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 

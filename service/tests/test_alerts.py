@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import email
-import email.policy
-import socket
-from collections.abc import Callable, Iterator
-from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
@@ -16,74 +11,18 @@ from aiosmtpd.controller import Controller
 
 from kperf.core.lifecycle import owners
 from kperf.core.mail import alerts
-from kperf.core.models import Alert, Job, Submission, TrackedBranch
-from kperf.core.submissions.analysis import analyse_submission
+from kperf.core.models import Alert, TrackedBranch
 from kperf.core.submissions.pipeline import SUBMISSION
 from kperf.core.tracking import branches
 
 from .conftest import Api
-from .lab_fixtures import results_body, submission_ready_for_testing
-from .test_tracking import commit_n, finish_builds, run_jobs, track
+from .lab_fixtures import submission_ready_for_testing
+
+# real_smtp_backend is autouse: every test here talks SMTP to a real server.
+from .mail_fixtures import Inbox, finished_submission, free_port, real_smtp_backend  # noqa: F401  (fixtures)
+from .tracking_fixtures import commit_n, finish_builds, run_jobs, track
 
 pytestmark = pytest.mark.django_db
-
-
-class Inbox:
-    def __init__(self) -> None:
-        self.messages: list[tuple[list[str], EmailMessage]] = []
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        msg = email.message_from_bytes(envelope.content, policy=email.policy.default)
-        self.messages.append((list(envelope.rcpt_tos), msg))
-        return "250 OK"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(autouse=True)
-def real_smtp_backend(settings: Any) -> None:
-    # pytest-django swaps in an in-memory outbox; these tests talk SMTP.
-    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
-
-
-@pytest.fixture
-def smtp(settings: Any) -> Iterator[Inbox]:
-    inbox = Inbox()
-    port = free_port()
-    controller = Controller(inbox, hostname="127.0.0.1", port=port)
-    controller.start()
-    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", port
-    settings.KPERF_BASE_URL = "https://kperf.example.org"
-    try:
-        yield inbox
-    finally:
-        controller.stop()
-
-
-def finished_submission(
-    alice: Any,
-    mclass: Any,
-    runner: Api,
-    tmp: Path,
-    head_level: float,
-    prepare: Callable[[Submission], None] | None = None,
-) -> Submission:
-    """A submission measured (base at 1000, head at `head_level`) and analysed; `prepare` sees it before its boots."""
-    sub = submission_ready_for_testing(alice, mclass, tmp)
-    if prepare is not None:
-        prepare(sub)
-    while (job := runner.post("/runner/claim").json()["job"]) is not None:
-        level = 1000.0 if Job.objects.get(pk=job["id"]).side == "base" else head_level
-        runner.post(f"/runner/jobs/{job['id']}/results", results_body(job, level))
-    owners.advance(SUBMISSION, sub.pk)
-    analyse_submission(sub.pk)
-    sub.refresh_from_db()
-    assert sub.status == Submission.Status.DONE
-    return sub
 
 
 def test_a_finished_submission_mails_its_owner_the_verdicts_and_the_table(
@@ -179,6 +118,8 @@ def test_a_regression_on_a_tracked_branch_mails_its_watchers_once(
 ) -> None:
     resp = alice_api.post("/branches", {"tree": str(small_tree), "branch": "master", "notify": ["not-an-address"]})
     assert resp.status_code == 400 and resp.json()["field"] == "notify"
+    # The lab's list, which the operator allows (a stranger's address must confirm first: test_branch_watchers).
+    settings_dirs.KPERF_MAIL_ALLOWED_RECIPIENTS = ["linux-mm@example.org"]
     data = track(alice_api, small_tree, boots=2, max_commits=50, notify=["linux-mm@example.org"])
     branch = TrackedBranch.objects.get(pk=data["id"])
     rng = np.random.default_rng(3)

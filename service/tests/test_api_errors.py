@@ -151,11 +151,11 @@ def test_an_api_500_is_json_and_logged_with_its_traceback(
         raise RuntimeError("the registry is gone")
 
     monkeypatch.setattr("kperf.core.benchmarks.describe", broken)
-    with caplog.at_level(logging.ERROR, logger="kperf.api"):
+    with caplog.at_level(logging.ERROR, logger="kperf.core.web.api"):
         resp = alice_api.get("/benchmarks")
     detail = error(resp, 500, "internal")
     incident = detail.split("logged as ")[1].split(":")[0]
-    [record] = [r for r in caplog.records if r.name == "kperf.api"]
+    [record] = [r for r in caplog.records if r.name == "kperf.core.web.api"]
     assert incident in record.getMessage() and "GET /api/v1/benchmarks" in record.getMessage()
     assert record.exc_info is not None and "the registry is gone" in str(record.exc_info[1])
 

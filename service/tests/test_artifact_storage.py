@@ -31,7 +31,7 @@ from kperf_testing.objectstore import ObjectStore, object_store
 
 from .conftest import Api
 from .lab_fixtures import submission_ready_for_testing
-from .test_mmtests_export import upload_every_job
+from .mmtests_fixtures import upload_every_job
 
 
 @pytest.fixture(scope="module")

@@ -25,8 +25,8 @@ from kperf.core.models import ApiToken, MachineClass, Triage
 from kperf_testing.plugin import database_url_for_tests
 from kperf_testing.stack import free_port
 
-from .test_triage import regressed_branch, regressed_submission
-from .test_web_server import running_web
+from .triage_fixtures import regressed_branch, regressed_submission
+from .web_fixtures import running_web
 
 # A session id of a valid length with a NUL in it: cookies are unquoted by
 # Django, so "\000" arrives in the session lookup as U+0000.

@@ -91,7 +91,7 @@ def form(tree: Path, **changes: Any) -> dict[str, Any]:
         "branch": "feature",
         "base": "master",
         "benchmarks": ["spawn"],
-        "grid": "quick",
+        "grids": ["quick"],
         "arches": ["x86_64"],
     }
     return fields | changes
@@ -163,7 +163,7 @@ class Lab:
             head_sha=head_sha,
             base_sha=BASE_SHA,
             benchmarks=["spawn"],
-            grid="quick",
+            grids=["quick"],
             arches=["x86_64"],
             boot_params=boot_params,
             thp=thp,

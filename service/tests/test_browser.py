@@ -16,124 +16,30 @@ binary. Without it the tests fail: they are never skipped.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
-from playwright.sync_api import Error as PlaywrightError
+from playwright.sync_api import expect
 
 from kperf.core.lifecycle import owners
-from kperf.core.models import ChangePoint, Job, TrackedBranch
+from kperf.core.models import ChangePoint, Job, Submission, TrackedBranch
 from kperf.core.submissions.analysis import analyse_submission
 from kperf.core.submissions.pipeline import SUBMISSION
 from kperf.core.tracking import branches
 
+from .browser_fixtures import Chromium, log_in, pages_settled_before_the_flush  # noqa: F401  (fixtures; the last is autouse)
 from .conftest import Api
+from .finding_fixtures import REGRESSED
 from .lab_fixtures import results_body, submission_ready_for_testing
-from .test_tracking import commit_n, finish_builds, run_jobs, track
+from .tracking_fixtures import commit_n, finish_builds, run_jobs, track
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM = os.environ.get("KPERF_CHROMIUM", "/usr/bin/chromium")
-PASSWORD = "alice-password-1"  # the `alice` fixture's
 # The background of `.verdict-regression` in base.html (#fdd), as the browser computes it.
 REGRESSION_RED = "rgb(255, 221, 221)"
-
-
-class Chromium:
-    """The module's browser, or why it could not be started.
-
-    `new_page` fails the calling test (rather than erroring every test's
-    setup, or skipping) when Chromium is missing, with what to install."""
-
-    def __init__(self, browser: Browser | None, problem: str = "") -> None:
-        self.browser = browser
-        self.problem = problem
-        self.contexts: list[BrowserContext] = []
-
-    def new_page(self, base_url: str) -> Page:
-        if self.browser is None:
-            pytest.fail(self.problem)
-        for old in self.contexts:
-            old.close()
-        context = self.browser.new_context(base_url=base_url)
-        context.set_default_timeout(15_000)
-        self.contexts = [context]
-        return context.new_page()
-
-    def settle_and_close(self) -> None:
-        """Wait until no page has a request in flight, then close them all.
-
-        A page the test is done with may still be loading its plots; the live server answering
-        it reads the tables that the flush after the test truncates, and the two deadlocked once
-        (the flush's TRUNCATE against a plot's SELECT). So the pages finish first."""
-        for context in self.contexts:
-            for page in context.pages:
-                with contextlib.suppress(PlaywrightError):
-                    page.wait_for_load_state("networkidle", timeout=30_000)
-            context.close()
-        self.contexts = []
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Chromium]:
-    with pytest.MonkeyPatch.context() as mp:
-        # Playwright's sync API keeps an asyncio loop running in this thread,
-        # which makes Django refuse ORM calls from it (the tests' own set-up
-        # and the database flush after each test). Nothing here is async: the
-        # browser waits for the live server, which runs in its own thread.
-        mp.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-        # A loaded CI machine can take a while over the first page of a run.
-        expect.set_options(timeout=10_000)
-        with sync_playwright() as pw:
-            if not Path(CHROMIUM).is_file():
-                yield Chromium(
-                    None,
-                    f"the browser tests need Chromium at {CHROMIUM} and it is not there: "
-                    "install Debian's package with `apt-get install chromium` (.ci/run does), "
-                    "or point KPERF_CHROMIUM at a Chromium binary",
-                )
-                return
-            try:
-                browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
-            except PlaywrightError as e:
-                yield Chromium(
-                    None,
-                    f"Chromium at {CHROMIUM} did not start: install or repair Debian's package with "
-                    f"`apt-get install chromium` (.ci/run does). Playwright said:\n{e}",
-                )
-                return
-            try:
-                yield Chromium(browser)
-            finally:
-                browser.close()
-
-
-@pytest.fixture(autouse=True)
-def pages_settled_before_the_flush(chromium: Chromium, transactional_db: Any) -> Iterator[None]:
-    """Every test's pages closed before its database is flushed: this fixture is set up after the
-    database's, so it is torn down before it (Chromium.settle_and_close says why)."""
-    yield
-    chromium.settle_and_close()
-
-
-def log_in(page: Page, username: str = "alice", password: str = PASSWORD) -> None:
-    """Open the front page, get sent to the login form, and log in through it."""
-    page.goto("/")
-    expect(page).to_have_url(re.compile(r"/accounts/login/\?next=/$"))
-    expect(page.get_by_role("heading", name="Log in")).to_be_visible()
-    page.get_by_label("Username").fill(username)
-    page.get_by_label("Password").fill(password)
-    page.get_by_role("button", name="Log in").click()
-    expect(page).to_have_url(re.compile(r"^http://[^/]+/$"))
-    expect(page.get_by_role("heading", name="Submissions")).to_be_visible()
-    expect(page.locator("header .who")).to_contain_text(username)
 
 
 def test_log_in_submit_a_branch_and_log_out(
@@ -177,11 +83,19 @@ def test_log_in_submit_a_branch_and_log_out(
     page.get_by_role("link", name="kperf", exact=True).click()
     expect(page.get_by_text("Nothing submitted yet.")).to_be_visible()
 
-    # A good submission lands on its own page, queued.
+    # A good submission lands on its own page, queued, with the grid and profile chosen in the form.
     page.get_by_role("link", name="Submit a branch").first.click()
     page.get_by_label("Tree URL").fill(str(small_tree))
     page.get_by_label("Branch (head)").fill("feature")
     page.get_by_label("Base").fill("master")
+    quick, cross_cpu = (page.get_by_role("checkbox", name=g, exact=True) for g in ("quick", "cross-cpu"))
+    profile = page.get_by_label("Configuration profile")
+    expect(quick).to_be_checked()
+    expect(profile).to_have_value("")
+    expect(profile).to_have_accessible_description(re.compile(r"tiny \(fast\), mm .* each machine class's own"))
+    quick.uncheck()
+    cross_cpu.check()
+    profile.select_option("mm")
     page.get_by_role("button", name="Submit").click()
     expect(page).to_have_url(re.compile(r"/submissions/\d+$"))
     sub_id = page.url.rsplit("/", 1)[1]
@@ -189,6 +103,8 @@ def test_log_in_submit_a_branch_and_log_out(
     expect(page.locator("#status")).to_have_text("queued")
     expect(page.get_by_text(str(small_tree), exact=True)).to_be_visible()
     expect(page.get_by_text("Fetching the tree and resolving refs…")).to_be_visible()
+    expect(page.locator("#profile")).to_have_text("the mm configuration profile")
+    assert Submission.objects.get(pk=int(sub_id)).grids == ["cross-cpu"]
 
     # ... and is listed on the front page.
     page.get_by_role("link", name="kperf", exact=True).click()
@@ -328,3 +244,26 @@ def test_the_tracked_branch_pages_show_a_change_point(
         measured = page.locator("h2:text-is('Commits') + table").get_by_role("row").filter(has_text=culprit)
         expect(measured).to_contain_text("2 / 2")
         expect(measured).to_contain_text("done")
+
+
+def test_the_finding_is_on_the_first_screen_above_the_folded_rerun_notes(
+    chromium: Chromium,
+    live_server: Any,
+    alice: Any,
+    finished: Submission,
+) -> None:
+    page = chromium.new_page(live_server.url)
+    page.set_viewport_size({"width": 1280, "height": 800})
+    log_in(page)
+    page.goto(f"/submissions/{finished.pk}")
+    flagged = page.locator(f'#finding [data-flagged-metric="{REGRESSED}"]')
+    expect(flagged).to_be_visible()
+    expect(flagged).to_contain_text(re.compile(r"regression spawn-vmas-1600 .*-49\.\d\d% \[-\d", re.S))
+    expect(page.locator("#finding .not-flagged")).to_contain_text(
+        re.compile(r"pagealloc on qemu-x86_64: \d{3} no-change")
+    )
+    # On the first screen, and above the notes on added boots, which stay folded until asked for.
+    box, notes = flagged.bounding_box(), page.locator("details.reruns").bounding_box()
+    assert box is not None and notes is not None
+    assert box["y"] + box["height"] <= 800 and box["y"] < notes["y"], (box, notes)
+    expect(page.locator("p.rerun").first).to_be_hidden()

@@ -22,12 +22,11 @@ from kperf.core.models import ChangePoint, Job, MetricComparison, Sample
 from kperf.core.submissions.analysis import analyse_submission
 from kperf.core.submissions.pipeline import SUBMISSION
 
+from .browser_fixtures import Chromium, log_in
+from .browser_fixtures import pages_settled_before_the_flush as pages_settled_before_the_flush  # autouse
 from .conftest import Api
 from .lab_fixtures import results_body, submission_ready_for_testing
-from .test_browser import Chromium, log_in
-from .test_browser import chromium as chromium  # the module's browser, as test_browser starts it
-from .test_browser import pages_settled_before_the_flush as pages_settled_before_the_flush  # autouse
-from .test_tracking import land_a_step_in_a_gap
+from .tracking_fixtures import land_a_step_in_a_gap
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -18,7 +18,7 @@ from kperf.core.mail import alerts
 from kperf.core.models import KernelBuild, Submission
 
 from .lab_fixtures import submission_page
-from .test_alerts import Inbox, finished_submission, real_smtp_backend, smtp  # noqa: F401  (fixtures)
+from .mail_fixtures import Inbox, finished_submission, real_smtp_backend  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.django_db
 
@@ -40,7 +40,7 @@ def finished_with_configs(alice: Any, mclass: Any, runner: Any, tmp: Path, texts
 
 
 def test_differing_configurations_are_listed_on_the_page_in_the_api_and_in_the_mail(
-    smtp: Inbox,  # noqa: F811  (the fixture of test_alerts)
+    smtp: Inbox,
     alice: Any,
     alice_api: Any,
     qemu_class: Any,
@@ -76,7 +76,7 @@ def test_differing_configurations_are_listed_on_the_page_in_the_api_and_in_the_m
 
 
 def test_the_same_configuration_says_nothing_and_an_unreadable_one_is_read_again_later(
-    smtp: Inbox,  # noqa: F811  (the fixture of test_alerts)
+    smtp: Inbox,
     alice: Any,
     alice_api: Any,
     qemu_class: Any,

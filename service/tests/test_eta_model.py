@@ -13,7 +13,9 @@ from kperf.core.lab.eta_model import (
     DEFAULT_JOB_S,
     Estimate,
     History,
+    Prior,
     Situation,
+    Typical,
     Unknown,
     Work,
     estimate,
@@ -226,3 +228,27 @@ def test_builds_take_the_time_of_their_own_kind() -> None:
     only_clean = History()
     only_clean.add_build(500.0, "clean")
     assert only_clean.build("incremental").mid == 500.0 and only_clean.build().mid == 500.0
+
+
+def test_the_hosts_prior_stands_in_only_where_nothing_was_measured() -> None:
+    def t(seconds: float, what: str) -> Typical:
+        return Typical(seconds / 2, seconds, seconds * 2, what, (seconds / 2, seconds, seconds * 2))
+
+    prior = Prior(
+        builds={"clean": t(300, "clean prior"), "incremental": t(20, "incremental prior")},
+        jobs={(CLASS, "spawn", "quick"): t(12, "spawn prior"), (CLASS, "pft", "quick"): t(8, "pft prior")},
+    )
+    hist = History(prior=prior)
+    assert hist.build("clean").basis == "clean prior" and hist.build("incremental").mid == 20
+    # A build of unknown kind (one ahead) is taken as its expected kind, else clean.
+    assert hist.build("", "incremental").mid == 20 and hist.build().mid == 300
+    assert hist.job(CLASS, "spawn", "quick").mid == 12
+    # A kind the prior lacks: the fixed default.
+    assert hist.job("qemu-arm64", "spawn", "quick").mid == DEFAULT_JOB_S
+    # One measured job of the class, of another benchmark, and one build of either kind: they win.
+    hist.add_job(CLASS, "aim9", "quick", 40.0)
+    hist.add_build(90.0, "incremental")
+    assert hist.job(CLASS, "spawn", "quick").mid == 40.0
+    assert hist.build("clean").mid == 90.0 and hist.build("", "incremental").mid == 90.0
+    # The other class still has only the other classes' measures, which also win.
+    assert hist.job("qemu-arm64", "spawn", "quick").mid == 40.0

@@ -45,8 +45,8 @@ from kperf.stats.noise import (
 from kperf_testing import reference_history
 
 from .conftest import Api
-from .test_learned_build_noise import branch_of_builds
-from .test_learned_drift import STEADY, WANDERS, branch_with_series
+from .drift_fixtures import STEADY, WANDERS, branch_with_series
+from .noise_fixtures import branch_of_builds
 
 pytestmark = pytest.mark.django_db
 

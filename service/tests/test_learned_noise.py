@@ -77,7 +77,7 @@ def test_history_narrows_the_interval_and_the_comparison_says_so(
     assert "noise learned" not in comp.method
 
     settings.KPERF_LEARNED_NOISE = True
-    group = (qemu_class.pk, "spawn", qemu_class.clock)
+    group = (qemu_class.pk, "spawn", "quick", qemu_class.clock)
     priors = learned_priors(sub, *group, load_boots(sub)[group])
     assert set(priors) == set(METRICS)
     for prior in priors.values():
@@ -101,7 +101,7 @@ def test_too_little_history_and_the_submissions_own_boots_are_not_used(
     sub = measured_submission(alice, qemu_class, runner, tmp_path)
     # The submission's own 8 boots of two kernels would be enough history,
     # but they are the data being compared, so they are left out.
-    group = (qemu_class.pk, "spawn", qemu_class.clock)
+    group = (qemu_class.pk, "spawn", "quick", qemu_class.clock)
     assert learned_priors(sub, *group, load_boots(sub)[group]) == {}
     comp, _ = analyse(sub)
     assert "noise learned" not in comp.method

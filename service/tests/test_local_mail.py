@@ -4,6 +4,7 @@ reads it and answers an alert through the same listener, which triages
 
 from __future__ import annotations
 
+import io
 import mailbox
 import os
 import subprocess
@@ -14,12 +15,14 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.management import call_command
 
+from kperf import up
 from kperf.core.mail import alerts
 from kperf.core.mail.listener import MailListener
 from kperf.core.models import MachineClass, Triage
 
-from .test_alerts import finished_submission, free_port
+from .mail_fixtures import finished_submission, free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -87,3 +90,37 @@ def test_a_message_that_is_not_there_and_a_mailbox_that_is_not_there_say_so(
 def test_the_local_mailbox_listens_only_on_loopback(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="listens only on loopback"):
         MailListener("0.0.0.0", free_port(), maildir=tmp_path / "mail")
+
+
+def test_the_local_fixture_is_what_kperf_up_gives_its_children(tmp_path: Path) -> None:
+    """What the test below stands on: the settings `local` sets are those kperf-up's environment makes."""
+    env: dict[str, str] = {}
+    assert up.local_mail(env, tmp_path) is True
+    assert env == {
+        "KPERF_MAIL_LISTEN_HOST": "127.0.0.1",
+        "KPERF_MAIL_LISTEN_PORT": "8025",
+        # kperf mails its own listener, which keeps every mail in the home's Maildir.
+        "KPERF_SMTP_HOST": "127.0.0.1",
+        "KPERF_SMTP_PORT": "8025",
+        "KPERF_MAIL_DOMAIN": "localhost",
+        # No KPERF_MAIL_AUTHSERV_ID: a reply on loopback is the local user's.
+        "KPERF_MAIL_ACCEPT_UNAUTHENTICATED": "1",
+        "KPERF_MAIL_LOCAL_MAILDIR": str(tmp_path / "mail"),
+    }
+
+
+def test_under_make_up_the_local_admin_triages_by_replying_with_kperf_mail(
+    local: MailListener, qemu_class: MachineClass, runner_api: Any, tmp_path: Path
+) -> None:
+    """The admin `make up` makes submits, is alerted, and answers with `kperf mail reply`:
+    its address must be one a reply is believed from ("admin@localhost is not a plain address")."""
+    call_command("bootstrap_local", "--credentials-file", str(tmp_path / "credentials.json"), stdout=io.StringIO())
+    admin = User.objects.get(username="admin")
+    sub = finished_submission(admin, qemu_class, runner_api[1], tmp_path, head_level=500.0)
+    assert alerts.send_pending() == 1
+    answered = cli(local, "reply", "1", "#kperf expected: fork pays for the new accounting")
+    assert answered.returncode == 0, answered.stderr
+    row = Triage.objects.get(submission=sub)
+    assert (row.state, row.note) == ("expected", "fork pays for the new accounting")
+    last = row.events.order_by("-id").first()
+    assert last is not None and (last.by, last.via) == (admin, "mail")

@@ -63,3 +63,30 @@ def test_the_login_form_says_why_it_refuses(alice: Any) -> None:
     assert "too many failed logins for this user name or from this address" in page
     assert 'name="username"' in page  # the form is still there for later
     assert "_auth_user_id" not in browser.session
+
+
+LONG_NAME = "a" * 300  # longer than django-axes' username column (255)
+
+
+def test_an_over_long_user_name_is_refused_by_the_api_like_any_wrong_one(alice: Any) -> None:
+    resp = token(LONG_NAME, "x", "192.0.2.20")
+    assert resp.status_code == 401 and resp.json()["code"] == "bad-credentials"
+
+
+def test_an_over_long_user_name_is_refused_by_the_login_forms(alice: Any) -> None:
+    for path in ("/accounts/login/", "/admin/login/"):
+        resp = Client().post(path, {"username": LONG_NAME, "password": "x"}, REMOTE_ADDR="192.0.2.21")
+        page = resp.content.decode()
+        assert resp.status_code == 200, (path, resp.status_code)
+        assert 'name="username"' in page and "_auth_user_id" not in resp.client.session
+
+
+def test_over_long_user_names_are_counted_by_the_throttle(alice: Any) -> None:
+    # Each try is a failure like any other: the tenth from one address locks it.
+    answers = [token(LONG_NAME + str(i), "x", "192.0.2.22").status_code for i in range(11)]
+    assert answers[:9] == [401] * 9 and answers[10] == 429
+    assert token("alice", "alice-password-1", "192.0.2.22").status_code == 429
+    # Names that share their first 255 characters are one name to the throttle.
+    for i in range(10):
+        token(LONG_NAME + str(i), "x", f"198.51.100.{i}")
+    assert token(LONG_NAME + "other", "x", "198.51.100.200").status_code == 429

@@ -23,8 +23,8 @@ from kperf.core.mail import authentication, mailbox
 from kperf.core.mail.listener import MailListener
 from kperf.core.models import InboundMail, MachineClass, Triage
 
-from .test_alerts import Inbox, free_port
-from .test_mail_replies import MX, Box, alerted, answers, last_mail, listener, send_raw, sink, vouched  # noqa: F401
+from .mail_fixtures import Inbox, free_port
+from .reply_fixtures import MX, Box, alerted, answers, last_mail, send_raw, vouched
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -160,7 +160,7 @@ def unconfigured(settings: Any, outbox: Inbox, caplog: pytest.LogCaptureFixture)
     """The listener of a service whose operator configured no trusted authserv-id."""
     settings.KPERF_MAIL_AUTHSERV_IDS = []
     server = MailListener("127.0.0.1", free_port())
-    with caplog.at_level(logging.WARNING, logger="kperf.mail_listener"):
+    with caplog.at_level(logging.WARNING, logger="kperf.core.mail.listener"):
         server.start()
     try:
         yield server
@@ -251,7 +251,14 @@ def test_the_mailbox_poll_refuses_what_the_listener_refuses(
         ("notexample.org", "example.org", False),
         ("evil.example", "example.org", False),
         ("", "example.org", False),
+        # A public suffix of two labels is nobody's organisation: without the list, `d=co.uk`
+        # vouched for every address at a .co.uk domain, and `d=github.io` for every Pages site.
+        ("co.uk", "example.co.uk", False),
+        ("github.io", "alice.github.io", False),
+        ("bob.github.io", "alice.github.io", False),
+        ("mail.example.co.uk", "example.co.uk", True),
+        ("example.co.uk", "other.co.uk", False),
     ],
 )
-def test_dkim_alignment_is_relaxed_but_never_a_bare_top_level_domain(signer: str, domain: str, ok: bool) -> None:
+def test_dkim_alignment_is_relaxed_but_never_a_public_suffix(signer: str, domain: str, ok: bool) -> None:
     assert authentication.aligned(signer, domain) is ok

@@ -29,7 +29,7 @@ from kperf.core.models import Alert, ApiToken, RecipientAddress, Submission, Tre
 from kperf.core.submissions.pipeline import SUBMISSION
 
 from .conftest import Api, kperf_cli
-from .test_alerts import Inbox, real_smtp_backend, smtp  # noqa: F401 (fixtures)
+from .mail_fixtures import Inbox, real_smtp_backend  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.django_db
 
@@ -241,7 +241,7 @@ def test_the_web_pages_ask_for_confirmation_and_refuse_an_unconfirmed_address_ke
     assert "kperf mailed carol@elsewhere.example a link" in page
     assert "<td>carol@elsewhere.example</td><td>pending</td>" in page
     fields = {"tree": str(small_tree), "branch": "feature", "base": "master", "benchmarks": ["spawn"]}
-    fields |= {"grid": "quick", "arches": ["x86_64"], "mail_to": "carol@elsewhere.example"}
+    fields |= {"grids": ["quick"], "arches": ["x86_64"], "mail_to": "carol@elsewhere.example"}
     resp = browser.post("/submissions/new", fields)
     form = resp.content.decode()
     assert resp.status_code == 200 and "carol@elsewhere.example is not confirmed" in form

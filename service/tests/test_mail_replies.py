@@ -16,16 +16,14 @@ import email.policy
 import secrets
 import smtplib
 import threading
-from collections.abc import Iterator
 from datetime import timedelta
 from email.message import EmailMessage
-from email.utils import make_msgid, parseaddr
+from email.utils import make_msgid
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from aiosmtpd.controller import Controller
 from django.contrib.auth.models import User
 from django.db import connection, connections
 from django.test import Client
@@ -48,51 +46,14 @@ from kperf.core.models import (
 from kperf.core.tracking import branches
 
 from .conftest import Api
-from .test_alerts import Inbox, finished_submission, free_port
-from .test_tracking import commit_n, finish_builds, run_jobs, track
-from .test_triage import regressed_submission
+from .mail_fixtures import Inbox, finished_submission, free_port
+from .reply_fixtures import DOMAIN, KPERF, MX, Box, alerted, answers, last_mail, send_raw, vouched  # noqa: F401
+from .tracking_fixtures import commit_n, finish_builds, run_jobs, track
+from .triage_fixtures import regressed_submission
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-DOMAIN = "kperf.example.org"
-KPERF = f"kperf <kperf@{DOMAIN}>"
 SMTP_POLICY = email.policy.SMTP
-# The authserv-id of the MTA in front of kperf (KPERF_MAIL_AUTHSERV_ID).
-MX = "mx.kperf.example.org"
-
-
-def vouched(sender: str) -> str:
-    """The Authentication-Results the MTA adds to a mail from `sender` that passed DMARC."""
-    domain = parseaddr(sender)[1].rpartition("@")[2]
-    return f"{MX}; spf=pass smtp.mailfrom={domain}; dkim=pass header.d={domain}; dmarc=pass header.from={domain}"
-
-
-@pytest.fixture
-def sink(settings: Any) -> Iterator[Inbox]:
-    """Where kperf's own mail goes (alerts and answers)."""
-    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
-    settings.KPERF_MAIL_DOMAIN = DOMAIN
-    settings.DEFAULT_FROM_EMAIL = KPERF
-    settings.KPERF_BASE_URL = "https://kperf.example.org"
-    settings.KPERF_MAIL_AUTHSERV_IDS = [MX]
-    inbox = Inbox()
-    controller = Controller(inbox, hostname="127.0.0.1", port=free_port())
-    controller.start()
-    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", controller.port
-    try:
-        yield inbox
-    finally:
-        controller.stop()
-
-
-@pytest.fixture
-def listener(sink: Inbox) -> Iterator[MailListener]:
-    server = MailListener("127.0.0.1", free_port())
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def reply(
@@ -124,27 +85,6 @@ def reply(
         # CRLF line ends, as a mail client sends them (smtplib sends bytes as they are).
         client.sendmail(sender if envelope_from is None else envelope_from, [to], msg.as_bytes(policy=SMTP_POLICY))
     return str(msg["Message-ID"])
-
-
-def alerted(owner: User, mclass: MachineClass) -> tuple[Triage, str]:
-    """A regressed submission, its alert queued with a reply token; (its triage, the Reply-To address)."""
-    sub = regressed_submission(owner, mclass)
-    alert = alerts.submission_finished(sub)
-    token = replies.issue(alert, Triage.objects.get(submission=sub))
-    assert token is not None
-    return token.triage, replies.address(token.token)
-
-
-def answers(sink: Inbox) -> list[tuple[list[str], Any]]:
-    """kperf's answers that went out (not the alerts)."""
-    alerts.send_pending()
-    return [(to, m) for to, m in sink.messages if m["X-Kperf-Alert"] == "reply"]
-
-
-def last_mail() -> InboundMail:
-    mail = InboundMail.objects.order_by("-id").first()
-    assert mail is not None
-    return mail
 
 
 def test_a_reply_to_the_alert_mail_triages_the_regression(
@@ -397,26 +337,6 @@ def test_a_reply_without_a_command_says_what_to_write(text: str, words: str) -> 
     assert words in str(err.value)
 
 
-class Box:
-    """An IMAP mailbox as poll_box sees it, to check what it marks and when (the network path is not here)."""
-
-    def __init__(self, messages: dict[str, bytes]) -> None:
-        self.messages, self.flags, self.expunged = messages, {u: set[str]() for u in messages}, 0
-
-    def uid(self, command: str, *args: str) -> tuple[str, list[object]]:
-        if command == "SEARCH":
-            return "OK", [" ".join(u for u in self.messages if "\\Seen" not in self.flags[u]).encode()]
-        if command == "FETCH":
-            return "OK", [(f"{args[0]} (BODY[] {{n}}".encode(), self.messages[args[0]]), b")"]
-        assert command == "STORE" and args[1] == "+FLAGS"
-        self.flags[args[0]] |= set(args[2].strip("()").split())
-        return "OK", []
-
-    def expunge(self) -> tuple[str, list[object]]:
-        self.expunged += 1
-        return "OK", []
-
-
 def test_the_mailbox_poll_reads_each_reply_once_and_keeps_what_failed(
     sink: Inbox, alice: User, qemu_class: MachineClass
 ) -> None:
@@ -450,11 +370,6 @@ def raw_reply(sender: str, to: str, text: str, subject: str = "Re: [kperf] #1", 
     head = f"Authentication-Results: {vouched(sender)}\r\nFrom: {sender}\r\nTo: {to}\r\n"
     head += f"Subject: {subject}\r\nMessage-ID: {msgid}\r\n"
     return (head + "Content-Type: text/plain; charset=utf-8\r\n\r\n" + text + "\r\n").encode()
-
-
-def send_raw(listener: MailListener, sender: str, to: str, raw: bytes) -> None:
-    with smtplib.SMTP("127.0.0.1", listener.port) as client:
-        client.sendmail(sender, [to], raw)
 
 
 def test_a_reply_with_a_nul_in_a_header_is_recorded_and_applied_not_refused_forever(

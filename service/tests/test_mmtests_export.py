@@ -7,35 +7,17 @@ from typing import Any
 
 import pytest
 
-from kperf.core.models import Job, Sample
+from kperf.core.models import Job, MachineClass, Sample
 from kperf.mmtests import read_run
-from kperf_runner.benchmarks import get_benchmark
 
 from .conftest import Api, kperf_cli
-from .lab_fixtures import results_body, submission_ready_for_testing
+from .lab_fixtures import submission_ready_for_testing
+from .mmtests_fixtures import upload_every_job
 
 pytestmark = pytest.mark.django_db
 
-# A real spawn run (quick grid: 0.2 s, 3 iterations, 0 and 1000 extra VMAs) as the runner uploads it.
-RAW = (Path(__file__).parents[2] / "runners" / "tests" / "data" / "spawn-native-x86_64.txt").read_text()
-SPAWN = get_benchmark("spawn")
-# The kernel the export is imported back as: none of the submission's.
+# A kernel the export is not of: none of the submission's.
 IMPORTED = "d" * 40
-
-
-def upload_every_job(api: Api) -> dict[str, list[float]]:
-    """Every queued job gets the captured run; kperf's samples of one boot, per metric."""
-    samples: dict[str, list[float]] = {}
-    while (job := api.post("/runner/claim").json()["job"]) is not None:
-        body = results_body(job)
-        parsed = SPAWN.parse(RAW, job["params"])
-        body["boots"][0]["raw_output"] = RAW
-        body["boots"][0]["samples"] = [{"metric": s.metric, "iteration": s.iteration, "value": s.value} for s in parsed]
-        assert api.post(f"/runner/jobs/{job['id']}/results", body).status_code == 200
-        samples = {}
-        for s in parsed:
-            samples.setdefault(s.metric, []).append(s.value)
-    return samples
 
 
 def test_a_side_exports_as_mmtests_runs_that_read_back_as_kperfs_samples(
@@ -62,16 +44,24 @@ def test_a_side_exports_as_mmtests_runs_that_read_back_as_kperfs_samples(
         assert read == pytest.approx(one_boot[f"spawn-vmas-{extra}"] * boots, rel=1e-3)
     again = cli("export-mmtests", str(sub.pk), "--side", "base", "--bench", "spawn", "--out", str(tmp_path / "log"))
     assert again.returncode != 0 and "is not empty" in again.stderr
-    # Imported back, both runs to one kernel: two series, each with its own values.
+    # Imported back under another kernel's name: refused, the run says which kernel it measured.
     admin = kperf_cli(live_server.url, staff_api, tmp_path / "admin.json")
+    run_dir = str(tmp_path / "log" / "spawn-vmas-0")
+    out = admin("import-mmtests", run_dir, "--kernel-sha", IMPORTED, "--machine-class", qemu_class.name)
+    assert out.returncode != 0 and f"says it measured kernel {'a' * 40}, not {IMPORTED}" in out.stderr
+    # Imported back into another lab's class of the same shape, both runs to the kernel
+    # they measured (kperf-run.json's): two series, each with its own values.
+    other = MachineClass.objects.create(name="lab-b-qemu", arch="x86_64")
     for extra in (0, 1000):
-        run_dir = str(tmp_path / "log" / f"spawn-vmas-{extra}")
-        out = admin("import-mmtests", run_dir, "--kernel-sha", IMPORTED, "--machine-class", qemu_class.name)
+        out = admin("import-mmtests", str(tmp_path / "log" / f"spawn-vmas-{extra}"), "--machine-class", other.name)
         assert out.returncode == 0, out.stderr
-        assert f"spawn ({3 * boots} samples)" in out.stdout and "left out" not in out.stdout
+        # Each boot the export wrote (iter-<boot>) is a boot again.
+        assert f"spawn ({3 * boots} samples in {boots} boots)" in out.stdout and "left out" not in out.stdout
+        assert f"as {'a' * 12} on lab-b-qemu (instructions clock" in out.stdout
+    assert Job.objects.filter(machine_class=other).count() == 2 * boots
     stored: dict[str, list[float]] = {}
     for metric, value in (
-        Sample.objects.filter(boot_record__job__build__sha=IMPORTED)
+        Sample.objects.filter(boot_record__job__machine_class=other)
         .order_by("boot_record__job_id", "iteration")
         .values_list("metric", "value")
     ):

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from kperf.cli.client import CliError
+from kperf.cli.mmtests import import_target
 from kperf.core.models import BootRecord, Job, Sample
 from kperf.core.results import mmtests_import
 from kperf.mmtests import MmtestsImportError, read_run
@@ -233,6 +235,34 @@ def test_aim9_tests_kperf_does_not_run_are_said_to_be_left_out(tmp_path: Path) -
     assert run.left_out == ["aim9 disk_rr: kperf's aim9 runs page_test, brk_test, exec_test, fork_test"]
 
 
+def test_the_pagealloc_totals_of_an_export_give_the_imported_samples_their_decimals(tmp_path: Path) -> None:
+    """pagealloc-total.log, beside the rows mmtests reads: kperf's samples, not the rows' whole cycles."""
+    raw = "".join(
+        f"order  0 batch {b:6d} alloc 400 free 200\n"
+        f"pagealloc-total: order 0 batch {b} ops {100 * b} alloc {40037 * b + r} free {20050 * b}\n"
+        for b in (1, 2)
+        for r in range(3)
+    )
+    overrides = {"orders": [0], "batch_limit_kb": 16}
+    (run_dir,) = export(tmp_path, "pagealloc", raw, overrides)
+    run = read_run(run_dir)
+    assert run.benchmarks["pagealloc"].files == ["pagealloc.log", "pagealloc-total.log"]
+    imported = {(m, i): v for m, i, v in run.benchmarks["pagealloc"].samples}
+    assert imported == kperfs_samples("pagealloc", raw, overrides)
+    assert imported[("alloc-odr0-1", 0)] == 400.39 and imported[("free-odr0-2", 0)] == 200.5
+    totals = run_dir / "iter-0" / "pagealloc" / "logs" / "pagealloc-total.log"
+    lines = totals.read_text().splitlines(keepends=True)
+    totals.write_text("".join(lines[:-1]))
+    with pytest.raises(MmtestsImportError, match=r"has 5 lines for the 6 rows of .*pagealloc\.log: it is one"):
+        read_run(run_dir)
+    totals.write_text("".join(lines).replace("alloc 40039", "alloc 50039"))
+    with pytest.raises(MmtestsImportError, match=r"pagealloc-total\.log: .* does not round down to its row"):
+        read_run(run_dir)
+    # Without it, what mmtests reads: the rows.
+    totals.unlink()
+    assert {v for m, _, v in read_run(run_dir).benchmarks["pagealloc"].samples if m.startswith("alloc")} == {400.0}
+
+
 def test_it_says_what_is_wrong_with_a_directory(tmp_path: Path) -> None:
     with pytest.raises(MmtestsImportError, match="not a directory"):
         read_run(tmp_path / "missing")
@@ -286,6 +316,12 @@ def test_imported_runs_compare_and_find_a_page_test_regression(
             "not one of its metric",
         ),
         ({"benchmarks": {"aim9": {"samples": [{"metric": "page_test", "iteration": 0, "value": "NaN"}]}}}, "finite"),
+        (
+            {"benchmarks": {"aim9": {"samples": [{"metric": "page_test", "iteration": 0, "value": 1.0, "boot": -1}]}}},
+            "and a boot, if any",
+        ),
+        ({"clock": "instructions", "profile": "huge", "vcpus": 0, "numa_nodes": 0}, "unknown configuration profile"),
+        ({"clock": "instructions", "profile": "tiny", "vcpus": -2, "numa_nodes": 0}, "vcpus must be a count"),
     ],
 )
 def test_a_bad_import_is_refused_and_stores_nothing(
@@ -364,3 +400,11 @@ def test_noise_is_learned_per_machine_class_and_metric(
     assert page["between_boot_sd"] < 0.01
     assert 0 < page["min_detectable_pct"] < 5
     assert alice_api.get("/noise?machine_class=qemu-x86_64&boots=1").status_code == 400
+
+
+def test_a_plain_mmtests_run_needs_its_kernel_and_machine_class_given(tmp_path: Path) -> None:
+    run = read_run(make_run(tmp_path, "plain", seed=5))
+    assert run.kperf is None
+    with pytest.raises(CliError, match=r"plain mmtests run .*--kernel-sha and --machine-class"):
+        import_target(run, BASE, None)
+    assert import_target(run, BASE, "qemu-x86_64") == (BASE, "qemu-x86_64")

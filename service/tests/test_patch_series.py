@@ -24,33 +24,10 @@ from kperf.core.tasks import sweeper
 from kperf_testing.mbox import b4_mbox, message_id
 
 from .conftest import Api, git, kperf_cli
-from .test_alerts import Inbox, real_smtp_backend, smtp  # noqa: F401 (fixtures)
+from .mail_fixtures import Inbox, real_smtp_backend  # noqa: F401 (fixtures)
+from .series_fixtures import lists_allowed, series_body  # noqa: F401  (fixtures; lists_allowed is autouse)
 
 COVER_ID = message_id("cover")
-
-
-@pytest.fixture(autouse=True)
-def lists_allowed(settings: Any) -> None:
-    """The lists these series' answers go to are ones the operator allows (docs/submitting.md)."""
-    settings.KPERF_MAIL_ALLOWED_RECIPIENTS = ["list@example.org", "other@example.org", "linux-mm@example.org"]
-
-
-@pytest.fixture
-def series_tree(small_tree: Path) -> Path:
-    """small_tree with a branch `series` of two commits on master: one edits README, one adds NOTES."""
-    git(small_tree, "checkout", "-q", "-b", "series", "master")
-    (small_tree / "README").write_text("base\nmore\n")
-    git(small_tree, "commit", "-q", "-am", "readme: say more")
-    (small_tree / "NOTES").write_text("notes\n")
-    git(small_tree, "add", "NOTES")
-    git(small_tree, "commit", "-q", "-m", "notes: add notes")
-    git(small_tree, "checkout", "-q", "master")
-    return small_tree
-
-
-@pytest.fixture
-def mbox(series_tree: Path, tmp_path: Path) -> bytes:
-    return b4_mbox(series_tree, ["master..series"], tmp_path / "patches", "readme and notes", "master")
 
 
 def break_second(data: bytes) -> bytes:
@@ -58,10 +35,6 @@ def break_second(data: bytes) -> bytes:
     text = data.decode().replace("new file mode 100644\n", "")
     text = text.replace("--- /dev/null", "--- a/NOTES").replace("index 0000000..", "index 1234567..")
     return text.replace("@@ -0,0 +1 @@", "@@ -1 +1 @@\n-old").encode()
-
-
-def series_body(tree: Path, mbox: bytes, **extra: Any) -> dict[str, Any]:
-    return {"tree": str(tree), "mbox": mbox.decode(), "base": "master", "benchmarks": ["spawn"], **extra}
 
 
 def test_it_reads_subject_author_cover_and_patches_of_a_b4_mbox(mbox: bytes) -> None:
@@ -153,12 +126,13 @@ def test_a_series_is_applied_on_the_base_and_built_like_a_branch(
     log = git(mirror, "log", "--format=%an|%s", f"{sub.base_sha}..{sub.head_sha}").splitlines()
     assert log == ["Dev|notes: add notes", "Dev|readme: say more"]
     assert git(mirror, "show", f"{sub.head_sha}:NOTES") == "notes"
-    assert git(mirror, "rev-parse", f"refs/kperf/series/{sub.pk}") == sub.head_sha
+    # Under its owner's namespace, which no one else's submission resolves (test_series_privacy.py).
+    assert git(mirror, "rev-parse", f"refs/kperf/users/{sub.owner_id}/series/{sub.pk}") == sub.head_sha
     # The tree's own branches are as they were, and survive a refetch with the series ref.
     assert "refs/heads/series" in git(mirror, "for-each-ref", "--format=%(refname)")
     assert git(mirror, "rev-parse", "refs/heads/master") == sub.base_sha
     gitops.update_mirror(str(small_tree), mirror)
-    assert git(mirror, "rev-parse", f"refs/kperf/series/{sub.pk}") == sub.head_sha
+    assert git(mirror, "rev-parse", f"refs/kperf/users/{sub.owner_id}/series/{sub.pk}") == sub.head_sha
     head = SubmissionBuild.objects.get(submission=sub, side="head").build
     assert head.sha == sub.head_sha
 
@@ -213,7 +187,7 @@ def test_a_bad_series_submission_gets_a_400_and_stores_nothing(
 
 @pytest.mark.django_db
 def test_the_answer_goes_to_the_chosen_addresses_in_reply_to_the_cover_letter(
-    smtp: Inbox,  # noqa: F811
+    smtp: Inbox,
     alice_api: Api,
     small_tree: Path,
     mbox: bytes,
@@ -294,7 +268,7 @@ def test_the_web_form_takes_the_mbox_as_a_file_and_the_page_shows_the_series(
 
     browser = Client()
     assert browser.login(username="alice", password="alice-password-1")
-    fields = {"tree": str(small_tree), "branch": "", "base": "master", "benchmarks": ["spawn"], "grid": "quick"}
+    fields = {"tree": str(small_tree), "branch": "", "base": "master", "benchmarks": ["spawn"], "grids": ["quick"]}
     fields |= {"arches": ["x86_64"], "mail_to": "list@example.org, other@example.org"}
     resp = browser.post("/submissions/new", fields | {"mbox": SimpleUploadedFile("v2.mbx", mbox)})
     sub = Submission.objects.get()
@@ -381,7 +355,7 @@ def test_an_applied_series_ref_is_reused_and_never_moved(
     sub_id = alice_api.post("/submissions", series_body(small_tree, mbox)).json()["id"]
     prepare_submission(sub_id)
     sub = Submission.objects.get(pk=sub_id)
-    mirror, ref = sub.tree.mirror_path, f"refs/kperf/series/{sub_id}"
+    mirror, ref = sub.tree.mirror_path, f"refs/kperf/users/{sub.owner_id}/series/{sub_id}"
     # A worker re-driven after the apply (it died before the row moved on) takes the commits that are there.
     assert apply_series.apply(sub) == sub.head_sha
     # A ref that names something else is not moved to what applying gives now: a build may name it.

@@ -20,7 +20,7 @@ from kperf.core.web import plot_data
 
 from .conftest import Api
 from .lab_fixtures import results_body, submission_ready_for_testing
-from .test_tracking import land_a_step_in_a_gap
+from .tracking_fixtures import land_a_step_in_a_gap
 
 pytestmark = pytest.mark.django_db
 

@@ -21,7 +21,7 @@ from kperf_kbuild.driver import config_digest
 
 from .conftest import Api
 from .lab_fixtures import results_body
-from .test_tracking import finish_builds
+from .tracking_fixtures import finish_builds
 
 pytestmark = pytest.mark.django_db
 
@@ -169,7 +169,7 @@ def test_the_history_keeps_only_the_class_s_profile_and_vcpus(
 def test_page_and_mail_say_which_profile_vcpus_and_numa_nodes(
     alice: Any, qemu_class: MachineClass, runner_api: Any, tmp_path: Path, client: Client
 ) -> None:
-    from .test_alerts import finished_submission
+    from .mail_fixtures import finished_submission
 
     MachineClass.objects.filter(pk=qemu_class.pk).update(vcpus=2, numa_nodes=2)
     qemu_class.refresh_from_db()
@@ -218,6 +218,49 @@ def test_a_benchmark_module_that_does_not_fit_the_release_is_named_in_the_failur
     assert sub.status == Submission.Status.FAILED
     # A kernel's failure, and the build's own words say which module and why.
     assert "benchmark failure" in sub.error and f"its build said: {missing}" in sub.error, sub.error
+
+
+ECHO = "echo 'deb http://deb.debian.org/debian bookworm-backports main' > /etc/apt/sources.list.d/backports.list"
+
+
+def test_an_infrastructure_failure_is_not_glued_onto_an_unrelated_build_warning(
+    alice: Any, qemu_class: MachineClass, runner_api: Any, tmp_path: Path, client: Client
+) -> None:
+    from kperf_testing.lab import submission_ready_for_testing
+
+    sub = submission_ready_for_testing(alice, qemu_class, tmp_path)
+    head = SubmissionBuild.objects.get(submission=sub, side="head").build
+    warning = "fragment option CONFIG_THERMAL not set in the built .config"
+    KernelBuild.objects.filter(pk=head.pk).update(warnings=[warning])
+    # The last attempt: an infra failure fails the job for good rather than queueing it again.
+    Job.objects.filter(submission=sub).update(max_attempts=1)
+    # The runner's refusal (kperf_runner.backends.qemu_version), commands on lines of their own.
+    refusal = (
+        "the job wants 2 vCPUs on the instruction clock, which needs QEMU 8.1 or later (...); as root:"
+        f"\n  {ECHO}\n  apt-get update\n  apt-get install -t bookworm-backports qemu-system-x86"
+    )
+    runner = runner_api[1]
+    while (job := runner.post("/runner/claim").json()["job"]) is not None:
+        if Job.objects.get(pk=job["id"]).side == "head":
+            body = {"attempt": job["attempt"], "kind": "infra", "message": refusal}
+            assert runner.post(f"/runner/jobs/{job['id']}/fail", body).status_code == 200
+            break
+        assert runner.post(f"/runner/jobs/{job['id']}/results", results_body(job)).status_code == 200
+    owners.advance(SUBMISSION, sub.pk)
+    sub.refresh_from_db()
+    assert sub.status == Submission.Status.FAILED
+    # The runner's fault ends the message; the build's words about the kernel are not part of it.
+    assert "could not be run" in sub.error and sub.error.endswith(f"(job {job['id']}, infra failure): {refusal}")
+    assert warning not in sub.error, sub.error
+    _, body_text = alerts.submission_mail(sub)
+    assert warning not in body_text
+    # A command stays whole on its line in the mail, however long, to be pasted as it is.
+    assert f"\n  {ECHO}\n  apt-get update\n" in body_text, body_text
+    # On the page, each command on its own line.
+    client.force_login(alice)
+    page = client.get(f"/submissions/{sub.pk}").content.decode()
+    assert "backports.list<br>  apt-get update<br>  apt-get install -t bookworm-backports qemu-system-x86" in page
+    assert warning not in page.split('id="error"')[1].split("</p>")[0]
 
 
 def test_add_runner_sets_the_class_s_shape_and_says_its_history_starts_anew(qemu_class: MachineClass) -> None:

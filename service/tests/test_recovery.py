@@ -27,7 +27,7 @@ from kperf.celery import app as celery_app
 from kperf.core.builds import queue
 from kperf.core.lifecycle import dispatch, owners
 from kperf.core.lifecycle.task_names import Task
-from kperf.core.models import KernelBuild, Submission, SubmissionBuild, Tree
+from kperf.core.models import Job, KernelBuild, Submission, SubmissionBuild, Tree
 from kperf.core.submissions import pipeline
 from kperf.core.tasks import sweeper
 from kperf_testing.plugin import database_url_for_tests
@@ -348,12 +348,13 @@ def test_an_analysis_that_raises_fails_its_submission_with_a_message(
     _, api = runner_api
     while (job := api.post("/runner/claim").json()["job"]) is not None:
         assert api.post(f"/runner/jobs/{job['id']}/results", results_body(job)).status_code == 200
-    Submission.objects.filter(pk=sub.pk).update(status=Submission.Status.ANALYSING, grid="retired-grid")
+    Job.objects.filter(submission=sub).update(grid="retired-grid")
+    Submission.objects.filter(pk=sub.pk).update(status=Submission.Status.ANALYSING, grids=["retired-grid"])
     owners.analyse(pipeline.SUBMISSION, sub.pk)
     sub.refresh_from_db()
     assert sub.status == Submission.Status.FAILED
     assert sub.error.startswith("the analysis failed (") and "tell an admin" in sub.error
-    assert any(r.name == "kperf.owners" and r.exc_info for r in caplog.records)
+    assert any(r.name == "kperf.core.lifecycle.owners" and r.exc_info for r in caplog.records)
 
 
 @pytest.mark.django_db

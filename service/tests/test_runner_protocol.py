@@ -383,7 +383,7 @@ def test_switching_a_class_to_the_wall_clock_moves_its_unstarted_work(
     # A second submission of the same two kernels, nothing measured yet.
     started = Submission.objects.create(
         owner=alice, tree=sub.tree, head_ref="other", base_ref="master", head_sha=sub.head_sha,
-        base_sha=sub.base_sha, benchmarks=["spawn"], grid="quick", arches=["x86_64"],
+        base_sha=sub.base_sha, benchmarks=["spawn"], grids=["quick"], arches=["x86_64"],
         status=Submission.Status.TESTING,
     )  # fmt: skip
     schedule_jobs(

@@ -6,10 +6,12 @@ import os
 import secrets
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.management.utils import get_random_secret_key
 
 from kperf import up
 from kperf.conf import secret_key_problem
@@ -81,6 +83,9 @@ WEAK_KEYS = {
     "long, one character": "a" * 64,
     "long, four characters": "abcd" * 16,
     "Django's development mark": "django-insecure-" + secrets.token_urlsafe(40),
+    "fifty characters, five letters repeated": "abcde" * 10,
+    "eight letters repeated": "abcdefgh" * 7,
+    "a random piece repeated": secrets.token_urlsafe(8) * 6,
 }
 
 
@@ -99,6 +104,21 @@ def test_the_keys_kperf_makes_pass_the_check() -> None:
     # The tests' own (kperf_testing.plugin), shared with every server they start.
     assert secret_key_problem(os.environ["KPERF_SECRET_KEY"]) is None
     assert secret_key_problem(secrets.token_urlsafe(50)) is None
+
+
+def test_a_key_is_judged_by_its_randomness_not_its_length() -> None:
+    problem = secret_key_problem("abcde" * 10)
+    assert problem is not None and problem.startswith("holds about 16 bits of randomness")
+    assert "it needs at least 128" in problem
+    assert secret_key_problem(secrets.token_urlsafe(12) * 5) is not None
+    # Every kind of random key a lab would make passes, every time.
+    makers: list[Callable[[], str]] = [
+        lambda: secrets.token_urlsafe(50),
+        lambda: secrets.token_hex(32),
+        get_random_secret_key,
+        lambda: "kperf-tests-" + secrets.token_urlsafe(32),
+    ]
+    assert [secret_key_problem(make()) for make in makers for _ in range(300)] == [None] * 1200
 
 
 def test_kperf_up_replaces_a_weak_key_it_finds_in_its_home(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -122,6 +142,8 @@ def test_kperf_up_refuses_a_weak_key_from_the_environment_before_starting_anythi
     assert "kperf-up: KPERF_SECRET_KEY is too weak: it is 1 characters long; it needs at least 50" in err
     assert f"keeps a random key in {tmp_path / 'home' / 'secret_key'}" in err and "token_urlsafe(50)" in err
     assert not (tmp_path / "home" / "secret_key").exists()
+    # Its home was made first, and for kperf alone (kperf.folders).
+    assert (tmp_path / "home").stat().st_mode & 0o777 == 0o700
 
 
 def test_kperf_up_s_runners_claim_every_second_unless_told(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -176,3 +198,34 @@ def test_workers_on_the_database_broker_look_for_tasks_ten_times_a_second(tmp_pa
     refused = interval(CELERY_BROKER_URL=sqla, KPERF_BROKER_POLL_SECONDS="0")
     assert refused.returncode != 0
     assert "KPERF_BROKER_POLL_SECONDS=0.0 is outside 0.01 to 10 seconds" in refused.stderr, refused.stderr
+
+
+def group_or_other_bits(root: Path) -> dict[str, str]:
+    """Every folder under `root` (and itself) that another account could read or enter, with its mode."""
+    found = {}
+    for path in [root, *root.rglob("*")]:
+        if path.is_dir() and not path.is_symlink() and path.stat().st_mode & 0o077:
+            found[str(path.relative_to(root))] = oct(path.stat().st_mode & 0o777)
+    return found
+
+
+def test_a_fresh_home_s_folders_are_kperf_s_alone(tmp_path: Path) -> None:
+    # The umask of a usual login (022): every folder made with it is world-readable unless kperf says otherwise.
+    old = os.umask(0o022)
+    try:
+        proc = load_settings(tmp_path, KPERF_DEBUG="1")
+    finally:
+        os.umask(old)
+    assert proc.returncode == 0, proc.stderr
+    home = tmp_path / "home"
+    assert {p.name for p in home.iterdir()} >= {"mirrors", "builds", "artifacts", "static"}
+    assert group_or_other_bits(home) == {}
+
+
+def test_a_home_left_readable_by_an_older_kperf_is_closed(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / "mirrors").mkdir(parents=True)
+    home.chmod(0o755)
+    (home / "mirrors").chmod(0o755)
+    assert load_settings(tmp_path, KPERF_DEBUG="1").returncode == 0
+    assert group_or_other_bits(home) == {}

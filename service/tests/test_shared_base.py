@@ -54,7 +54,7 @@ class Lab:
             head_sha=head_sha,
             base_sha=BASE_SHA,
             benchmarks=["spawn"],
-            grid="quick",
+            grids=["quick"],
             arches=["x86_64"],
             status=Submission.Status.TESTING,
         )
@@ -152,7 +152,7 @@ def test_three_submissions_on_one_base_measure_it_once_per_class_and_clock(
             assert comp.shared_base_boots == (0 if i == 0 else BOOTS)
     detail = alice_api.get(f"/submissions/{subs[1].pk}").json()
     assert {c["shared_base_boots"] for c in detail["comparisons"]} == {BOOTS}
-    assert f"{BOOTS} base boots shared with other submissions" in render_status(detail)
+    assert f"{BOOTS} base boots shared with other submissions" in render_status(detail, everything=True)
     assert detail["progress"]["base"] == {"boots_done": 2 * BOOTS, "boots_total": 2 * BOOTS, "boots_shared": 2 * BOOTS}
     shared = [j for j in detail["jobs"] if j["shared"]]
     assert len(shared) == 2 * BOOTS and {j["side"] for j in shared} == {"base"}

@@ -43,7 +43,7 @@ def test_equal_kernels_are_no_change_when_the_interval_is_tight() -> None:
 def test_one_boot_per_side_is_inconclusive_however_many_iterations() -> None:
     r = compare_metrics({"m": MetricInput([[100.0] * 50], [[50.0] * 50], True)})["m"]
     assert r.verdict is Verdict.INCONCLUSIVE
-    assert "2 boots" in r.note
+    assert "2 boots" in "; ".join(r.notes)
 
 
 def test_noisy_boots_make_a_small_change_inconclusive() -> None:
@@ -164,7 +164,7 @@ def test_history_is_ignored_when_the_boots_are_much_noisier() -> None:
     rng = np.random.default_rng(13)
     b, h = boots(rng, 100, 5, 3, 20, 1), boots(rng, 100, 5, 3, 20, 1)
     r = compare_one(MetricInput(b, h, True, noise=NoisePrior(sd=0.001, dof=30)))
-    assert r.extra["noise_prior"] == 0.0 and "noisier than history" in r.note
+    assert r.extra["noise_prior"] == 0.0 and "noisier than history" in "; ".join(r.notes)
 
 
 def test_null_pairs_rarely_give_false_regressions_at_five_boots() -> None:
@@ -211,7 +211,7 @@ def test_a_broken_boot_is_set_aside_when_the_noise_is_known() -> None:
     head[2] = [v - 12.0 for v in head[2]]  # two slow iterations in one boot move its trimmed mean by 12 sds
     prior = NoisePrior(sd=0.01, dof=30)
     r = compare_one(MetricInput(base, head, True, 0.0, noise=prior), alpha=0.02)
-    assert r.extra["boots_set_aside"] == 1.0 and "set aside" in r.note
+    assert r.extra["boots_set_aside"] == 1.0 and "set aside" in "; ".join(r.notes)
     assert r.extra["noise_prior"] == 1.0 and r.p_value is not None and r.p_value > 0.02
     assert r.change_pct == pytest.approx(0.0, abs=1.5)
     cold = compare_one(MetricInput(base, head, True, 0.0), alpha=0.02)

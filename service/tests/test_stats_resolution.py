@@ -15,6 +15,7 @@ from kperf.stats import MetricInput, Verdict, compare_metrics, compare_one
 from kperf.stats.abtest import ROUNDING_BOUND_UNITS, NoisePrior, reading_unit
 from kperf.stats.builds import measured_build_prior
 from kperf.stats.sequential import plan_looks, sequential_look
+from kperf_runner.benchmarks import Pagealloc, resolve_params
 
 PAGEALLOC_BUILD = measured_build_prior("pagealloc")
 
@@ -38,10 +39,10 @@ def test_coarse_readings_one_unit_apart_are_not_a_regression() -> None:
     assert r.verdict is Verdict.INCONCLUSIVE and not r.significant
     assert r.ci_low_pct is not None and r.ci_high_pct is not None and r.ci_low_pct < 0.0 < r.ci_high_pct
     assert r.extra["resolution"] == 1.0 and r.extra["resolution_share"] > 0.99
-    assert "readings in whole units (one is 5.9% of the level)" in r.note
+    assert "readings in whole units (one is 5.9% of the level)" in "; ".join(r.notes)
     # What more boots cannot change is not waited for.
     assert r.extra["boots_cannot_decide"] == 1.0 and look.decide and look.more_boots == 0
-    assert "more boots cannot decide it" in r.note and "look 1 of 2" not in r.note
+    assert "more boots cannot decide it" in "; ".join(r.notes) and "look 1 of 2" not in "; ".join(r.notes)
 
 
 def test_without_the_rounding_term_the_same_readings_would_be_an_exact_regression() -> None:
@@ -77,7 +78,7 @@ def test_fine_readings_keep_an_interval_near_their_unit() -> None:
     bound = 2.0 * ROUNDING_BOUND_UNITS / 956.0
     half = (math.exp(bound + 1.96 * math.sqrt(2.0) * PAGEALLOC_BUILD.sd) - 1.0) * 100.0
     assert -r.ci_low_pct == pytest.approx(half, rel=0.02) and r.ci_high_pct == pytest.approx(half, rel=0.02)
-    assert "readings in whole units" in r.note  # the rounding is most of it
+    assert "readings in whole units" in "; ".join(r.notes)  # the rounding is most of it
 
 
 def test_a_difference_of_three_units_in_956_is_still_seen() -> None:
@@ -129,3 +130,32 @@ def test_one_unit_is_never_significant_at_any_look_and_two_units_are(look: int) 
     two = sequential_look({"m": MetricInput(base, [[19.0] * 3] * (2 * look), False, 0.5)}, look, plan)
     assert two.results["m"].verdict is Verdict.REGRESSION
     assert two.results["m"].change_pct == pytest.approx(-11.76, abs=0.01)
+
+
+def _pagealloc_boot(alloc_totals: list[int]) -> str:
+    """The module's output for order 0 batch 1 (inner 100): each round's row and its totals."""
+    return "".join(
+        f"order  0 batch      1 alloc {a // 100} free 120\n"
+        f"pagealloc-total: order 0 batch 1 ops 100 alloc {a} free 12050\n"
+        for a in alloc_totals
+    )
+
+
+def test_the_page_allocators_samples_from_its_totals_carry_no_rounding_bound() -> None:
+    # Rows of 245 cycles a block in every round of both sides, as mmtests reads them; the totals
+    # say 245.37-245.41 against 245.61-245.65 (0.1% more). kperf's samples are the totals'.
+    pagealloc = Pagealloc()
+    params = resolve_params("pagealloc", "quick", {"orders": [0], "batch_limit_kb": 8, "outer": 5})
+    base = [_pagealloc_boot([24537, 24539, 24541, 24539, 24537])] * 2
+    head = [_pagealloc_boot([24561, 24563, 24565, 24563, 24561])] * 2
+
+    def side(raws: list[str]) -> list[list[float]]:
+        return [[s.value for s in pagealloc.parse(raw, params) if s.metric == "alloc-odr0-1"] for raw in raws]
+
+    assert side(base)[0] == [245.41, 245.39, 245.37]  # rounds 3-5: the first two are warm-up
+    assert reading_unit(side(base), side(head)) == 0.0
+    rows = [[float(a) for _, _, a, _ in pagealloc.rounds(raw, params)] for raw in base]
+    assert reading_unit(rows, rows) == 1.0  # the rows alone would carry the bound
+    r = compare_metrics({"m": MetricInput(side(base), side(head), False, 0.5, build_noise=PAGEALLOC_BUILD)})["m"]
+    assert "resolution" not in r.extra and not any("whole units" in n for n in r.notes)
+    assert r.change_pct == pytest.approx(-0.098, abs=0.001)

@@ -42,7 +42,7 @@ def test_an_unclear_change_asks_for_more_boots_then_decides_at_the_budget() -> N
     base, head = boots(rng, 100, 5), boots(rng, 98, 5)
     first = sequential_look({"m": MetricInput(base, head, True, 3.0)}, 1, plan)
     assert not first.decide and first.more_boots == 5
-    assert first.results["m"].verdict is Verdict.INCONCLUSIVE and "look 1 of 3" in first.results["m"].note
+    assert first.results["m"].verdict is Verdict.INCONCLUSIVE and "look 1 of 3" in first.results["m"].notes
     base, head = base + boots(rng, 100, 10), head + boots(rng, 98, 10)
     last = sequential_look({"m": MetricInput(base, head, True, 3.0)}, look_number(plan, 15), plan)
     assert last.decide and last.look == 3

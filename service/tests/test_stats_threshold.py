@@ -24,13 +24,13 @@ def test_a_significant_change_below_the_threshold_is_shown_but_not_a_regression(
     assert r.significant and r.q_value is not None and r.q_value < 0.001
     assert r.verdict is Verdict.NO_CHANGE
     assert r.change_pct is not None and -0.6 < r.change_pct < -0.3
-    assert r.note == f"significant {r.change_pct:+.2f}% change, below the 1% practical threshold"
+    assert "; ".join(r.notes) == f"significant {r.change_pct:+.2f}% change, below the 1% practical threshold"
 
 
 def test_the_same_change_is_a_regression_when_it_clears_the_threshold() -> None:
     rng = np.random.default_rng(1)
     r = compare_metrics({"m": MetricInput(tight(rng, 100.0), tight(rng, 99.58), True, 0.25)})["m"]
-    assert r.significant and r.verdict is Verdict.REGRESSION and "practical threshold" not in r.note
+    assert r.significant and r.verdict is Verdict.REGRESSION and "practical threshold" not in "; ".join(r.notes)
 
 
 def test_a_significant_change_whose_interval_straddles_the_threshold_is_inconclusive() -> None:
@@ -39,13 +39,14 @@ def test_a_significant_change_whose_interval_straddles_the_threshold_is_inconclu
     head = [[99.2 * (1 + d)] * 3 for d in spread]
     r = compare_metrics({"m": MetricInput(base, head, True, 1.0)})["m"]
     assert r.ci_low_pct is not None and r.ci_low_pct < -1.0 < (r.change_pct or 0)
-    assert r.significant and r.verdict is Verdict.INCONCLUSIVE and "below the 1% practical threshold" in r.note
+    assert r.significant and r.verdict is Verdict.INCONCLUSIVE
+    assert "below the 1% practical threshold" in "; ".join(r.notes)
 
 
 def test_a_change_that_is_not_significant_is_not_marked() -> None:
     rng = np.random.default_rng(3)
     r = compare_metrics({"m": MetricInput(tight(rng, 100.0), tight(rng, 100.0), True, 1.0)})["m"]
-    assert not r.significant and r.verdict is Verdict.NO_CHANGE and r.note == ""
+    assert not r.significant and r.verdict is Verdict.NO_CHANGE and "; ".join(r.notes) == ""
 
 
 def test_sequential_looks_apply_the_same_rule() -> None:
@@ -53,7 +54,7 @@ def test_sequential_looks_apply_the_same_rule() -> None:
     look = sequential_look({"m": MetricInput(tight(rng, 100.0, 5), tight(rng, 99.58, 5), True, 1.0)}, 1, Plan())
     r = look.results["m"]
     assert look.decide and r.significant and r.verdict is Verdict.NO_CHANGE
-    assert "below the 1% practical threshold" in r.note
+    assert "below the 1% practical threshold" in "; ".join(r.notes)
 
 
 def test_the_table_stars_only_verdicts_and_explains_the_rest() -> None:

@@ -18,7 +18,7 @@ from kperf_kbuild.driver import config_digest
 
 from .conftest import Api
 from .lab_fixtures import submission_ready_for_testing
-from .test_celery_worker import wait_final, worker  # noqa: F401  (the real worker fixture)
+from .worker_fixtures import wait_final
 
 
 def history(obj: Any) -> list[tuple[str, str, str, str]]:
@@ -71,7 +71,7 @@ def test_api_changes_name_the_token_they_came_with(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_celery_workers_changes_name_the_task(
-    worker: Path,  # noqa: F811  (the fixture imported above)
+    worker: Path,
     alice_api: Api,
     small_tree: Path,
     qemu_class: Any,

@@ -37,7 +37,7 @@ def test_points_are_in_the_order_of_their_number_not_of_their_name() -> None:
 def test_the_mail_and_the_page_show_the_fork_sweep_in_order(
     alice: Any, qemu_class: MachineClass, runner_api: Any, tmp_path: Path, client: Client
 ) -> None:
-    from .test_alerts import finished_submission
+    from .mail_fixtures import finished_submission
 
     sub = finished_submission(alice, qemu_class, runner_api[1], tmp_path, head_level=500.0)
     _, body = alerts.submission_mail(sub)

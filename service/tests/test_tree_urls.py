@@ -290,7 +290,7 @@ def test_an_allowed_host_is_fetched_through_the_real_git_path(served: Path, smal
 def test_a_name_that_resolves_to_loopback_is_refused_and_not_connected_to(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="kperf.gitops")
+    caplog.set_level(logging.WARNING, logger="kperf.core.builds.gitops")
     with serving(Page) as server:
         url = f"http://localhost:{server.port}/linux.git"
         anywhere_public = TreePolicy.build(schemes=["http"])
@@ -335,7 +335,7 @@ def test_git_connects_to_the_address_that_was_checked_not_to_a_later_answer(serv
 def test_a_redirect_from_an_allowed_server_to_another_loopback_port_is_not_followed(
     served: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="kperf.gitops")
+    caplog.set_level(logging.WARNING, logger="kperf.core.builds.gitops")
     with serving(repo_handler(served)) as inside, serving(Redirect) as allowed:
         allowed.location = f"http://127.0.0.1:{inside.port}"
         url = f"http://127.0.0.1:{allowed.port}/linux.git"
@@ -352,7 +352,7 @@ def test_a_redirect_from_an_allowed_server_to_another_loopback_port_is_not_follo
 def test_a_closed_port_a_web_page_a_tls_failure_and_a_timeout_read_the_same(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="kperf.gitops")
+    caplog.set_level(logging.WARNING, logger="kperf.core.builds.gitops")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]

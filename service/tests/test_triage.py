@@ -15,71 +15,17 @@ from kperf.core.models import (
     ApiToken,
     BranchCommit,
     ChangePoint,
-    Comparison,
     MachineClass,
-    MetricComparison,
-    Submission,
-    TrackedBranch,
-    Tree,
     Triage,
     TriageEvent,
 )
 
 from .conftest import Api, kperf_cli
-from .test_alerts import finished_submission
-from .test_tracking import land_a_step_in_a_gap
+from .mail_fixtures import finished_submission
+from .tracking_fixtures import land_a_step_in_a_gap
+from .triage_fixtures import regressed_branch, regressed_submission
 
 pytestmark = pytest.mark.django_db
-
-TREE = "https://git.example.org/linux.git"
-
-
-def regressed_submission(owner: User, mclass: MachineClass) -> Submission:
-    """A finished submission with one regression verdict, and the triage kperf opens for it."""
-    tree, _ = Tree.objects.get_or_create(url=TREE)
-    sub = Submission.objects.create(
-        owner=owner, tree=tree, head_ref="mm-fix", base_ref="v6.1", status=Submission.Status.DONE
-    )
-    comp = Comparison.objects.create(submission=sub, machine_class=mclass, benchmark="spawn", method="t", alpha=0.05)
-    MetricComparison.objects.create(
-        comparison=comp,
-        metric="spawn-vmas-0",
-        unit="forks/s",
-        higher_is_better=True,
-        verdict=MetricComparison.Verdict.REGRESSION,
-        change_pct=-8.5,
-        min_effect_pct=0.5,
-        base_boots=4,
-        head_boots=4,
-        base_samples=12,
-        head_samples=12,
-    )
-    assert triage.open_for_submission(sub) is not None
-    return sub
-
-
-def regressed_branch(owner: User, mclass: MachineClass, notify: list[str] | None = None) -> ChangePoint:
-    """A tracked branch with a regression change point, and its triage."""
-    tree, _ = Tree.objects.get_or_create(url=TREE)
-    branch = TrackedBranch.objects.create(owner=owner, tree=tree, branch=f"{owner.username}-mm", notify=notify or [])
-    before = BranchCommit.objects.create(branch=branch, sha="a" * 40, position=1, status="done")
-    at = BranchCommit.objects.create(branch=branch, sha="b" * 40, position=2, status="done", subject="mm: slower")
-    cp = ChangePoint.objects.create(
-        branch=branch,
-        machine_class=mclass,
-        benchmark="spawn",
-        metric="spawn-vmas-0",
-        clock="instructions",
-        commit=at,
-        previous=before,
-        detected_at=at,
-        direction="regression",
-        change_pct=-12.0,
-        p_value=0.001,
-        statistic=5.0,
-    )
-    assert triage.open_for_change_point(cp) is not None
-    return cp
 
 
 @pytest.mark.parametrize(("head_level", "opened"), [(500.0, True), (1000.0, False)])

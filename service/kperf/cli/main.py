@@ -55,9 +55,14 @@ def cmd_submit(args: argparse.Namespace) -> int:
         **head,
         "base": args.base,
         "benchmarks": args.bench or ["spawn"],
-        "grid": args.grid,
         "arches": args.arch or ["x86_64"],
     }
+    grids = list(dict.fromkeys(args.grid or ["quick"]))
+    # One grid as `grid`, which every server takes; several as `grids` (docs/submitting.md, "Several grids").
+    if len(grids) == 1:
+        body["grid"] = grids[0]
+    else:
+        body["grids"] = grids
     if args.min_effect is not None:
         body["min_effect_pct"] = args.min_effect
     if args.boot_params:
@@ -98,7 +103,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.watch:
         return watch(client, args.id, args.json)
     d = client.call("GET", f"/submissions/{args.id}")
-    print(json.dumps(d, indent=2) if args.json else render_status(d))
+    print(json.dumps(d, indent=2) if args.json else render_status(d, args.all))
     return 0
 
 
@@ -168,7 +173,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     doc = _read_doc(args.file)
     try:
-        inputs, results, out = jsonio.run_compare(doc)
+        inputs, results, out = jsonio.run_compare(doc, args.benchmark)
     except jsonio.FormatError as e:
         raise CliError(f"{args.file}: {e}") from None
     if args.json:
@@ -232,7 +237,12 @@ def _add_submit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     series.add_arguments(s)
     s.add_argument("--base", required=True, help="branch, tag or sha to compare against")
     s.add_argument("--bench", action="append", help="benchmark (repeat for more; 'all' for every one)")
-    s.add_argument("--grid", default="quick", help="parameter grid: quick or full")
+    s.add_argument(
+        "--grid",
+        action="append",
+        help="parameter grid: quick (default), full, ... (repeat for more: each benchmark runs those it has, "
+        "a comparison per grid; docs/benchmarks.md)",
+    )
     s.add_argument(
         "--min-effect",
         type=float,
@@ -274,6 +284,7 @@ def _add_reading(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     st.add_argument("id", type=int)
     st.add_argument("--watch", action="store_true", help="refresh until it finishes")
     st.add_argument("--json", action="store_true")
+    st.add_argument("--all", action="store_true", help="every metric's row, the notes and the tables, not one screen")
     st.set_defaults(func=cmd_status)
 
     ls = sub.add_parser("list", help="recent submissions")
@@ -285,6 +296,12 @@ def _add_reading(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     cmp_.add_argument("--json", action="store_true", help="print verdicts as JSON instead of the mmtests-style table")
     cmp_.add_argument("--base-name", default="base", help="column title for the base kernel")
     cmp_.add_argument("--head-name", default="head", help="column title for the head kernel")
+    cmp_.add_argument(
+        "--benchmark",
+        metavar="NAME",
+        help="the benchmark the samples are of (spawn, aim9, pft, pagealloc): picks the between-build part "
+        "the project measured for it (default: the file's shape.benchmark, else the largest measured for any)",
+    )
     cmp_.set_defaults(func=cmd_compare)
 
     cp = sub.add_parser("changepoints", help="find change points in per-commit series from a JSON file (offline)")

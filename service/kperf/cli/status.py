@@ -1,7 +1,15 @@
-"""A submission's status as the `kperf` command prints it (status, submit --wait)."""
+"""A submission's status as the `kperf` command prints it (status, submit --wait).
+
+The finding comes first (issue 41): the verdict, each flagged metric with its
+change and interval, then per comparison how many metrics were not flagged,
+and what is running. That fits one screen: at most MAX_LINES lines of at most
+WIDTH characters; `--all` adds every metric's row, the notes whole and the
+mmtests-style tables.
+"""
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from kperf.cli import series
@@ -12,6 +20,11 @@ def is_final(d: dict[str, Any]) -> bool:
     return bool(d.get("final"))
 
 
+MAX_LINES = 40
+WIDTH = 100
+FLAGGED = ("regression", "improvement")
+
+
 def fmt_num(x: float | None, pct: bool = False) -> str:
     if x is None:
         return "n/a"
@@ -20,21 +33,87 @@ def fmt_num(x: float | None, pct: bool = False) -> str:
 
 def render_comparison(c: dict[str, Any]) -> list[str]:
     """One comparison's metrics as an aligned plain-text table."""
-    lines = [f"  {'metric':<22} {'base':>12} {'head':>12} {'change':>9} {'95% CI':>20} {'q':>8}  verdict"]
+    lines = [f"  {'metric':<22} {'base':>11} {'head':>11} {'change':>9} {'95% CI':>18} {'q':>7}  verdict"]
     for m in c["metrics"]:
         ci = f"[{m['ci_low_pct']:+.1f}, {m['ci_high_pct']:+.1f}]%" if m["ci_low_pct"] is not None else "n/a"
         q = f"{m['q_value']:.4f}" if m["q_value"] is not None else "n/a"
         lines.append(
-            f"  {m['metric']:<22} {fmt_num(m['base_mean']):>12} {fmt_num(m['head_mean']):>12} "
-            f"{fmt_num(m['change_pct'], True):>9} {ci:>20} {q:>8}  {m['verdict']}"
+            f"  {m['metric']:<22} {fmt_num(m['base_mean']):>11} {fmt_num(m['head_mean']):>11} "
+            f"{fmt_num(m['change_pct'], True):>9} {ci:>18} {q:>7}  {m['verdict']}"
         )
     return lines
 
 
-def render_status(d: dict[str, Any]) -> str:
+def _interval(m: dict[str, Any]) -> str:
+    if m.get("ci_low_pct") is None or m.get("ci_high_pct") is None:
+        return "no interval"
+    return f"[{m['ci_low_pct']:+.2f}%, {m['ci_high_pct']:+.2f}%]"
+
+
+def bench(d: dict[str, Any], c: dict[str, Any]) -> str:
+    """A comparison's benchmark, with its grid when the submission asked for several."""
+    several = len(d.get("grids") or []) > 1
+    return f"{c['benchmark']} ({c['grid']} grid)" if several and c.get("grid") else str(c["benchmark"])
+
+
+def summary(d: dict[str, Any], everything: bool = False) -> list[str]:
+    """The finding: each flagged metric with change and interval, then the others counted per comparison."""
+    flagged = [
+        f"  {m['verdict']:<11} {m['metric']} ({bench(d, c)} on {c['machine_class']}): "
+        f"{fmt_num(m['change_pct'], True)} {_interval(m)}"
+        for c in d.get("comparisons", [])
+        for m in c["metrics"]
+        if m["verdict"] in FLAGGED
+    ]
+    lines = []
+    if flagged:
+        shown = flagged if everything else flagged[:FLAGGED_AT_MOST]
+        lines += ["flagged (change, 95% interval; negative is worse):", *shown]
+        if len(flagged) > len(shown):
+            lines.append(f"  ... and {len(flagged) - len(shown)} more flagged (--all lists them)")
+    counted = []
+    for c in d.get("comparisons", []):
+        counts: dict[str, int] = {}
+        for m in c["metrics"]:
+            if m["verdict"] not in FLAGGED:
+                counts[m["verdict"]] = counts.get(m["verdict"], 0) + 1
+        if counts:
+            said = ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+            counted.append(f"  {bench(d, c)} on {c['machine_class']}: {said}")
+    if counted:
+        lines += ["not flagged" + ("" if everything else " (--all names them)") + ":", *counted]
+    return lines
+
+
+# Flagged metrics listed by default; the line budget keeps room for the rest.
+FLAGGED_AT_MOST = 20
+
+
+def _fit(lines: list[str], width: int = WIDTH) -> list[str]:
+    """Every line at most `width` characters: prose wrapped, indented like its first line."""
+    out = []
+    for line in lines:
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = " " * (len(line) - len(line.lstrip()))
+        out += textwrap.wrap(
+            line, width, initial_indent="", subsequent_indent=indent + "  ", break_on_hyphens=False
+        ) or [line[:width]]
+    return out
+
+
+def render_status(d: dict[str, Any], everything: bool = False) -> str:
+    """The submission as `kperf status` prints it; `everything` is --all."""
     lines = [
         f"#{d['id']} {d['branch']} ({(d['head_sha'] or '?')[:12]}) vs {d['base']} ({(d['base_sha'] or '?')[:12]})",
-        f"tree {d['tree']}  benchmarks {', '.join(d['benchmarks'])} ({d['grid']})  arches {', '.join(d['arches'])}"
+    ]
+    if d.get("verdict"):
+        lines.append(f"verdict: {d['verdict']}")
+    lines += summary(d, everything)
+    lines += [
+        f"tree {d['tree']}  benchmarks {', '.join(d['benchmarks'])} ({', '.join(d.get('grids') or [d['grid']])})"
+        f"  arches {', '.join(d['arches'])}"
         f"  profile {d.get('profile') or 'each class its own'}",
     ]
     if d.get("series"):
@@ -44,8 +123,6 @@ def render_status(d: dict[str, Any]) -> str:
     lines += [
         f"status: {d['status']}" + (f"  queue position {d['queue_position']}" if d.get("queue_position") else ""),
     ]
-    if d.get("verdict"):
-        lines.insert(1, f"verdict: {d['verdict']}")
     if d.get("waiting_for"):
         lines.append(f"  {d['waiting_for']}")
     # When the verdict will come (kperf.core.lab.eta); a server without it sends neither.
@@ -73,13 +150,24 @@ def render_status(d: dict[str, Any]) -> str:
         running = [j for j in d["jobs"] if j["status"] == "leased"]
         for j in running:
             lines.append(f"  job {j['id']} ({j['side']}) on {j['runner']}: {j['phase']} {j['progress']}")
+    lines = _fit(lines)
+    if not everything:
+        # One screen: what is left over is behind --all.
+        if len(lines) > MAX_LINES:
+            lines = [
+                *lines[: MAX_LINES - 1],
+                f"... {len(lines) - MAX_LINES + 1} more lines: kperf status {d['id']} --all",
+            ]
+        elif d.get("comparisons"):
+            lines.append(f"every metric: kperf status {d['id']} --all")
+        return "\n".join(lines)
     for c in d.get("comparisons", []):
         lines.append("")
         clock = c.get("clock_label") or c.get("clock") or "wall clock"
-        lines.append(f"{c['benchmark']} on {c['machine_class']}, {clock} ({c['method']}, alpha {c['alpha']})")
+        head = [f"{bench(d, c)} on {c['machine_class']}, {clock} ({c['method']}, alpha {c['alpha']})"]
         if c.get("shared_base_boots"):
-            lines.append(f"  {c['shared_base_boots']} base boots shared with other submissions of this base kernel")
-        lines.extend(render_comparison(c))
+            head.append(f"  {c['shared_base_boots']} base boots shared with other submissions of this base kernel")
+        lines.extend(_fit(head + render_comparison(c)))
         if c.get("table"):
             lines.append("")
             lines.append(c["table"])

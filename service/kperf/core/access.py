@@ -64,7 +64,9 @@ def may_import(user: Any) -> bool:
 
 
 def _imported() -> Q:
-    return Q(submission__isnull=True, branch_commit__isnull=True, build__config_digest=IMPORTED_DIGEST)
+    # Every profile's imported kernels (models.builds.imported_digest); a
+    # build kperf made has a hex digest, never this prefix.
+    return Q(submission__isnull=True, branch_commit__isnull=True, build__config_digest__startswith=IMPORTED_DIGEST)
 
 
 def visible_jobs(user: Any) -> QuerySet[Job]:

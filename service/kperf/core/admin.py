@@ -3,31 +3,33 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
 from kperf.core import models
 from kperf.core.lab import calibration, runner_health
 
 
 @admin.register(models.Submission)
-class SubmissionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class SubmissionAdmin(admin.ModelAdmin[models.Submission]):
     list_display = ("pk", "head_ref", "base_ref", "status", "owner", "created")
     list_filter = ("status",)
 
 
 @admin.register(models.KernelBuild)
-class KernelBuildAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class KernelBuildAdmin(admin.ModelAdmin[models.KernelBuild]):
     list_display = ("pk", "sha", "arch", "status", "phase", "created")
     list_filter = ("status", "arch")
 
 
 @admin.register(models.Job)
-class JobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class JobAdmin(admin.ModelAdmin[models.Job]):
     list_display = ("pk", "submission", "side", "benchmark", "machine_class", "status", "attempt", "runner")
     list_filter = ("status", "machine_class")
 
 
 @admin.register(models.StatusChange)
-class StatusChangeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class StatusChangeAdmin(admin.ModelAdmin[models.StatusChange]):
     # History: read, never written here.
     list_display = ("at", "kind", "object_id", "source", "target", "actor", "why")
     list_filter = ("kind", "target")
@@ -44,7 +46,7 @@ class StatusChangeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(models.BuildMachine)
-class BuildMachineAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class BuildMachineAdmin(admin.ModelAdmin[models.BuildMachine]):
     # Tokens are made by `kperf-manage add_builder` and shown once; the hash is no use to read.
     list_display = ("name", "enabled", "hostname", "version", "last_seen", "created")
     exclude = ("token_hash",)
@@ -52,7 +54,7 @@ class BuildMachineAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(models.Runner)
-class RunnerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class RunnerAdmin(admin.ModelAdmin[models.Runner]):
     list_display = (
         "name",
         "machine_class",
@@ -91,7 +93,7 @@ class RunnerAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(models.RunnerEvent)
-class RunnerEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class RunnerEventAdmin(admin.ModelAdmin[models.RunnerEvent]):
     """A runner's history: calibrations, quarantines, releases; written by kperf, read here."""
 
     list_display = ("created", "runner", "kind", "result", "reason", "by", "note")
@@ -105,29 +107,47 @@ class RunnerEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(models.MachineClass)
-class MachineClassAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class MachineClassAdmin(admin.ModelAdmin[models.MachineClass]):
     list_display = ("name", "arch", "clock", "reference_build", "calibration_benchmark", "calibration_grid")
     raw_id_fields = ("reference_build",)
+
+
+@admin.register(models.ShapeBootSpread)
+class ShapeBootSpreadAdmin(admin.ModelAdmin[models.ShapeBootSpread]):
+    """Each machine shape's boot spread as the lab measured it (docs/statistics.md, "Each shape's own boot spread")."""
+
+    list_display = (
+        "metric", "machine_class", "profile", "vcpus", "numa_nodes", "benchmark", "grid", "sd", "dof", "boots",
+        "kernels", "measured",
+    )  # fmt: skip
+    list_filter = ("machine_class", "benchmark", "grid", "profile", "vcpus", "numa_nodes")
 
 
 admin.site.register(models.Tree)
 admin.site.register(models.MetricDef)
 
 
+@admin.register(models.HostSpeed)
+class HostSpeedAdmin(admin.ModelAdmin[models.HostSpeed]):
+    # What the fresh lab's first ETAs rest on (docs/eta.md, "A fresh lab"): the newest counts.
+    list_display = ("hostname", "probe_seconds", "python", "ccache_bytes", "measured")
+    ordering = ("-measured",)
+
+
 @admin.register(models.TrackedBranch)
-class TrackedBranchAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class TrackedBranchAdmin(admin.ModelAdmin[models.TrackedBranch]):
     list_display = ("pk", "branch", "tree", "enabled", "head_sha", "last_polled", "last_error")
     list_filter = ("enabled",)
 
 
 @admin.register(models.ChangePoint)
-class ChangePointAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ChangePointAdmin(admin.ModelAdmin[models.ChangePoint]):
     list_display = ("pk", "branch", "metric", "machine_class", "direction", "change_pct", "commit", "first_seen")
     list_filter = ("direction", "machine_class")
 
 
 @admin.register(models.Alert)
-class AlertAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class AlertAdmin(admin.ModelAdmin[models.Alert]):
     """The outbox: what was mailed, what waits and why."""
 
     list_display = ("pk", "kind", "subject", "status", "attempts", "last_error", "created", "sent")
@@ -135,12 +155,12 @@ class AlertAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     actions = ["retry"]
 
     @admin.action(description="Send again (back to pending, attempts reset)")
-    def retry(self, request: object, queryset: object) -> None:
-        queryset.update(status=models.Alert.Status.PENDING, attempts=0)  # type: ignore[attr-defined]
+    def retry(self, request: HttpRequest, queryset: QuerySet[models.Alert]) -> None:
+        queryset.update(status=models.Alert.Status.PENDING, attempts=0)
 
 
 @admin.register(models.InboundMail)
-class InboundMailAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class InboundMailAdmin(admin.ModelAdmin[models.InboundMail]):
     # What became of each reply to an alert (docs/triage.md, "By mail"): read-only, kperf writes it.
     list_display = ("received", "from_address", "outcome", "reason", "subject", "size")
     list_filter = ("outcome", "reason")
@@ -152,7 +172,7 @@ class InboundMailAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(models.PatchSeries)
-class PatchSeriesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class PatchSeriesAdmin(admin.ModelAdmin[models.PatchSeries]):
     # A submitted series as kperf read it (docs/submitting.md, "Patch series"): read-only, the mbox decides.
     list_display = ("submission", "subject", "author", "patch_count", "has_cover", "failed_patch", "apply_attempts")
     search_fields = ("subject", "author", "message_id")
@@ -163,7 +183,7 @@ class PatchSeriesAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(models.UnreadableMail)
-class UnreadableMailAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class UnreadableMailAdmin(admin.ModelAdmin[models.UnreadableMail]):
     # Mail the IMAP poll failed to read, with its count (given up after 3; docs/triage.md).
     list_display = ("key", "attempts", "error", "first", "last")
     readonly_fields = [f.name for f in models.UnreadableMail._meta.fields]
@@ -173,7 +193,7 @@ class UnreadableMailAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(models.RecipientAddress)
-class RecipientAddressAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class RecipientAddressAdmin(admin.ModelAdmin[models.RecipientAddress]):
     # Addresses users asked to have results mailed to (docs/submitting.md): deleting one withdraws it.
     list_display = ("address", "user", "requested", "expires", "confirmed")
     list_filter = (("confirmed", admin.EmptyFieldListFilter),)

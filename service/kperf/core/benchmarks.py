@@ -60,6 +60,38 @@ def grid_for(benchmark: str, grid: str, clock: str = "wall") -> tuple[int, dict[
     return bench.grids[grid].boots, registry.resolve_params(benchmark, grid, clock=clock)
 
 
+def runs(names: list[str], grids: list[str]) -> list[tuple[str, str]]:
+    """(benchmark, grid) for each benchmark and each of `grids` it has, in the order given: what a
+    submission measures, one comparison each. Unknown names raise BenchmarkChoiceError."""
+    return [(name, grid) for name in names for grid in grids if grid in registry.get_benchmark(name).grids]
+
+
+def submission_runs(sub: Submission) -> list[tuple[str, str]]:
+    return runs(list(sub.benchmarks), list(sub.grids))
+
+
+def check_grids(names: list[str], grids: list[str]) -> list[tuple[str, str]]:
+    """runs(), once every grid is one some benchmark of `names` has and every benchmark has one of
+    them; BenchmarkChoiceError saying which does not and what to choose otherwise."""
+    if not grids:
+        raise BenchmarkChoiceError(f"no grid given: choose from {', '.join(grid_names())}")
+    chosen = runs(names, grids)
+    for grid in grids:
+        if not any(g == grid for _, g in chosen):
+            have = sorted({g for name in names for g in registry.get_benchmark(name).grids})
+            raise BenchmarkChoiceError(
+                f"no grid {grid!r} in {', '.join(names)}: choose from {', '.join(have)} (docs/benchmarks.md, Grids)"
+            )
+    for name in names:
+        if not any(b == name for b, _ in chosen):
+            own = sorted(registry.get_benchmark(name).grids)
+            raise BenchmarkChoiceError(
+                f"benchmark {name!r} has none of the grids {', '.join(grids)}: add one of its own "
+                f"({', '.join(own)}) or leave it out"
+            )
+    return chosen
+
+
 def profile_refusal(benchmark: str, grid: str, profiles: list[str]) -> str | None:
     """Why a grid cannot run on kernels of these profiles (it needs memcg or swap they lack), or None."""
     needs = registry.get_benchmark(benchmark).grids[grid].needs
@@ -171,7 +203,7 @@ def describe() -> list[BenchmarkInfo]:
     return out
 
 
-def look_plan(sub: Submission, benchmark: str, clock: str) -> sequential.Plan:
+def look_plan(benchmark: str, grid: str, clock: str) -> sequential.Plan:
     """Looks at K, 2K, ... boots per side, up to the submission's budget.
 
     K is the grid's boots per side on the clock (benchmarks.boots_per_side);
@@ -179,7 +211,7 @@ def look_plan(sub: Submission, benchmark: str, clock: str) -> sequential.Plan:
     Alpha is spent over the looks (O'Brien-Fleming), so looking again after
     adding boots does not inflate false alarms.
     """
-    grid_boots, _ = grid_for(benchmark, sub.grid)
+    grid_boots, _ = grid_for(benchmark, grid)
     first = boots_per_side(grid_boots, clock)
     budget = max(first, first * settings.KPERF_BOOT_BUDGET_FACTOR)
     if budget == first:

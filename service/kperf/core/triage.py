@@ -27,7 +27,7 @@ from typing_extensions import TypedDict
 from kperf.core import access
 from kperf.core.models import ChangePoint, MetricComparison, Submission, Triage, TriageEvent
 
-log = logging.getLogger("kperf.triage")
+log = logging.getLogger(__name__)
 
 State = Triage.State
 Via = TriageEvent.Via
@@ -188,17 +188,22 @@ def open_for_submission(sub: Submission) -> Triage | None:
     )
     if not regressions:
         return None
+    with transaction.atomic():
+        row, created = Triage.objects.get_or_create(
+            submission=sub, defaults={"kind": Triage.Kind.SUBMISSION, "title": submission_title(sub, regressions)}
+        )
+        return _opened(row) if created else row
+
+
+def submission_title(sub: Submission, regressions: list[MetricComparison]) -> str:
+    """A submission's triage title: its refs and worst regressions, cut to the column (refs run to 255 each)."""
     worst = ", ".join(
         f"{m.metric} {m.change_pct:+.2f}%" if m.change_pct is not None else m.metric for m in regressions[:3]
     )
     more = f" and {len(regressions) - 3} more" if len(regressions) > 3 else ""
     n = len(regressions)
     title = f"#{sub.pk} {sub.head_ref} vs {sub.base_ref}: {n} regression{'s' if n != 1 else ''} ({worst}{more})"
-    with transaction.atomic():
-        row, created = Triage.objects.get_or_create(
-            submission=sub, defaults={"kind": Triage.Kind.SUBMISSION, "title": title[:300]}
-        )
-        return _opened(row) if created else row
+    return title[:300]
 
 
 def series_key(cp: ChangePoint) -> str:

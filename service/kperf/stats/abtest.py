@@ -47,8 +47,9 @@ variance 2 sd_build^2 on top of the boots' standard error, with
 Welch-Satterthwaite degrees of freedom for the sum. With no boot variance at
 all the test rests on the build component alone.
 
-Readings have a resolution. A benchmark that prints whole units (the page
-allocator's cycles per operation, 14-55 units on arm64's coarse counter)
+Readings have a resolution. A benchmark that prints whole units (the rows of
+the page allocator in mmtests' format, 14-55 cycles per block on arm64's coarse
+counter; kperf's own samples are its totals' quotients, with decimals)
 reports a level only to within half a unit, and when every iteration and
 boot of a side rounds alike, which under the instruction clock they do, that
 error is shared by the whole side: no number of boots shows it or removes it.
@@ -81,6 +82,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy import stats as sps
 
 from kperf.stats import dist
 
@@ -114,7 +116,8 @@ DEFAULT_MIN_EFFECT_PCT: dict[str, float] = {"instructions": 0.5, "wall": 3.0}
 # threshold on every profile and architecture it measured, the between-build
 # and phase parts included (docs/statistics.md, "The practical threshold per
 # benchmark"). The page allocator keeps the clock's for its readings' resolution:
-# below 0.5% most of its metrics could only be called inconclusive.
+# below 0.5% most of its metrics could only be called inconclusive (measured
+# with whole-cycle readings, before the module printed its totals).
 # So does aim9: nothing false was flagged at 0.25% either, but its interval
 # at two boots a side is about +-0.25% wide, so at 0.25% an unchanged
 # metric could not be called unchanged at the first look, and every aim9
@@ -185,10 +188,10 @@ class MetricResult:
     base_samples: int
     head_samples: int
     min_effect_pct: float
-    note: str = ""
+    notes: list[str] = field(default_factory=list)  # one sentence each, apart: no column's width can cut them
     extra: dict[str, float] = field(default_factory=dict)
     # q < alpha, whatever the size: a significant change below min_effect_pct is shown as a
-    # change (and in the note) but its verdict is no-change or inconclusive.
+    # change (and in the notes) but its verdict is no-change or inconclusive.
     significant: bool = False
 
 
@@ -464,14 +467,14 @@ def compare_with_test(inp: MetricInput, alpha: float = 0.05) -> tuple[MetricResu
         min_effect_pct=inp.min_effect_pct,
     )
     if not base or not head:
-        result.note = "no samples on one side"
+        result.notes = ["no samples on one side"]
         return result, None
     log_all = all(v > 0 for b in (*base, *head) for v in b)
     base_means = boot_summaries(base, log_all)
     head_means = boot_summaries(head, log_all)
     diff = float(np.mean(head_means) - np.mean(base_means))
     level = float(np.exp(np.mean(base_means))) if log_all else float(np.mean(base_means))
-    notes = []
+    notes: list[str] = []
     if log_all:
         result.change_pct = _signed_change(math.exp(diff), inp.higher_is_better)
     elif level != 0.0:
@@ -482,7 +485,7 @@ def compare_with_test(inp: MetricInput, alpha: float = 0.05) -> tuple[MetricResu
         notes.append("base mean is 0: the change has no percentage")
     test = boot_test(base, head, inp.noise, inp.build_noise)
     if test is None:
-        result.note = "needs at least 2 boots per side to estimate between-boot noise"
+        result.notes = ["needs at least 2 boots per side to estimate between-boot noise"]
         return result, None
     result.p_value = test.p_value()
     if any(test.set_aside):
@@ -501,7 +504,7 @@ def compare_with_test(inp: MetricInput, alpha: float = 0.05) -> tuple[MetricResu
         if lo is not None and hi is not None:
             result.ci_low_pct, result.ci_high_pct = sorted((lo, hi))
     notes.extend(_test_extras(result, test, inp.noise, dist.t_ppf(1.0 - alpha / 2.0, test.dof)))
-    result.note = "; ".join(notes)
+    result.notes = notes
     return result, test
 
 
@@ -536,16 +539,11 @@ def _test_extras(result: MetricResult, test: BootTest, noise: NoisePrior | None,
 
 
 def benjamini_hochberg(p_values: Sequence[float]) -> list[float]:
-    """q-values controlling the false discovery rate across one comparison."""
-    n = len(p_values)
-    if n == 0:
+    """q-values controlling the false discovery rate across one comparison (scipy's
+    Benjamini-Hochberg adjustment)."""
+    if not p_values:
         return []
-    order = np.argsort(p_values)
-    ranked = np.array(p_values, dtype=float)[order] * n / np.arange(1, n + 1)
-    q_sorted = np.minimum.accumulate(ranked[::-1])[::-1]
-    q = np.empty(n)
-    q[order] = np.minimum(q_sorted, 1.0)
-    return [float(x) for x in q]
+    return [float(q) for q in sps.false_discovery_control(np.asarray(p_values, dtype=float), method="bh")]
 
 
 # Relative slack when comparing a change with the threshold: a deterministic -1% read back through
@@ -582,8 +580,8 @@ def decide(r: MetricResult, alpha: float) -> None:
             )
         else:
             below = f"significant {size} change, below the {m:g}% practical threshold"
-        if below not in r.note:  # deciding again (a later look) does not repeat it
-            r.note = f"{below}; {r.note}" if r.note else below
+        if below not in r.notes:  # deciding again (a later look) does not repeat it
+            r.notes.insert(0, below)
     # lo == hi == 0: both sides identical and nothing varies, a no-change even with no threshold.
     inside = -m < lo and hi < m
     r.verdict = Verdict.NO_CHANGE if inside or lo == hi == 0.0 else Verdict.INCONCLUSIVE

@@ -30,6 +30,7 @@ import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from kperf.stats.abtest import Boots, NoisePrior
@@ -58,6 +59,44 @@ def spread_of_runs(runs: Mapping[str, Mapping[str, Boots]]) -> dict[str, NoisePr
         noise = between_build_noise([group])
         if noise.boot_dof > 0 and math.isfinite(noise.boot_sd) and noise.boot_sd > _ZERO:
             out[metric] = NoisePrior(noise.boot_sd, noise.boot_dof)
+    return out
+
+
+@dataclass(frozen=True)
+class Spread:
+    """One metric's measured boot spread: the pooled sd of a boot summary around its kernel's level
+    (log scale for positive values), its degrees of freedom (boots - kernels, over the kernels with
+    at least two boots), and how many boots and kernels those are. sd 0: the boots repeated."""
+
+    sd: float
+    dof: float
+    boots: int
+    kernels: int
+
+    def prior(self) -> NoisePrior | None:
+        """The boot-noise prior for the A/B test; None where the boots repeated (a prior of 0 adds
+        nothing to boots that agree and is dropped by boots that do not) or nothing was measured."""
+        if self.dof <= 0 or not math.isfinite(self.sd) or self.sd <= _ZERO:
+            return None
+        return NoisePrior(self.sd, self.dof)
+
+
+def measured_spread(runs: Mapping[str, Mapping[str, Boots]]) -> dict[str, Spread]:
+    """Per metric, the spread of boot summaries around their kernel's level over `runs` (kernel ->
+    metric -> boots of iterations), zero spreads included: a lab measuring its own shapes must know
+    a metric was measured and repeated, not only where it moved. Metrics no kernel has two boots
+    of are left out."""
+    metrics = sorted({m for per in runs.values() for m in per})
+    out: dict[str, Spread] = {}
+    for metric in metrics:
+        group = [per[metric] for per in runs.values() if metric in per]
+        noise = between_build_noise([group])
+        if noise.boot_dof <= 0 or not math.isfinite(noise.boot_sd):
+            continue
+        sizes = [len([b for b in boots if b]) for boots in group]
+        several = [n for n in sizes if n >= 2]
+        sd = noise.boot_sd if noise.boot_sd > _ZERO else 0.0
+        out[metric] = Spread(sd, noise.boot_dof, sum(several), len(several))
     return out
 
 
@@ -127,3 +166,9 @@ def project_spread(arch: str, profile: str, benchmark: str) -> dict[str, NoisePr
     """The project's measured boot spread per metric for a benchmark on an architecture and
     profile; empty where the bench has not measured that combination."""
     return dict(_project_table().get(f"{arch}/{profile}", {}).get(benchmark, {}))
+
+
+def measured_shape(arch: str, profile: str, benchmark: str) -> bool:
+    """Whether the project's phase bench measured this benchmark on this architecture and profile
+    (its metrics missing from project_spread then repeated exactly)."""
+    return benchmark in _project_table().get(f"{arch}/{profile}", {})

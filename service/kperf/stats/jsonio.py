@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from kperf.stats import boot_spread
 from kperf.stats.abtest import CLOCKS, MetricInput, MetricResult, NoisePrior, compare_metrics, min_effect_for_clock
+from kperf.stats.builds import measured_build_prior
 from kperf.stats.changepoints import DEFAULT_THRESHOLD, drift_window, series_change_points
 from kperf.stats.summary import summary_rows
 
@@ -71,20 +74,93 @@ def _clock(name: str, spec: Mapping[str, Any], default: str | None) -> str | Non
     return clock if isinstance(clock, str) else None
 
 
-def parse_compare(doc: Any) -> tuple[dict[str, MetricInput], float]:
+@dataclass(frozen=True)
+class Shape:
+    """What the samples of a compare document were measured on (its top-level "shape"): which
+    priors the project measured apply to them."""
+
+    benchmark: str = ""
+    arch: str = ""
+    profile: str = ""
+    vcpus: int = 0
+    numa_nodes: int = 0
+    grid: str = ""
+
+    def bench_measured(self) -> bool:
+        """Whether the project's phase bench measured this shape: its architecture, profile and
+        benchmark, the quick grid, one vCPU (0: the runner's default, one) and no NUMA nodes."""
+        return (
+            self.grid == PHASE_BENCH_GRID
+            and self.vcpus <= 1
+            and self.numa_nodes == 0
+            and boot_spread.measured_shape(self.arch, self.profile, self.benchmark)
+        )
+
+
+# The grid bench/build_noise.py boots (as kperf.core.submissions.priors.BENCH_GRID).
+PHASE_BENCH_GRID = "quick"
+SHAPE_TEXT = ("benchmark", "arch", "profile", "grid")
+SHAPE_COUNTS = ("vcpus", "numa_nodes")
+# What a metric's interval rests on when no boot spread is known for its shape (instruction clock).
+BOOTS_ALONE = (
+    'interval from boots alone: no boot spread known for this shape (give the metric a "noise", '
+    'or a "shape" the phase bench measured: docs/statistics.md, "Each shape\'s own boot spread")'
+)
+
+
+def parse_shape(doc: Any, benchmark: str | None = None) -> Shape:
+    """The document's optional top-level "shape" object; `benchmark` (kperf compare --benchmark)
+    overrides its benchmark."""
+    top = doc if isinstance(doc, dict) else {}
+    raw = top.get("shape", {})
+    if not isinstance(raw, dict):
+        raise FormatError(
+            '\'shape\' must be an object: {"benchmark": ..., "arch": ..., "profile": ..., '
+            '"vcpus": ..., "numa_nodes": ..., "grid": ...}'
+        )
+    unknown = sorted(set(raw) - set(SHAPE_TEXT) - set(SHAPE_COUNTS))
+    if unknown:
+        raise FormatError(f"shape: unknown field(s) {', '.join(unknown)}: use {', '.join(SHAPE_TEXT + SHAPE_COUNTS)}")
+    for key in SHAPE_TEXT:
+        if not isinstance(raw.get(key, ""), str):
+            raise FormatError(f"shape.{key} must be a string")
+    for key in SHAPE_COUNTS:
+        value = raw.get(key, 0)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise FormatError(f"shape.{key} must be a whole number >= 0")
+    text = {key: str(raw.get(key, "")) for key in SHAPE_TEXT}
+    if benchmark:
+        text["benchmark"] = benchmark
+    return Shape(vcpus=int(raw.get("vcpus", 0)), numa_nodes=int(raw.get("numa_nodes", 0)), **text)
+
+
+def parse_compare(doc: Any, benchmark: str | None = None) -> tuple[dict[str, MetricInput], float]:
     """MetricInputs and alpha from a compare document.
 
     Per metric: higher_is_better (required), base, head, and optionally
     min_effect_pct, clock ("instructions" or "wall": picks the default
     min_effect_pct), noise {"sd": ..., "dof": ...} (one boot summary's noise)
     and build_noise {"sd": ..., "dof": ...} (the between-build component).
-    Top level: optional alpha and clock.
+    Top level: optional alpha, clock and shape (parse_shape).
+
+    Base and head are one build each, so a metric without a build_noise, whose readings are all
+    above 0, gets the between-build part the project measured for the shape's benchmark (the
+    largest it measured for any, with none named): two builds whose boots agree exactly still
+    differ by what builds differ by. A
+    metric without a noise gets the phase bench's boot spread where the shape is one it measured.
     """
     top = doc if isinstance(doc, dict) else {}
     alpha = _number("(top level)", top, "alpha", 0.05)
     if not 0.0 < alpha < 1.0:
         raise FormatError("alpha must be between 0 and 1")
     top_clock = _clock("(top level)", top, None)
+    shape = parse_shape(doc, benchmark)
+    spread = boot_spread.project_spread(shape.arch, shape.profile, shape.benchmark) if shape.bench_measured() else {}
+    build = measured_build_prior(shape.benchmark)
+
+    def build_if(relative: bool) -> NoisePrior | None:
+        return build if relative else None
+
     inputs: dict[str, MetricInput] = {}
     for name, spec in _metrics(doc).items():
         if not isinstance(spec, dict):
@@ -96,15 +172,36 @@ def parse_compare(doc: Any) -> tuple[dict[str, MetricInput], float]:
         floor = _number(name, spec, "min_effect_pct", min_effect_for_clock(clock or "wall"))
         if floor < 0.0:
             raise FormatError(f"metric {name!r}: 'min_effect_pct' must be >= 0")
+        base, head = _boots(name, "base", spec.get("base")), _boots(name, "head", spec.get("head"))
+        # The measured part is relative (on the log scale): it means nothing to readings at or below 0.
+        relative = all(v > 0 for boot in (*base, *head) for v in boot)
         inputs[name] = MetricInput(
-            base=_boots(name, "base", spec.get("base")),
-            head=_boots(name, "head", spec.get("head")),
+            base=base,
+            head=head,
             higher_is_better=hib,
             min_effect_pct=floor,
-            noise=_prior(name, spec, "noise"),
-            build_noise=_prior(name, spec, "build_noise"),
+            noise=_prior(name, spec, "noise") or spread.get(name),
+            build_noise=_prior(name, spec, "build_noise")
+            if spec.get("build_noise") is not None
+            else build_if(relative),
         )
     return inputs, alpha
+
+
+def boots_alone(doc: Any, benchmark: str | None = None) -> list[str]:
+    """The instruction-clock metrics of a compare document whose intervals rest on their boots
+    alone: no noise given, and a shape the phase bench has not measured."""
+    top = doc if isinstance(doc, dict) else {}
+    shape = parse_shape(doc, benchmark)
+    measured = shape.bench_measured()
+    return [
+        name
+        for name, spec in _metrics(doc).items()
+        if isinstance(spec, dict)
+        and spec.get("clock", top.get("clock")) == "instructions"
+        and spec.get("noise") is None
+        and not measured
+    ]
 
 
 def _clean(x: float | None) -> float | None:
@@ -132,7 +229,9 @@ def result_json(inp: MetricInput, r: MetricResult) -> dict[str, Any]:
             if inp.build_noise is not None
             else None
         ),
-        "note": r.note,
+        "noise": {"sd": inp.noise.sd, "dof": inp.noise.dof} if inp.noise is not None else None,
+        "note": "; ".join(r.notes),
+        "notes": list(r.notes),
         "summary": [
             {
                 "row": row.label,
@@ -146,9 +245,13 @@ def result_json(inp: MetricInput, r: MetricResult) -> dict[str, Any]:
     }
 
 
-def run_compare(doc: Any) -> tuple[dict[str, MetricInput], dict[str, MetricResult], dict[str, Any]]:
-    inputs, alpha = parse_compare(doc)
+def run_compare(
+    doc: Any, benchmark: str | None = None
+) -> tuple[dict[str, MetricInput], dict[str, MetricResult], dict[str, Any]]:
+    inputs, alpha = parse_compare(doc, benchmark)
     results = compare_metrics(inputs, alpha=alpha)
+    for name in boots_alone(doc, benchmark):
+        results[name].notes.append(BOOTS_ALONE)
     out = {"alpha": alpha, "metrics": {name: result_json(inputs[name], results[name]) for name in inputs}}
     return inputs, results, out
 

@@ -238,7 +238,7 @@ def sequential_look(metrics: Mapping[str, MetricInput], look: int, plan: Plan) -
         if test is not None and not _boots_can_decide(test, r, metrics[name].higher_is_better, plan):
             span = test.to_pct(test.fixed_half(plan.boundary(len(plan.looks))), True)
             r.extra["boots_cannot_decide"] = 1.0
-            r.note = (r.note + "; " if r.note else "") + (
+            r.notes.append(
                 f"more boots cannot decide it: the builds' and the readings' rounding part alone spans "
                 f"+-{span:.2g}%, against the {r.min_effect_pct:g}% threshold"
             )
@@ -247,7 +247,7 @@ def sequential_look(metrics: Mapping[str, MetricInput], look: int, plan: Plan) -
     last = look == len(plan.looks)
     for r in results.values():
         if r.verdict is Verdict.INCONCLUSIVE and "boots_cannot_decide" not in r.extra:
-            r.note = (r.note + "; " if r.note else "") + (
+            r.notes.append(
                 f"budget of {plan.looks[-1]} boots per side spent" if last else f"look {look} of {len(plan.looks)}"
             )
     have = min((min(r.base_boots, r.head_boots) for r in results.values()), default=0)

@@ -283,8 +283,11 @@ def verdict_lines(name: str, r: MetricResult | Mapping[str, Any], width: int = T
         f"  boots {get('base_boots')}/{get('head_boots')}, iterations {get('base_samples')}/{get('head_samples')},"
         f" min effect {get('min_effect_pct'):g}%"
     )
-    if get("note"):
-        second += f"; {get('note')}"
+    # A result's or the API's notes; a server from before notes were a list sends `note` alone.
+    notes = get("notes")
+    note = "; ".join(notes) if notes is not None else get("note")
+    if note:
+        second += f"; {note}"
     out = [first if len(first) <= width else first[: width - 1] + "~"]
     # Wrap the detail line at a word boundary so the table stays paste-able.
     while len(second) > width:

@@ -3,7 +3,10 @@
 git am needs a work tree, and the mirror is bare and shared by every
 worker: the series is applied in a scratch repository that borrows the
 mirror's objects (alternates), and only the resulting commits are fetched
-back, under refs/kperf/series/<submission id>. Branches and tags of the
+back, under refs/kperf/users/<owner id>/series/<submission id>: the
+mirror is shared by every submitter of the tree, and a series is its
+submitter's alone, so it lives in a namespace of theirs that no one else's
+submission resolves (gitops.Reader, `reader`). Branches and tags of the
 mirror are never touched, and a fetch from the tree leaves those refs alone
 (kperf.core.builds.gitops.KPERF_REFS).
 
@@ -11,8 +14,11 @@ The committer and the dates are fixed (a patch without a Date: header gets
 the series' date, kperf.core.builds.patch_series), so the same mbox on the same base
 gives the same sha anywhere: a build machine whose mirror lacks the commits
 makes them again from the stored mbox (`restore`) and gets the sha the
-submission names. For the same reason refs/kperf/series/<id> is never
-moved once it exists: a build or a submission may name its sha.
+submission names. For the same reason a series ref is never moved once it
+exists: a build or a submission may name its sha. Series applied before
+the namespaces were under refs/kperf/series/<submission id>; their own
+re-apply still finds them there (`legacy_series_ref`), and only their
+owner may give their sha.
 
 The scratch work tree holds only the files the series touches (a sparse
 checkout of the paths its diffs name): a kernel checkout is a gigabyte and
@@ -43,7 +49,7 @@ from django.conf import settings
 from kperf.core.builds import artifacts, gitops, patch_series
 from kperf.core.models import KernelBuild, PatchSeries, Submission
 
-log = logging.getLogger("kperf.series")
+log = logging.getLogger(__name__)
 
 # Who commits an applied series. Fixed (not the operator's settings) so
 # every machine makes the same commits, and free of any user's git
@@ -68,8 +74,30 @@ class SeriesApplyError(Exception):
         )
 
 
-def series_ref(sub_id: int) -> str:
+def series_namespace(owner_id: int) -> str:
+    """The refs of one user's applied series, in every mirror (only they may name or reach them)."""
+    return f"{gitops.KPERF_REFS}users/{owner_id}/series/"
+
+
+def series_ref(owner_id: int, sub_id: int) -> str:
+    return f"{series_namespace(owner_id)}{sub_id}"
+
+
+def legacy_series_ref(sub_id: int) -> str:
+    """Where a series applied before the per-user namespaces is: read for its own re-apply, named by no one.
+
+    Not refs/kperf/series/<owner>/…: that would clash with these refs
+    (refs/kperf/series/7 cannot also be a directory of refs)."""
     return f"{gitops.KPERF_REFS}series/{sub_id}"
+
+
+def reader(owner_id: int, tree_id: int) -> gitops.Reader:
+    """What the user may read in the tree's mirror besides its branches and tags: their own series."""
+    legacy = Submission.objects.filter(owner_id=owner_id, tree_id=tree_id, kind=Submission.Kind.SERIES)
+    return gitops.Reader(
+        namespace=series_namespace(owner_id),
+        reaching=tuple(legacy_series_ref(pk) for pk in legacy.order_by("pk").values_list("pk", flat=True)),
+    )
 
 
 def scratch_root() -> Path:
@@ -109,10 +137,8 @@ def sweep_scratch(max_age: float | None = None) -> int:
 
 
 def _ref_sha(mirror: Path, ref: str) -> str:
-    try:
-        return gitops.run_git(["-C", str(mirror), "rev-parse", "--verify", "--quiet", ref], timeout=60).strip()
-    except gitops.GitError:
-        return ""
+    # That ref exactly: git's guesses would also read the tree's branch refs/heads/<ref>.
+    return gitops.exact_ref(mirror, ref)
 
 
 def am(mirror: Path, base_sha: str, base_name: str, parsed: patch_series.Series, ref: str) -> str:
@@ -263,13 +289,17 @@ def apply(sub: Submission) -> str:
     ps = PatchSeries.objects.get(submission=sub)
     parsed = _parse_stored(ps)
     base_name = f"{sub.base_ref} ({sub.base_sha[:12]})"
-    mirror, ref = sub.tree.mirror_path, series_ref(sub.pk)
-    existing = _ref_sha(mirror, ref)
-    if existing and _is_applied(mirror, sub.base_sha, existing, len(parsed.patches)):
-        # An earlier attempt applied it and stopped before the submission
-        # moved on: its commits are the series' (the apply is deterministic).
-        log.info("submission %s: series already applied on %s: %s", sub.pk, base_name, existing[:12])
-        return existing
+    mirror, ref = sub.tree.mirror_path, series_ref(sub.owner_id, sub.pk)
+    # A series applied before the per-user namespaces only has the old name.
+    for name in (ref, legacy_series_ref(sub.pk)):
+        existing = _ref_sha(mirror, name)
+        if existing and _is_applied(mirror, sub.base_sha, existing, len(parsed.patches)):
+            # An earlier attempt applied it and stopped before the submission
+            # moved on: its commits are the series' (the apply is deterministic).
+            log.info("submission %s: series already applied on %s: %s", sub.pk, base_name, existing[:12])
+            return existing
+        if existing:
+            break  # the current name names something else: am() refuses to move it
     sha = am(mirror, sub.base_sha, base_name, parsed, ref)
     log.info("submission %s: %d patches applied on %s: %s", sub.pk, len(parsed.patches), base_name, sha[:12])
     return sha
@@ -300,7 +330,7 @@ def restore(build: KernelBuild) -> bool:
     gitops.ensure_commit(build.tree.url, mirror, sub.base_sha, timeout=settings.KPERF_GIT_TIMEOUT)
     try:
         parsed = _parse_stored(sub.series)
-        sha = am(mirror, sub.base_sha, sub.base_ref, parsed, series_ref(sub.pk))
+        sha = am(mirror, sub.base_sha, sub.base_ref, parsed, series_ref(sub.owner_id, sub.pk))
     except (SeriesApplyError, patch_series.SeriesError, artifacts.ArtifactUnavailable) as e:
         raise gitops.GitError(f"the series of submission {sub.pk} could not be applied again: {e}") from e
     if sha != build.sha:

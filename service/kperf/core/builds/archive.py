@@ -31,7 +31,7 @@ from django.utils import timezone
 from kperf.core.builds import artifacts
 from kperf.core.models import BootRecord, Job, KernelBuild
 
-log = logging.getLogger("kperf.archive")
+log = logging.getLogger(__name__)
 
 
 def _text(row: models.Model, column: str, what: str) -> str:
@@ -68,7 +68,7 @@ class Report:
 
 def _move(model: type[models.Model], pk: int, column: str, kind: str, report: Report, dry_run: bool) -> None:
     archive_column = f"{column}_archive"
-    text = model.objects.filter(pk=pk).values_list(column, flat=True).first()  # type: ignore[attr-defined]
+    text = model._default_manager.filter(pk=pk).values_list(column, flat=True).first()
     if not text:
         report.skipped += 1
         return
@@ -83,13 +83,13 @@ def _move(model: type[models.Model], pk: int, column: str, kind: str, report: Re
     key = f"archive/{kind}/{pk}/{column}-{digest[:16]}.txt"
     meta = artifacts.put_bytes(key, data)
     with transaction.atomic():
-        row = model.objects.select_for_update().filter(pk=pk).values(column, archive_column).first()  # type: ignore[attr-defined]
+        row = model._default_manager.select_for_update().filter(pk=pk).values(column, archive_column).first()
         if row is None or row[archive_column] or hashlib.sha256(str(row[column]).encode()).hexdigest() != digest:
             # Deleted, archived meanwhile, or the text changed: the row is
             # left alone. The object stays: another run may point at the same key.
             report.skipped += 1
             return
-        model.objects.filter(pk=pk).update(**{column: "", archive_column: meta})  # type: ignore[attr-defined]
+        model._default_manager.filter(pk=pk).update(**{column: "", archive_column: meta})
     report.moved += 1
     report.bytes += len(data)
 

@@ -30,7 +30,7 @@ from kperf.storage_settings import ARTIFACTS
 
 _CHUNK = 1 << 20
 
-log = logging.getLogger("kperf.artifacts")
+log = logging.getLogger(__name__)
 
 
 class ArtifactUnavailable(Exception):

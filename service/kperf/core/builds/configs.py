@@ -20,7 +20,7 @@ from kperf.core.builds import artifacts
 from kperf.core.models import KernelBuild, Submission, SubmissionBuild
 from kperf_kbuild.kconfig import parse_fragment, release_neutral
 
-log = logging.getLogger("kperf.configs")
+log = logging.getLogger(__name__)
 
 
 class OptionDifference(TypedDict):

@@ -45,6 +45,10 @@ class GitError(RuntimeError):
     """git itself failed (network, missing ref, corrupt mirror)."""
 
 
+class AmbiguousSha(GitError):
+    """An abbreviated sha that names more than one commit the reader may read; the message says to give more."""
+
+
 class FetchError(GitError):
     """A tree could not be fetched; the message, a whole sentence naming the URL, is for the submitter."""
 
@@ -69,7 +73,7 @@ class TreeUnreachable(FetchError):
         self.url = url
 
 
-log = logging.getLogger("kperf.gitops")
+log = logging.getLogger(__name__)
 
 
 def _kinds(policy: TreePolicy) -> str:
@@ -246,12 +250,16 @@ def _git_env() -> dict[str, str]:
 
 
 def run_git(
-    args: list[str], cwd: Path | None = None, timeout: int = 1800, extra_env: dict[str, str] | None = None
+    args: list[str],
+    cwd: Path | None = None,
+    timeout: int = 1800,
+    extra_env: dict[str, str] | None = None,
+    input: str | None = None,
 ) -> str:
     env = _git_env() | (extra_env or {})
     try:
         proc = subprocess.run(
-            ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+            ["git", *args], cwd=cwd, env=env, input=input, capture_output=True, text=True, timeout=timeout, check=False
         )
     except FileNotFoundError:
         raise GitError("git is not installed on this server: apt-get install git") from None
@@ -429,19 +437,125 @@ def ensure_commit(url: str, mirror: Path, sha: str, timeout: int = 1800, policy:
         raise GitError(f"commit {sha} is not in {url}")
 
 
-def resolve_ref(mirror: Path, ref: str) -> str:
-    """The commit sha a branch, tag or sha names in the mirror; GitError if it names none."""
-    for candidate in (f"refs/heads/{ref}", f"refs/tags/{ref}", ref):
-        try:
-            out = run_git(
-                ["-C", str(mirror), "rev-parse", "--verify", "--quiet", "--end-of-options", candidate + "^{commit}"],
-                timeout=60,
-            ).strip()
-        except GitError:
-            continue
-        if SHA_RE.match(out):
-            return out
+# What everyone may name in a tree: its published branches and tags.
+PUBLISHED_REFS = ("refs/heads/", "refs/tags/")
+# An abbreviated sha, as `git rev-parse --short` prints it (git needs at least 4 digits).
+_ABBREV_RE = re.compile(r"^[0-9a-fA-F]{4,40}$")
+
+
+@dataclass(frozen=True)
+class Reader:
+    """What one submitter may read in a tree's mirror besides its published branches and tags.
+
+    A mirror is shared by every submitter of a tree URL and also holds the
+    patch series kperf applied for each of them: `namespace` is the ref
+    prefix of this submitter's own series (ending in '/'), which they may
+    name and reach; `reaching` are single refs of theirs whose commits they
+    may give by sha but not name (series applied under an older name).
+    """
+
+    namespace: str = ""
+    reaching: tuple[str, ...] = ()
+
+
+# Everyone, and no one's series: the tree as its server publishes it.
+PUBLIC = Reader()
+
+
+def resolve_ref(mirror: Path, ref: str, reader: Reader = PUBLIC) -> str:
+    """The commit sha that `ref` names in the mirror for `reader`; GitError if it names none they may read.
+
+    A name is a branch or tag (short, or as refs/heads/X, refs/tags/X), a
+    ref of the reader's own namespace, or a sha of 4 to 40 hex digits of a
+    commit that one of those reaches. Nothing else is handed to git's own
+    name resolution, which would also read refs/X, refs/remotes/X,
+    FETCH_HEAD and describe-like names ("x-g<sha>"), and so another
+    submitter's series; and a sha is looked up only among readable commits,
+    so whether a private one exists changes no answer.
+    """
+    if ref.startswith("refs/"):
+        allowed = (*PUBLISHED_REFS, reader.namespace) if reader.namespace else PUBLISHED_REFS
+        names = [ref] if ref.startswith(allowed) else []
+    elif ref == "HEAD":
+        # The tree's default branch, as the clone recorded it.
+        names = [head for head in [_symbolic_head(mirror)] if head.startswith(PUBLISHED_REFS[0])]
+    else:
+        names = [f"{prefix}{ref}" for prefix in PUBLISHED_REFS]
+    for name in names:
+        sha = exact_ref(mirror, name)
+        if sha:
+            return sha
+    if not ref.startswith("refs/") and _ABBREV_RE.match(ref):
+        sha = _readable_commit(mirror, ref.lower(), reader)
+        if sha:
+            return sha
     raise GitError(f"{ref!r} is not a branch, tag or commit in the tree")
+
+
+def _symbolic_head(mirror: Path) -> str:
+    try:
+        return run_git(["-C", str(mirror), "symbolic-ref", "--quiet", "HEAD"], timeout=60).strip()
+    except GitError:
+        return ""
+
+
+def exact_ref(mirror: Path, name: str) -> str:
+    """The commit the ref called exactly `name` points at (peeled), or ""."""
+    try:
+        # --verify: the whole name, not git's guesses from it.
+        run_git(["-C", str(mirror), "show-ref", "--verify", "--quiet", "--", name], timeout=60)
+        out = run_git(
+            ["-C", str(mirror), "rev-parse", "--verify", "--quiet", "--end-of-options", name + "^{commit}"],
+            timeout=60,
+        ).strip()
+    except GitError:
+        return ""
+    return out if SHA_RE.match(out) else ""
+
+
+def _readable_commit(mirror: Path, prefix: str, reader: Reader) -> str:
+    """The one commit starting with `prefix` that a published ref or the reader's own reaches; "" if none.
+
+    Several readable ones are AmbiguousSha (give more digits); unreadable
+    objects with the same prefix are not counted, so they are not told.
+    """
+    if len(prefix) == 40:
+        candidates = [prefix]
+    else:
+        try:
+            out = run_git(["-C", str(mirror), "rev-parse", f"--disambiguate={prefix}"], timeout=120)
+        except GitError:
+            return ""
+        candidates = out.split()
+    if not candidates:
+        return ""
+    types = run_git(
+        ["-C", str(mirror), "cat-file", "--batch-check=%(objectname) %(objecttype)"],
+        timeout=120,
+        input="".join(f"{c}\n" for c in candidates),
+    )
+    commits = [line.split()[0] for line in types.splitlines() if line.endswith(" commit")]
+    readable = _readable_tips(mirror, reader)
+    found: list[str] = []
+    for sha in commits:
+        # Nothing printed: every commit `sha` reaches is reached by a readable ref, so it is one itself.
+        if not run_git(["-C", str(mirror), "rev-list", "-n1", sha, "--not", *readable, "--"], timeout=600).strip():
+            found.append(sha)
+            if len(found) > 1:
+                raise AmbiguousSha(f"the abbreviated sha {prefix!r} names more than one commit: give more digits")
+    return found[0] if found else ""
+
+
+def _readable_tips(mirror: Path, reader: Reader) -> list[str]:
+    """rev-list's arguments for every ref `reader` may read from."""
+    tips = ["--branches", "--tags"]
+    if reader.namespace:
+        tips.append(f"--glob={reader.namespace}*")
+    if reader.reaching:
+        out = run_git(["-C", str(mirror), "for-each-ref", "--format=%(refname)", "--", *reader.reaching], timeout=120)
+        # for-each-ref matches by prefix: only the refs named, and only those that exist (rev-list refuses others).
+        tips += sorted(set(out.split()) & set(reader.reaching))
+    return tips
 
 
 def is_ancestor(mirror: Path, older: str, newer: str) -> bool:

@@ -28,11 +28,11 @@ from django.utils import timezone
 from typing_extensions import TypedDict
 
 from kperf.core.builds import artifacts, queue
-from kperf.core.lab.leases import ProtocolError
+from kperf.core.lab.uploads import ProtocolError
 from kperf.core.models import BuildMachine, KernelBuild
 from kperf.core.models.accounts import hash_token
 
-log = logging.getLogger("kperf.builds")
+log = logging.getLogger(__name__)
 
 _B = KernelBuild.Status
 

@@ -35,7 +35,7 @@ from kperf.core.models import KernelBuild, Tree
 from kperf_kbuild.driver import DEFAULT_PROFILE, BuildInfraError, BuildRequest, build_kernel
 from kperf_kbuild.sandbox import Sandbox
 
-log = logging.getLogger("kperf.builds")
+log = logging.getLogger(__name__)
 
 _B = KernelBuild.Status
 

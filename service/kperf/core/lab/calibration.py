@@ -28,7 +28,7 @@ from kperf.core.lab import runner_health
 from kperf.core.lifecycle import states
 from kperf.core.models import Job, KernelBuild, Runner, RunnerEvent, Sample
 
-log = logging.getLogger("kperf.lab")
+log = logging.getLogger(__name__)
 
 # MAD -> standard deviation for normal data: the noise is then in the units
 # K means (K standard deviations), and reads like the noise elsewhere in kperf.

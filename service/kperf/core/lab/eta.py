@@ -21,8 +21,19 @@ from django.utils import timezone
 from typing_extensions import TypedDict
 
 from kperf.core import benchmarks
+from kperf.core.lab import eta_cold, host_speed
 from kperf.core.lab.claim_order import claim_key
-from kperf.core.lab.eta_model import RECENT, Estimate, History, Situation, Unknown, Work, estimate, sentence
+from kperf.core.lab.eta_model import (
+    RECENT,
+    Estimate,
+    History,
+    Prior,
+    Situation,
+    Unknown,
+    Work,
+    estimate,
+    sentence,
+)
 from kperf.core.lab.waiting import SILENT_AFTER
 from kperf.core.models import Job, KernelBuild, MachineClass, Runner, StatusChange, Submission
 
@@ -52,9 +63,10 @@ def _seconds(ran_from: datetime | None, done_at: datetime | None, started: datet
     return (finished - started).total_seconds()
 
 
-def history(classes: list[int]) -> History:
-    """Recent durations of finished builds and of finished jobs on `classes`, oldest first."""
-    hist = History()
+def history(classes: list[int], prior: Prior | None = None) -> History:
+    """Recent durations of finished builds and of finished jobs on `classes`, oldest first;
+    `prior` (the host's speed) for what none was measured of."""
+    hist = History(prior=prior)
     job_ran, build_ran = _timeline("Job", Job.Status.LEASED), _timeline("KernelBuild", KernelBuild.Status.BUILDING)
     jobs = (
         Job.objects.filter(
@@ -114,6 +126,21 @@ class _Builds(NamedTuple):
     mine_kinds: list[str]
     ahead: list[float | None]  # others' builds before them
     workers: int
+    # The kinds of the builds ahead, read only before any build was measured
+    # (eta_model.Situation.ahead_kinds); empty once one was.
+    ahead_kinds: list[str]
+
+
+def _own_kinds(rows: list[tuple[int, int, str, str | None]]) -> list[str]:
+    """The kinds of a submission's builds (id, tree, arch, scope): the first of a
+    tree and arch as the lab's past says (`_kind`), the later ones incremental:
+    they start from the object tree the first leaves warm (a head after its
+    base), which on a fresh lab made a `quick` submission's first estimate
+    count two clean builds where it ran one."""
+    return [
+        "incremental" if any(o[1:3] == (tree, arch) and o[0] < pk for o in rows) else _kind(tree, arch, scope)
+        for pk, tree, arch, scope in rows
+    ]
 
 
 def _builds(sub: Submission, now: datetime) -> _Builds:
@@ -122,8 +149,8 @@ def _builds(sub: Submission, now: datetime) -> _Builds:
         # Refs not resolved yet: a base and a head per arch, some perhaps already built.
         own_rows: list[tuple[int, datetime | None, datetime, int, str, str]] = []
         mine: list[float | None] = [None] * (2 * len(sub.arches))
-        # Base and head of an arch: one guess for both.
-        mine_kinds = [kind for arch in sub.arches for kind in [_kind(sub.tree_id, arch)] * 2]
+        # Base and head of an arch: the head builds after the base, in its warm tree.
+        mine_kinds = [kind for arch in sub.arches for kind in (_kind(sub.tree_id, arch), "incremental")]
         oldest = sub.created
     elif sub.status == Submission.Status.BUILDING:
         own_rows = list(
@@ -135,7 +162,7 @@ def _builds(sub: Submission, now: datetime) -> _Builds:
             .values_list("id", "started", "created", "tree_id", "arch", "scope")
         )
         mine = [_elapsed(started, now) for _, started, *_rest in own_rows]
-        mine_kinds = [_kind(tree, arch, scope) for *_head, tree, arch, scope in own_rows]
+        mine_kinds = _own_kinds([(pk, tree, arch, scope) for pk, _s, _c, tree, arch, scope in own_rows])
         oldest = min((created for _, _s, created, *_rest in own_rows), default=now)
     else:
         # Its builds are done; those running or queued now still matter to
@@ -144,25 +171,31 @@ def _builds(sub: Submission, now: datetime) -> _Builds:
     busy = KernelBuild.objects.filter(status=KernelBuild.Status.BUILDING, lease_expires__gt=now)
     waiting = KernelBuild.objects.filter(status=KernelBuild.Status.QUEUED, created__lt=oldest)
     own_ids = {row[0] for row in own_rows}
-    ahead = [
-        _elapsed(started, now) if status == KernelBuild.Status.BUILDING else None
-        for pk, status, started in (busy | waiting).values_list("id", "status", "started")
-        if pk not in own_ids
+    rows = [
+        row
+        for row in (busy | waiting).order_by("pk").values_list("id", "status", "started", "tree_id", "arch", "scope")
+        if row[0] not in own_ids
     ]
+    ahead = [
+        _elapsed(started, now) if status == KernelBuild.Status.BUILDING else None for _, status, started, *_r in rows
+    ]
+    # Their kinds matter only to the host's prior, before any build is measured.
+    measured = KernelBuild.objects.filter(status=KernelBuild.Status.DONE).exists()
+    ahead_kinds = [] if measured else _own_kinds([(pk, tree, arch, scope) for pk, _s, _t, tree, arch, scope in rows])
     # As many build workers as there are builds running now, at least one.
-    return _Builds(mine, mine_kinds, ahead, max(1, busy.count()))
+    return _Builds(mine, mine_kinds, ahead, max(1, busy.count()), ahead_kinds)
 
 
 def _planned(sub: Submission, classes: dict[int, MachineClass], own: bool = True) -> list[Work]:
-    """The first look's jobs before they are queued: every class of each arch, each benchmark, both sides."""
+    """The first look's jobs before they are queued: every class of each arch, each benchmark and grid, both sides."""
     out = []
     for mclass in sorted(classes.values(), key=lambda m: m.name):
         if mclass.arch not in sub.arches:
             continue
-        for bench in sub.benchmarks:
-            grid_boots, _ = benchmarks.grid_for(bench, sub.grid)
+        for bench, grid in benchmarks.submission_runs(sub):
+            grid_boots, _ = benchmarks.grid_for(bench, grid)
             boots = benchmarks.boots_per_side(grid_boots, mclass.clock)
-            out += [Work(mclass.name, bench, sub.grid, own=own, after_builds=True)] * (2 * boots)
+            out += [Work(mclass.name, bench, grid, own=own, after_builds=True)] * (2 * boots)
     return out
 
 
@@ -223,35 +256,37 @@ def _queues(sub: Submission, own_ids: set[int], classes: dict[int, MachineClass]
 
 
 def _more(sub: Submission, own: Sequence[Mapping[str, Any]], classes: dict[int, MachineClass]) -> list[Work]:
-    """Jobs further looks may still add: up to the boot budget per side, per class and benchmark."""
+    """Jobs further looks may still add: up to the boot budget per side, per class, benchmark and grid."""
     out = []
     for mclass in sorted(classes.values(), key=lambda m: m.name):
         if mclass.arch not in sub.arches:
             continue
-        for bench in sub.benchmarks:
+        for bench, grid in benchmarks.submission_runs(sub):
+            mine = [
+                j for j in own if j["machine_class"] == mclass.name and j["benchmark"] == bench and j["grid"] == grid
+            ]
             # The clock its jobs were queued with; before that, the class's (as schedule_jobs does).
-            clock = next(
-                (j["clock"] for j in own if j["machine_class"] == mclass.name and j["benchmark"] == bench),
-                mclass.clock,
-            )
-            plan = benchmarks.look_plan(sub, bench, clock)
+            clock = next((j["clock"] for j in mine), mclass.clock)
+            plan = benchmarks.look_plan(bench, grid, clock)
             budget = plan.looks[-1]
             have = {
-                side: sum(
-                    j["boots"]
-                    for j in own
-                    if j["machine_class"] == mclass.name
-                    and j["benchmark"] == bench
-                    and j["side"] == side
-                    and j["status"] != Job.Status.CANCELLED
-                )
+                side: sum(j["boots"] for j in mine if j["side"] == side and j["status"] != Job.Status.CANCELLED)
                 for side in ("base", "head")
             }
             if sub.status in (Submission.Status.QUEUED, Submission.Status.BUILDING):
                 have = dict.fromkeys(have, plan.looks[0])
             extra = sum(max(budget - n, 0) for n in have.values())
-            out += [Work(mclass.name, bench, sub.grid, own=True)] * extra
+            out += [Work(mclass.name, bench, grid, own=True)] * extra
     return out
+
+
+def _prior(sub: Submission, classes: dict[int, MachineClass], s: Situation) -> Prior | None:
+    """What the host's measured speed says the submission's kinds of work take (kperf.core.lab.host_speed)."""
+    # A submission without a profile of its own builds each class's: the slowest of them.
+    profiles = [sub.profile] if sub.profile else [m.profile for m in classes.values()]
+    profile = max(profiles, key=lambda p: eta_cold.CLEAN_BUILD_S.get(p, 0.0), default="tiny")
+    work = {(w.benchmark, w.grid) for w in [*s.jobs, *s.more]}
+    return host_speed.prior(profile, sub.arches, classes.values(), work)
 
 
 class EtaEstimate(TypedDict):
@@ -293,10 +328,11 @@ def for_submission(sub: Submission, jobs: Sequence[Mapping[str, Any]]) -> Eta:
         builds_ahead=builds.ahead,
         build_workers=builds.workers,
         build_kinds=builds.mine_kinds,
+        ahead_kinds=builds.ahead_kinds,
         jobs=_queues(sub, {j["id"] for j in jobs}, classes, now),
         more=_more(sub, jobs, classes),
     )
-    est = estimate(situation, history(list(classes)))
+    est = estimate(situation, history(list(classes), _prior(sub, classes, situation)))
     if isinstance(est, Unknown):
         return {"eta": None, "eta_reason": est.reason, "jobs_ahead": {}}
     return {"eta": as_dict(est, now), "eta_reason": None, "jobs_ahead": est.jobs_ahead}

@@ -33,11 +33,12 @@ from datetime import datetime, timedelta
 # runner or a new compiler shows within a day of jobs.
 RECENT = 20
 
-# When nothing of a kind has been measured yet. A boot of a `quick` grid
-# on a TCG QEMU runner takes 30-60 s and a fixture-tree build 35-120 s
-# (docs/performance.md, "Lab speed and submit to verdict"); a real tree's
-# clean build takes longer, hence the generous build default. The answer
-# says when it rests on these.
+# When nothing of a kind has been measured yet and the lab has no measure
+# of its host's speed either (no `Prior`: kperf.core.lab.eta_cold). A boot of
+# a `quick` grid on a TCG QEMU runner takes 30-60 s and a fixture-tree build
+# 35-120 s (docs/performance.md, "Lab speed and submit to verdict"); a real
+# tree's clean build takes longer, hence the generous build default. The
+# answer says when it rests on these.
 DEFAULT_JOB_S = 120.0
 DEFAULT_BUILD_S = 600.0
 
@@ -136,11 +137,27 @@ def _assumed(seconds: float, what: str) -> Typical:
     return Typical(seconds, seconds, seconds, f"{seconds:.0f} s {what}: none measured yet", (seconds,))
 
 
-class History:
-    """The recent durations known at one moment; add them oldest first."""
+@dataclass(frozen=True)
+class Prior:
+    """What a kind of work should take on this lab before any of it was
+    measured, from the host's measured speed (kperf.core.lab.eta_cold): builds
+    by kind ("clean", "incremental"), jobs by (machine class, benchmark,
+    grid). A kind it lacks takes the fixed default."""
 
-    def __init__(self, recent: int = RECENT) -> None:
+    builds: Mapping[str, Typical] = field(default_factory=dict)
+    jobs: Mapping[tuple[str, str, str], Typical] = field(default_factory=dict)
+
+
+class History:
+    """The recent durations known at one moment; add them oldest first.
+
+    Where nothing was measured, `prior` (the host's speed) stands in, and
+    only then: a single measured duration of the kind, or of the class, wins.
+    """
+
+    def __init__(self, recent: int = RECENT, prior: Prior | None = None) -> None:
         self.recent = recent
+        self.prior = prior or Prior()
         self._jobs: dict[tuple[str, str, str], deque[float]] = {}
         self._per_class: dict[str, deque[float]] = {}
         self._builds: deque[float] = deque(maxlen=recent)
@@ -168,18 +185,22 @@ class History:
         lab = typical([s for d in self._per_class.values() for s in d], "job")
         if lab is not None:
             return lab.about(f"{lab.basis} on other machine classes")
-        return _assumed(DEFAULT_JOB_S, "a job")
+        prior = self.prior.jobs.get((machine_class, benchmark, grid))
+        return prior if prior is not None else _assumed(DEFAULT_JOB_S, "a job")
 
-    def build(self, kind: str = "") -> Typical:
+    def build(self, kind: str = "", unmeasured: str = "clean") -> Typical:
         """Builds of the same kind (an incremental build takes a fraction of a clean
-        one); else any build; else the default."""
+        one); else any build; else the host's prior for `kind` (for `unmeasured`
+        when the kind is not known: a fresh lab's first builds are clean);
+        else the default."""
         same = typical(self._build_kinds.get(kind, ()), f"{kind} build") if kind else None
         if same is not None:
             return same
         known = typical(self._builds, "build")
         if known is not None:
             return known
-        return _assumed(DEFAULT_BUILD_S, "a build")
+        prior = self.prior.builds.get(kind or unmeasured)
+        return prior if prior is not None else _assumed(DEFAULT_BUILD_S, "a build")
 
 
 @dataclass(frozen=True)
@@ -216,6 +237,10 @@ class Situation:
     # median of every recent build: given their kinds too, the busy lab of
     # bench/eta.py came out worse (docs/eta.md, "The estimate", Builds).
     build_kinds: Sequence[str] = ()
+    # The kind each build in `builds_ahead` is expected to be, read only
+    # while no build at all was measured (the host's prior has no "any
+    # build" to give); "" or missing: clean.
+    ahead_kinds: Sequence[str] = ()
     # Per class: the jobs running, then the queued ones in claim order up to
     # the submission's last (later ones cannot delay it).
     jobs: Sequence[Work] = ()
@@ -260,12 +285,13 @@ def _builds_done(s: Situation, hist: History, q: str, bases: _Bases) -> tuple[fl
     workers = [0.0] * max(1, s.build_workers)
     # Running builds hold a worker now; queued ones follow, others' first.
     order = sorted(
-        [(e, False, "") for e in s.builds_ahead] + [(e, True, kind(s.build_kinds, i)) for i, e in enumerate(s.builds)],
+        [(e, False, "", kind(s.ahead_kinds, i)) for i, e in enumerate(s.builds_ahead)]
+        + [(e, True, kind(s.build_kinds, i), "") for i, e in enumerate(s.builds)],
         key=lambda b: b[0] is None,
     )
     ahead = done = 0.0
-    for elapsed, own, what in order:
-        t = hist.build(what)
+    for elapsed, own, what, unmeasured in order:
+        t = hist.build(what, unmeasured or "clean")
         if own:
             bases.add(t.basis)
         start = heapq.heappop(workers)

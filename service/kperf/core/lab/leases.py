@@ -16,21 +16,14 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from kperf.core.lab import calibration, sharing
+from kperf.core.lab.uploads import ProtocolError, ResultsUpload, SampleRow, checked
 from kperf.core.lifecycle import dispatch, states
 from kperf.core.lifecycle.task_names import Task
 from kperf.core.models import BootRecord, Clock, Job, KernelBuild, MetricDef, Runner, Sample
 from kperf.core.models.accounts import hash_token
 from kperf_runner import benchmarks as registry
 
-log = logging.getLogger("kperf.lab")
-
-
-class ProtocolError(Exception):
-    def __init__(self, status: int, code: str, detail: str) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.code = code
-        self.detail = detail
+log = logging.getLogger(__name__)
 
 
 def runner_for_token(token: str) -> Runner | None:
@@ -175,57 +168,6 @@ def progress(runner: Runner, job_id: int, data: dict[str, Any]) -> Job:
     return job
 
 
-def _validate_results(
-    job: Job, data: dict[str, Any]
-) -> list[tuple[int, dict[str, Any], str, list[tuple[str, int, float]], dict[str, dict[str, int | float]]]]:
-    """The checks that need the job; the upload's shape was checked by its schema (kperf.core.web.api.runner)."""
-    bench = registry.get_benchmark(job.benchmark)
-    defined = {m.name: m for m in bench.metrics(job.params)}
-    boots: list[dict[str, Any]] = data["boots"]
-    if len(boots) != job.boots:
-        raise ProtocolError(422, "invalid", f"job {job.pk} has {job.boots} boot(s) but the upload has {len(boots)}")
-    out = []
-    seen_boots: set[int] = set()
-    for i, b in enumerate(boots):
-        idx = b["boot"]
-        if not 0 <= idx < job.boots or idx in seen_boots:
-            raise ProtocolError(422, "invalid", f"boots[{i}].boot must be a distinct integer in 0..{job.boots - 1}")
-        seen_boots.add(idx)
-        env = b["environment"]
-        # Samples timed with another clock than the job's are another metric:
-        # refused whole, so the runner reports an infrastructure fault and the
-        # job is tried again, instead of mixing clocks in a comparison.
-        clock = env.get("clock", Clock.WALL)
-        if clock != job.clock:
-            raise ProtocolError(
-                422,
-                "invalid",
-                f"boots[{i}] was timed with the {clock!r} clock but job {job.pk} wants the {job.clock!r} clock: "
-                "upgrade the runner, or run it with an accelerator that gives that clock",
-            )
-        rows = []
-        for j, sample in enumerate(b["samples"]):
-            if sample["metric"] not in defined:
-                raise ProtocolError(
-                    422,
-                    "invalid",
-                    f"boots[{i}].samples[{j}].metric {sample['metric']!r} is not a metric of {job.benchmark} "
-                    f"with these parameters (expected one of {', '.join(sorted(defined))})",
-                )
-            rows.append((str(sample["metric"]), int(sample["iteration"]), float(sample["value"])))
-        out.append((idx, env, str(b["raw_output"]), rows, b["counters"]))
-    for name, meta in data["metrics"].items():
-        m = defined.get(name)
-        if m is not None and meta.get("higher_is_better") not in (None, m.higher_is_better):
-            raise ProtocolError(
-                422,
-                "invalid",
-                f"the runner says {name} is {'higher' if meta.get('higher_is_better') else 'lower'}-is-better, "
-                "the service disagrees: runner and service versions differ, upgrade the runner",
-            )
-    return out
-
-
 def _define_metrics(job: Job) -> None:
     """Make sure every metric of the job's benchmark has its unit and direction stored.
 
@@ -257,7 +199,7 @@ def _define_metrics(job: Job) -> None:
             MetricDef.objects.filter(name=name).update(benchmark=b, unit=u, higher_is_better=h)
 
 
-def _copy_samples(boot_record_id: int, rows: list[tuple[str, int, float]]) -> None:
+def _copy_samples(boot_record_id: int, rows: list[SampleRow]) -> None:
     """Store one boot's samples with PostgreSQL's COPY: thousands of rows per
     upload, where building a model instance per row cost more than the
     database did."""
@@ -269,24 +211,29 @@ def _copy_samples(boot_record_id: int, rows: list[tuple[str, int, float]]) -> No
                 copy.write_row((boot_record_id, metric, iteration, value))
 
 
-def record_results(runner: Runner, job_id: int, data: dict[str, Any]) -> Job:
+def record_results(runner: Runner, job_id: int, upload: ResultsUpload) -> Job:
     with transaction.atomic():
-        job = _held(runner, job_id, data.get("attempt"))
-        parsed = _validate_results(job, data)
+        job = _held(runner, job_id, upload.attempt)
+        boots = checked(job, upload)
         _define_metrics(job)
-        for idx, env, raw, rows, counters in parsed:
+        for boot in boots:
             record = BootRecord.objects.create(
-                job=job, attempt=job.attempt, boot=idx, environment=env, raw_output=raw, counters=counters
+                job=job,
+                attempt=job.attempt,
+                boot=boot.boot,
+                environment=boot.environment,
+                raw_output=boot.raw_output,
+                counters=boot.counters,
             )
-            _copy_samples(record.pk, rows)
+            _copy_samples(record.pk, boot.samples)
         states.set_status(job, Job.Status.DONE)
         job.finished = timezone.now()
         job.phase = "done"
         job.progress = ""
         job.lease_expires = None
-        if data.get("console_log"):
+        if upload.console_log:
             job.console_log = ""
-            _append_console(job, str(data["console_log"]))
+            _append_console(job, upload.console_log)
         job.save()
         # The summaries (docs/history.md) are brought up to date by a task once
         # this commits, not inside the upload: the runner waits for neither, and

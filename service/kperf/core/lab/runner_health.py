@@ -25,7 +25,7 @@ from typing_extensions import TypedDict
 from kperf.core.lifecycle import states
 from kperf.core.models import Job, Runner, RunnerEvent
 
-log = logging.getLogger("kperf.lab")
+log = logging.getLogger(__name__)
 
 
 class NoSuchRunner(LookupError):

@@ -53,7 +53,7 @@ from django.utils import timezone
 
 from kperf.core.models import Clock, Job, KernelBuild, MachineClass, Runner, SharedJob, Submission
 
-log = logging.getLogger("kperf.sharing")
+log = logging.getLogger(__name__)
 
 BASE = "base"
 
@@ -69,6 +69,7 @@ def candidates(
     build: KernelBuild,
     mclass: MachineClass,
     bench: str,
+    grid: str,
     params: dict[str, Any],
     clock: str,
     since: Any,
@@ -88,7 +89,7 @@ def candidates(
             build=build,
             machine_class=mclass,
             benchmark=bench,
-            grid=sub.grid,
+            grid=grid,
             params=params,
             clock=clock,
             boot_params=sub.boot_params,
@@ -115,7 +116,13 @@ def candidates(
 
 
 def share_base(
-    sub: Submission, build: KernelBuild, mclass: MachineClass, bench: str, params: dict[str, Any], boots: int
+    sub: Submission,
+    build: KernelBuild,
+    mclass: MachineClass,
+    bench: str,
+    grid: str,
+    params: dict[str, Any],
+    boots: int,
 ) -> int:
     """Link up to `boots` shareable boots of `build` as base boots of `sub`; returns how many.
 
@@ -132,16 +139,17 @@ def share_base(
         # A wall-clock boot carries its moment's load (settings); the
         # sharer's own base boots, alternating with its head's, do not.
         return 0
-    found = candidates(sub, build, mclass, bench, params, clock, timezone.now() - span)
+    found = candidates(sub, build, mclass, bench, grid, params, clock, timezone.now() - span)
     with transaction.atomic():
         jobs = list(found.select_for_update(of=("self",))[:boots])
         SharedJob.objects.bulk_create([SharedJob(job=j, submission=sub, side=BASE) for j in jobs])
     if jobs:
         log.info(
-            "submission %s: %d base boot(s) of %s on %s shared (jobs %s)",
+            "submission %s: %d base boot(s) of %s %s on %s shared (jobs %s)",
             sub.pk,
             len(jobs),
             bench,
+            grid,
             mclass.name,
             ", ".join(str(j.pk) for j in jobs),
         )
@@ -174,12 +182,12 @@ def repair(sub: Submission) -> int:
         if job.clock != clock:
             why = f"timed with the {job.clock} clock, not {clock}"
         link.delete()
-        if not share_base(sub, job.build, job.machine_class, job.benchmark, job.params, 1):
+        if not share_base(sub, job.build, job.machine_class, job.benchmark, job.grid, job.params, 1):
             Job.queue_one_boot(
                 job.build,
                 job.machine_class,
                 job.benchmark,
-                sub.grid,
+                job.grid,
                 job.params,
                 (Job.objects.filter(submission=sub).aggregate(m=Max("seq"))["m"] or 0) + 1,
                 submission=sub,
@@ -210,6 +218,7 @@ def queue_boots(
     head: KernelBuild,
     mclass: MachineClass,
     bench: str,
+    grid: str,
     params: dict[str, Any],
     boots: int,
 ) -> None:
@@ -220,9 +229,9 @@ def queue_boots(
     """
     last = Job.objects.filter(submission=sub).aggregate(m=Max("seq"))["m"]
     seq = 0 if last is None else last + 1
-    shared = share_base(sub, base, mclass, bench, params, boots)
+    shared = share_base(sub, base, mclass, bench, grid, params, boots)
     for boot in range(boots):
         for side, build in (("base", base), ("head", head)):
             if side == "head" or boot >= shared:
-                Job.queue_one_boot(build, mclass, bench, sub.grid, params, seq, submission=sub, side=side)
+                Job.queue_one_boot(build, mclass, bench, grid, params, seq, submission=sub, side=side)
             seq += 1

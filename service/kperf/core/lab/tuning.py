@@ -36,8 +36,8 @@ TUNING_FACTS = {
 # What a boot that did not record a fact (an older runner, an imported run) shows.
 NOT_RECORDED = "not recorded"
 
-# (machine class name, benchmark, clock): one comparison.
-ComparisonKey = tuple[str, str, str]
+# (machine class name, benchmark, grid, clock): one comparison.
+ComparisonKey = tuple[str, str, str, str]
 
 
 def _value(environment: Any, fact: str) -> str:
@@ -67,12 +67,12 @@ def differences(sub: Submission) -> dict[ComparisonKey, list[dict[str, Any]]]:
     rows = (
         BootRecord.objects.filter(Q(job__submission=sub) | Exists(link))
         .annotate(side=Coalesce(Subquery(link.values("side")[:1]), F("job__side")))
-        .values_list("job__machine_class__name", "job__benchmark", "job__clock", "side", "environment")
+        .values_list("job__machine_class__name", "job__benchmark", "job__grid", "job__clock", "side", "environment")
     )
     # key -> fact -> side -> value -> boots
     seen: dict[ComparisonKey, dict[str, dict[str, dict[str, int]]]] = {}
-    for mclass, benchmark, clock, side, environment in rows:
-        facts = seen.setdefault((mclass, benchmark, clock), {})
+    for mclass, benchmark, grid, clock, side, environment in rows:
+        facts = seen.setdefault((mclass, benchmark, grid, clock), {})
         for fact in TUNING_FACTS:
             per_side = facts.setdefault(fact, {}).setdefault(side, {})
             value = _value(environment, fact)

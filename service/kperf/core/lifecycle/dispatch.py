@@ -20,7 +20,7 @@ from django.db import transaction
 from kperf.celery import app
 from kperf.core.lifecycle.task_names import Task
 
-log = logging.getLogger("kperf.dispatch")
+log = logging.getLogger(__name__)
 
 # Publishing retries briefly: a request must not hang on a dead broker for
 # long, and anything not sent is re-sent by the sweeper.

@@ -36,7 +36,7 @@ from kperf.core.lifecycle import dispatch, states
 from kperf.core.lifecycle.task_names import Task
 from kperf.core.models import Job, KernelBuild, SharedJob, Submission
 
-log = logging.getLogger("kperf.owners")
+log = logging.getLogger(__name__)
 
 BUILDING, TESTING, ANALYSING, DONE, FAILED = "building", "testing", "analysing", "done", "failed"
 
@@ -65,11 +65,25 @@ class OwnerKind:
     # Every job whose boots the owner waits for: its own, and for a
     # submission the base boots it shares (kperf.core.lab.sharing).
     jobs: Callable[[Any], list[Job]]
-    # Called when some of those jobs are done and others still run (caller
-    # holds the row lock): a submission's interim looks, which queue a
-    # comparison's next boots without waiting for the rest
+    # Called by `look` when some of those jobs are done and others still run
+    # (caller holds the row lock): a submission's interim looks, which queue
+    # a comparison's next boots without waiting for the rest
     # (kperf.core.submissions.looks). None: nothing until all are done.
     interim: Callable[[Any, list[Job]], None] | None = None
+    # The task `advance` sends for such a look: statistics run on the
+    # analysis queue, never inside the advance that a runner's upload sets off.
+    look_task: Task | None = None
+    # What a finished owner sets off (caller's transaction, after the move to
+    # done): a submission's result mail and its reply token. The analysis
+    # only stores verdicts; the life's step sends the news.
+    finished: Callable[[Any], None] | None = None
+
+    def __post_init__(self) -> None:
+        _KINDS[self.model] = self
+
+
+# Each owner model's kind, filled as the kinds are declared: `finish` is handed the row alone.
+_KINDS: dict[type[Model], OwnerKind] = {}
 
 
 def build_failed_message(what: str, build: KernelBuild) -> str:
@@ -91,8 +105,12 @@ def start(kind: OwnerKind, obj: Any, **fields: Any) -> None:
 
 
 def finish(obj: Any, **fields: Any) -> None:
-    """Done: the analysis stored its answer (caller holds the row lock)."""
+    """Done: the analysis stored its answer (caller holds the row lock); the kind's `finished` follows,
+    in the same transaction, so the verdict and its mail commit together or not at all."""
     states.move(obj, DONE, finished=timezone.now(), **fields)
+    kind = _KINDS.get(type(obj))
+    if kind is not None and kind.finished is not None:
+        kind.finished(obj)
 
 
 def fail(kind: OwnerKind, obj: Any, message: str) -> None:
@@ -116,7 +134,7 @@ def fail(kind: OwnerKind, obj: Any, message: str) -> None:
 def advance(kind: OwnerKind, pk: int) -> None:
     """Move an owner on when its builds or jobs have finished."""
     with transaction.atomic():
-        obj: Any = kind.model.objects.select_for_update().filter(pk=pk).first()  # type: ignore[attr-defined]
+        obj: Any = kind.model._default_manager.select_for_update().filter(pk=pk).first()
         if obj is None:
             return
         if obj.status == BUILDING:
@@ -135,8 +153,24 @@ def advance(kind: OwnerKind, pk: int) -> None:
             elif jobs and all(j.status == Job.Status.DONE for j in jobs):
                 states.move(obj, ANALYSING)
                 dispatch.after_commit(kind.analyse_task, pk)
-            elif kind.interim is not None and any(j.status == Job.Status.DONE for j in jobs):
-                kind.interim(obj, jobs)
+            elif kind.look_task is not None and any(j.status == Job.Status.DONE for j in jobs):
+                dispatch.after_commit(kind.look_task, pk)
+
+
+def look(kind: OwnerKind, pk: int) -> None:
+    """An interim look at an owner still testing: the comparisons whose boots are all in are judged,
+    and an inconclusive one gets its next boots now (kind.interim; sent by `advance`)."""
+    if kind.interim is None:
+        return
+    with transaction.atomic():
+        obj: Any = kind.model._default_manager.select_for_update().filter(pk=pk).first()
+        if obj is None or obj.status != TESTING:
+            return  # finished, failed or analysing since the look was sent: the analysis looks at all
+        jobs = kind.jobs(obj)
+        statuses = {j.status for j in jobs}
+        # All done or one failed: the advance moves it on instead (and an analysis looks at everything).
+        if Job.Status.DONE in statuses and Job.Status.FAILED not in statuses and statuses != {Job.Status.DONE}:
+            kind.interim(obj, jobs)
 
 
 def _analysis_lock(kind: OwnerKind, pk: int) -> tuple[int, int]:
@@ -202,7 +236,7 @@ def _analyse(kind: OwnerKind, pk: int) -> None:
     except Exception as exc:
         log.exception("%s %s: the analysis failed", kind.name, pk)
         with transaction.atomic():
-            obj: Any = kind.model.objects.select_for_update().filter(pk=pk).first()  # type: ignore[attr-defined]
+            obj: Any = kind.model._default_manager.select_for_update().filter(pk=pk).first()
             if obj is not None and obj.status == ANALYSING:
                 fail(
                     kind,

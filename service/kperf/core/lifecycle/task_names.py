@@ -18,6 +18,7 @@ class Task(StrEnum):
     BUILD_KERNEL = "kperf.build_kernel"
     ADVANCE_SUBMISSION = "kperf.advance_submission"
     ANALYSE_SUBMISSION = "kperf.analyse_submission"
+    LOOK_SUBMISSION = "kperf.look_submission"
     SUMMARISE_JOB = "kperf.summarise_job"
     EXPIRE_LEASES = "kperf.expire_leases"
     REDRIVE = "kperf.redrive"

@@ -22,10 +22,11 @@ from django.utils import timezone
 from kperf.core.builds import configs, profiles
 from kperf.core.lifecycle import dispatch
 from kperf.core.lifecycle.task_names import Task
-from kperf.core.mail import recipients, replies
+from kperf.core.mail import bodies, recipients, replies
 from kperf.core.models import (
     Alert,
     ChangePoint,
+    Comparison,
     MachineClass,
     MetricComparison,
     PatchSeries,
@@ -34,10 +35,10 @@ from kperf.core.models import (
 )
 from kperf.core.results import outcome, sweeps
 
-log = logging.getLogger("kperf.alerts")
+log = logging.getLogger(__name__)
 
 WRAP = 80
-TABLE_MAX_LINES = 200  # longer mmtests-style tables stay on the page
+TABLE_MAX_LINES = 40  # longer (or wider) mmtests-style tables stay on the page
 
 
 def _queue(kind: str, key: str, to: list[str], subject: str, body: str, owner: User | None = None) -> Alert:
@@ -78,11 +79,39 @@ CLOCK_WORDS = {
 def _metric_line(m: MetricComparison, bench: str, mclass: str, clock: str) -> str:
     ci = f"[{_fmt_pct(m.ci_low_pct)}, {_fmt_pct(m.ci_high_pct)}]"
     q = "n/a" if m.q_value is None else f"{m.q_value:.2g}"
-    return (
-        f"  {m.metric} ({bench}, {mclass}): {_fmt_pct(m.change_pct)} {ci} q={q}\n"
-        f"      {clock} clock, boots {m.base_boots}/{m.head_boots}, "
+    first = f"{m.metric} ({bench}, {mclass}): {_fmt_pct(m.change_pct)} {ci} q={q}"
+    second = (
+        f"{clock} clock, boots {m.base_boots}/{m.head_boots}, "
         f"iterations {m.base_samples}/{m.head_samples}, threshold {m.min_effect_pct:g}%"
     )
+    wrap = textwrap.TextWrapper(WRAP, break_on_hyphens=False, break_long_words=False)
+    wrap.initial_indent, wrap.subsequent_indent = "  ", "      "
+    head = wrap.fill(first)
+    wrap.initial_indent = "      "
+    return f"{head}\n{wrap.fill(second)}"
+
+
+def _bench(comp: Comparison, several_grids: bool) -> str:
+    return outcome.benchmark_label(comp.benchmark, comp.grid, several_grids)
+
+
+def _unflagged_counts(metrics: list[MetricComparison], several_grids: bool) -> list[str]:
+    """Per benchmark and class, how many metrics each unflagged verdict has: "  pagealloc on mm: 90 inconclusive"."""
+    counts: dict[tuple[str, str], Counter[str]] = {}
+    for m in metrics:
+        if m.verdict not in sweeps.FLAGGED:
+            key = (_bench(m.comparison, several_grids), m.comparison.machine_class.name)
+            counts.setdefault(key, Counter())[m.verdict] += 1
+    words: dict[str, str] = {MetricComparison.Verdict.ERROR: "not judged (kperf failed on them)"}
+    out = []
+    for (bench, mclass), n in sorted(counts.items()):
+        said = ", ".join(f"{k} {words.get(v, v)}" for v, k in n.most_common())
+        out.append(_fill_indented(f"{bench} on {mclass}: {said}"))
+    return out
+
+
+def _fill_indented(text: str) -> str:
+    return textwrap.fill(text, WRAP, initial_indent="  ", subsequent_indent="    ", break_long_words=False)
 
 
 def _shape(sub: Submission, mclass: MachineClass) -> str:
@@ -95,14 +124,20 @@ def _shape(sub: Submission, mclass: MachineClass) -> str:
     return f"{profiles.class_profile(mclass, sub.profile)} profile{cpus}{numa}"
 
 
-def _sweep_sections(metrics: list[MetricComparison]) -> list[str]:
-    """Each comparison's sweeps, one block per benchmark and class, its points in order (results.sweeps)."""
+def _sweep_sections(metrics: list[MetricComparison], several_grids: bool) -> list[str]:
+    """Each comparison's sweeps, one block per benchmark (and grid) and class, its points in order (results.sweeps)."""
     per_comparison: dict[tuple[str, str], list[MetricComparison]] = {}
     for m in metrics:
-        per_comparison.setdefault((m.comparison.benchmark, m.comparison.machine_class.name), []).append(m)
+        key = (_bench(m.comparison, several_grids), m.comparison.machine_class.name)
+        per_comparison.setdefault(key, []).append(m)
     out = []
     for (bench, mclass), rows in sorted(per_comparison.items()):
-        found = sweeps.sweeps((m.metric, m.change_pct, m.verdict) for m in rows)
+        # Only the sweeps with a flagged point: the others are counted above and drawn on the page.
+        found = [
+            s
+            for s in sweeps.sweeps((m.metric, m.change_pct, m.verdict) for m in rows)
+            if any(p["verdict"] in sweeps.FLAGGED for p in s["points"])
+        ]
         if found:
             lines = [f"{bench} on {mclass}, change by point (* flagged):"]
             for sweep in found:
@@ -117,7 +152,8 @@ def submission_mail(sub: Submission) -> tuple[str, str]:
     link = f"{settings.KPERF_BASE_URL}/submissions/{sub.pk}"
     head = f"{sub.head_ref} ({sub.head_sha[:12] or 'unresolved'})"
     base = f"{sub.base_ref} ({sub.base_sha[:12] or 'unresolved'})"
-    benches = f"{', '.join(sub.benchmarks)} ({sub.grid} grid)"
+    several = len(sub.grids) > 1
+    benches = f"{', '.join(sub.benchmarks)} ({', '.join(sub.grids)} grid{'s' if several else ''})"
     built = sorted(set(sub.submission_builds.values_list("build__profile", flat=True)))
     kernels = (
         f"\nKernels built with the {' and '.join(built)} configuration profile{'s' if len(built) > 1 else ''}."
@@ -128,16 +164,23 @@ def submission_mail(sub: Submission) -> tuple[str, str]:
     # The same words as the top of the page (kperf.core.results.outcome).
     subject = f"{title}: {outcome.verdict_line(sub)}"
     if sub.status == Submission.Status.FAILED:
-        # Wrapped like the rest of the mail; a path or a log line longer than a line stays whole.
-        why = "\n".join(_fill(line) if line.strip() else line for line in f"It failed: {sub.error}".splitlines())
+        # Wrapped like the rest of the mail; a path or a log line longer than a line stays whole,
+        # and so does an indented line (a command to run, as a runner's refusal of an old QEMU gives).
+        lines = f"It failed: {sub.error}".splitlines()
+        why = "\n".join(_fill(line) if line.strip() and not line.startswith("  ") else line for line in lines)
         return subject, f"{intro}\n\n{why}\n\nDetails: {link}\n"
-    metrics = list(
-        MetricComparison.objects.filter(comparison__submission=sub)
-        .select_related("comparison__machine_class")
-        .order_by("comparison__benchmark", "metric")
+    metrics = sorted(
+        MetricComparison.objects.filter(comparison__submission=sub).select_related("comparison__machine_class"),
+        key=lambda m: (m.comparison.benchmark, m.comparison.grid, sweeps.metric_order(m.metric)),
     )
-    counts = Counter(m.verdict for m in metrics)
-    sections = [intro, *_config_warnings(sub)]
+    # The finding first (issue 41): the verdict, each flagged metric with its
+    # change and interval, then per benchmark how many were not flagged; the
+    # page names those.
+    sections = [f"Verdict: {outcome.verdict_line(sub)}"]
+    warnings = _config_warnings(sub)
+    if warnings:
+        # It qualifies every number below, so it is said before them; the options are listed further down.
+        sections.append(_fill("Warning: base and head were built with different configurations (listed below)."))
     for verdict, heading in (
         (MetricComparison.Verdict.REGRESSION, "Regressions (negative is worse):"),
         (MetricComparison.Verdict.IMPROVEMENT, "Improvements:"),
@@ -145,41 +188,60 @@ def submission_mail(sub: Submission) -> tuple[str, str]:
         chosen = [m for m in metrics if m.verdict == verdict]
         if chosen:
             rows = [
-                _metric_line(m, m.comparison.benchmark, m.comparison.machine_class.name, m.comparison.clock)
+                _metric_line(m, _bench(m.comparison, several), m.comparison.machine_class.name, m.comparison.clock)
                 for m in chosen
             ]
             sections.append("\n".join([heading, *rows]))
-    rest = []
-    for verdict, words in (
-        (MetricComparison.Verdict.NO_CHANGE, "no change beyond the minimum effect"),
-        (MetricComparison.Verdict.INCONCLUSIVE, "inconclusive (the data could not decide)"),
-    ):
-        if counts[verdict]:
-            rest.append(f"{counts[verdict]} metric{'s' if counts[verdict] != 1 else ''}: {words}.")
+    rest = _unflagged_counts(metrics, several)
     if rest:
-        sections.append("\n".join(rest))
-    sections += _sweep_sections(metrics)
+        sections.append("\n".join(["Not flagged (the page names them):", *rest]))
+    sections += [intro, *warnings]
+    sections += _sweep_sections(metrics, several)
     # Each time boots were added, as the page says it (wrapped: the
     # sentences name metrics and run long).
     notes = [_fill(note) for note in outcome.rerun_notes(sub)]
     if notes:
         sections.append("\n".join(notes))
-    for comp in sub.comparisons.select_related("machine_class").order_by("benchmark", "machine_class__name"):
+    comparisons = list(
+        sub.comparisons.select_related("machine_class").order_by("benchmark", "grid", "machine_class__name")
+    )
+    alone = _boots_alone(comparisons)
+    if alone:
+        sections.append(alone)
+    for comp in comparisons:
         table = comp.table.rstrip()
         if not table:
             continue
-        lines = table.count("\n") + 1
+        lines = table.splitlines()
         # Two lines: the class's name and shape, then the clock (80 columns).
         shape = _shape(sub, comp.machine_class)
-        where = f"{comp.benchmark} on {comp.machine_class.name} ({shape}),\n{CLOCK_WORDS.get(comp.clock, comp.clock)}"
-        if lines <= TABLE_MAX_LINES:
+        clock = CLOCK_WORDS.get(comp.clock, comp.clock)
+        where = f"{_bench(comp, several)} on {comp.machine_class.name} ({shape}),\n{clock}"
+        if len(lines) <= TABLE_MAX_LINES and max(len(line) for line in lines) <= WRAP:
             sections.append(f"{where}:\n\n{table}")
         else:
-            # The page allocator's table has hundreds of rows: the verdicts
-            # above are the news, the page has the rest.
-            sections.append(f"{where}: the table ({lines} lines) is on the page.")
+            # The page allocator's table has hundreds of rows, and a wide
+            # table cannot be wrapped: the verdicts above are the news.
+            sections.append(f"{where}:\nthe table ({len(lines)} lines) is on the page.")
     sections.append(f"Details: {link}\n")
     return subject, "\n\n".join(sections)
+
+
+def _boots_alone(comparisons: list[Comparison]) -> str:
+    """The paragraph naming the comparisons whose intervals rest on their boots alone (as the page's
+    method line says it): the lab has not yet measured the boot spread of their shape."""
+    alone = [
+        f"{c.benchmark} on {c.machine_class.name}, {c.boots_alone} metric{'s' if c.boots_alone != 1 else ''}"
+        for c in comparisons
+        if c.boots_alone
+    ]
+    if not alone:
+        return ""
+    return _fill(
+        f"Interval from boots alone for {'; '.join(alone)}: no boot spread measured yet for this profile, vCPUs, "
+        "NUMA nodes and grid, so two boots a side that happen to agree read as exact. kperf measures it from the "
+        'base boots of submissions of this shape (docs/statistics.md, "Each shape\'s own boot spread").'
+    )
 
 
 # Options listed in the mail; the page lists every one.
@@ -245,22 +307,14 @@ def address_confirmation(user: User, row: RecipientAddress, token: str) -> Alert
     email = recipients.own_address(user)
     link = f"{settings.KPERF_BASE_URL}/addresses/confirm/{token}"
     subject = f"[kperf] may {name} send kernel test results to this address?"
-    body = "\n".join(
-        [
-            f"{name}{f' <{email}>' if email else ''}, a user of kperf at",
-            f"{settings.KPERF_BASE_URL}, asked to have the results of their kernel",
-            "performance tests mailed to",
-            "",
-            f"  {row.address}",
-            "",
-            f"If that is welcome, open this link and press Confirm (within {settings.KPERF_MAIL_CONFIRM_DAYS} days):",
-            "",
-            f"  {link}",
-            "",
-            "If not, ignore this mail: kperf mails nothing more here unless the link",
-            "is followed. It reads no replies to this mail.",
-            "",
-        ]
+    body = bodies.render(
+        "address_confirmation",
+        name=name,
+        email=email,
+        base_url=settings.KPERF_BASE_URL,
+        address=row.address,
+        days=settings.KPERF_MAIL_CONFIRM_DAYS,
+        link=link,
     )
     key = f"confirm:{row.pk}:{row.token_hash[:16]}"
     return _queue(Alert.Kind.CONFIRM, key, [row.address], subject, body, owner=user)
@@ -279,22 +333,19 @@ def change_point_mail(cp: ChangePoint) -> tuple[str, str]:
         )
     else:
         where = f"{commit.sha[:12]}, right after {cp.previous.sha[:12]}"
-    body = "\n".join(
-        [
-            f"kperf found a {cp.direction} on the tracked branch {branch.branch}",
-            f"of {branch.tree.url}:",
-            "",
-            f"  metric         {cp.metric} ({cp.benchmark}) on {cp.machine_class.name}",
-            f"  clock          {CLOCK_WORDS.get(cp.clock, cp.clock)}",
-            f"  change         {cp.change_pct:+.2f}% (negative is worse), p={cp.p_value:.2g}",
-            f"  first commit   {commit.sha[:12]} {commit.subject}"[:WRAP],
-            f"  where          {where}",
-            f"  seen when      {cp.detected_at.sha[:12]} arrived",
-            "",
-            "As more commits arrive the location can still move; the branch page",
-            f"has the current answer: {settings.KPERF_BASE_URL}/branches/{branch.pk}",
-            "",
-        ]
+    # The commit's subject cut where the line would pass 80 columns ("  first commit   " and a sha take 30).
+    body = bodies.render(
+        "change_point",
+        cp=cp,
+        branch=branch,
+        clock=CLOCK_WORDS.get(cp.clock, cp.clock),
+        change=f"{cp.change_pct:+.2f}%",
+        p=f"{cp.p_value:.2g}",
+        commit=commit.sha[:12],
+        subject=commit.subject[: WRAP - 30],
+        where=where,
+        seen=cp.detected_at.sha[:12],
+        base_url=settings.KPERF_BASE_URL,
     )
     return subject, body
 
@@ -304,10 +355,17 @@ def change_point_found(cp: ChangePoint) -> Alert | None:
     if cp.direction != "regression":
         return None
     branch = cp.branch
-    recipients = list(dict.fromkeys(([branch.owner.email] if branch.owner.email else []) + list(branch.notify)))
+    # Its watchers once they confirmed (the lab's reference series: all of them); the owner hears who not.
+    watchers, waiting = recipients.branch_watchers(branch)
+    to = list(dict.fromkeys(([branch.owner.email] if branch.owner.email else []) + watchers))
     subject, body = change_point_mail(cp)
+    if waiting:
+        why = "they have not confirmed that they want kperf's mail; each was sent a link when the branch was tracked"
+        body += "\n" + _not_mailed(waiting, why) + "\n"
     key = f"change-point:{branch.pk}:{cp.machine_class_id}:{cp.metric}:{cp.commit.sha}"
-    return _queue(Alert.Kind.CHANGE_POINT, key, recipients, subject, body)
+    # Anyone's but the lab's count against the owner's daily limit of addresses besides theirs.
+    owner = None if recipients.vouched_by_operator(branch) else branch.owner
+    return _queue(Alert.Kind.CHANGE_POINT, key, to, subject, body, owner=owner)
 
 
 def send_pending(limit: int = 50) -> int:

@@ -26,6 +26,7 @@ survived beside the real one) are refused.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -34,6 +35,9 @@ from email.message import Message
 from email.utils import getaddresses
 
 from django.conf import settings
+from publicsuffixlist import PublicSuffixList
+
+from kperf.core.mail.text import unescaped
 
 # A DNS name: what DMARC and DKIM can speak for (no domain literals, no single labels).
 _DOMAIN = re.compile(r"^(?=.{1,253}$)(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
@@ -41,6 +45,8 @@ _DOMAIN = re.compile(r"^(?=.{1,253}$)(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+
 _LOCAL = re.compile(r"^[a-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[a-z0-9!#$%&'*+/=?^_`{|}~-]+)*$")
 # `method=result` and `ptype.property=value` in one result of an Authentication-Results header.
 _PAIR = re.compile(r'([A-Za-z0-9][A-Za-z0-9_.\-/]*)\s*=\s*("(?:[^"\\]|\\.)*"|[^\s";]+)')
+
+_HARMLESS_DEFECTS = (errors.NonPrintableDefect, errors.UndecodableBytesDefect)
 
 NOT_CONFIGURED = (
     "this kperf service cannot tell who sent a reply: its operator has set neither "
@@ -83,7 +89,7 @@ def mailbox(msg: Message, name: str) -> tuple[str, str]:
     if len(raws) > 1:
         return "", f"it has {len(raws)} {name} headers; kperf reads mail with exactly one"
     raw = raws[0]
-    shown = repr(raw[:100])
+    shown = repr(unescaped(raw)[:100])
     try:
         header = msg[name]
         # policy.default parses address headers into AddressHeader; anything else is no mailbox.
@@ -91,8 +97,10 @@ def mailbox(msg: Message, name: str) -> tuple[str, str]:
     except Exception:  # the email package raises many kinds on a malformed header
         return "", f"its {name} header cannot be read ({shown}); write it as: Your Name <you@example.org>"
     # A control character in a display name misleads nobody about the address (kperf drops it
-    # from what it records); any other defect is a header parsers may read differently.
-    if groups is None or any(not isinstance(d, errors.NonPrintableDefect) for d in defects or ()):
+    # from what it records), nor does a name written in raw 8-bit bytes rather than as an
+    # encoded word (`Alicé`, as many clients write it: an address in them is looked for below,
+    # and one with such bytes is refused); any other defect is a header parsers may read differently.
+    if groups is None or any(not isinstance(d, _HARMLESS_DEFECTS) for d in defects or ()):
         return "", f"its {name} header is malformed ({shown}); write it as: Your Name <you@example.org>"
     if len(groups) != 1 or groups[0].display_name is not None or len(groups[0].addresses) != 1:
         return "", f"its {name} header names several addresses or a group ({shown}); kperf reads mail from one"
@@ -109,7 +117,7 @@ def mailbox(msg: Message, name: str) -> tuple[str, str]:
         )
     # An address shown in the display name, a comment or an encoded word that
     # is not the real one is how a mail looks like someone else's in a client.
-    for text in (raw, str(header)):
+    for text in (raw, str(header), unescaped(raw)):
         rest = unicodedata.normalize("NFKC", text).lower().replace(address, "")
         if "@" in rest:
             return "", (
@@ -176,6 +184,10 @@ def _unquote(value: str) -> str:
 def parse_results(value: str) -> tuple[str, list[Result]]:
     """(the authserv-id, its results) of one raw Authentication-Results value; ("", []) when unreadable.
 
+    Read by hand: authres 1.2.0, the RFC 8601 parser on PyPI, drops a quoted property value that
+    another property follows (`dmarc=pass header.from="example.org" policy.dmarc=none` comes back
+    without header.from), and a quoted value is as valid as a token there.
+
     The authserv-id is the plain token the value starts with, as MTAs write
     it: one behind a comment or in quotes is nobody kperf trusts, because
     the rule that removes forged headers at the MTA would not match it.
@@ -196,16 +208,21 @@ def parse_results(value: str) -> tuple[str, list[Result]]:
     return first.group(1).lower(), results
 
 
+@functools.cache
+def _suffixes() -> PublicSuffixList:
+    # The list the pinned publicsuffixlist release carries: read once, never fetched.
+    return PublicSuffixList()
+
+
 def aligned(signer: str, domain: str) -> bool:
-    """DMARC's relaxed alignment, without the public suffix list: the same domain, or one a
-    subdomain of the other where the parent has at least two labels (so `d=org` vouches for nobody)."""
+    """DMARC's relaxed alignment (RFC 7489, 3.1.1): the signer's and the From's organisational
+    domains (the registrable domain by the public suffix list) are the same; a public suffix
+    (`org`, `co.uk`, `github.io`) is nobody's organisation and vouches for nobody."""
     signer, domain = signer.strip(".").lower(), domain.strip(".").lower()
     if not signer or not domain:
         return False
-    if signer == domain:
-        return True
-    parent, child = (signer, domain) if len(signer) < len(domain) else (domain, signer)
-    return child.endswith("." + parent) and "." in parent
+    organisation = _suffixes().privatesuffix(domain)
+    return organisation is not None and organisation == _suffixes().privatesuffix(signer)
 
 
 def _signer(result: Result) -> str:

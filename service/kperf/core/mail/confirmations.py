@@ -17,6 +17,7 @@ the requests of one user cannot make kperf mail more strangers than that.
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -31,7 +32,9 @@ from typing_extensions import TypedDict
 
 from kperf.core.mail import alerts, recipients
 from kperf.core.mail.recipients import RecipientError
-from kperf.core.models import Alert, RecipientAddress
+from kperf.core.models import Alert, RecipientAddress, TrackedBranch
+
+log = logging.getLogger(__name__)
 
 # own: the user's own address; allowed: the operator allows it for everyone;
 # confirmed; pending: a link was mailed and still works; expired: it no longer does.
@@ -172,3 +175,25 @@ def remove(user: User, address: str) -> bool:
     """Forget an address the user asked about (confirmed or not); False when there was none."""
     deleted, _ = RecipientAddress.objects.filter(user=user, address=address.strip().lower()).delete()
     return bool(deleted)
+
+
+def ask_watchers(branch: TrackedBranch) -> list[str]:
+    """Ask the `notify` addresses kperf may not mail yet to confirm, for the branch's owner; those mailed now.
+
+    An address is mailed once while its link works (request), so tracking
+    the branch again asks nobody twice; the owner's
+    KPERF_MAIL_CONFIRMATIONS_PER_DAY stops the asking, and the rest are
+    asked when the branch is tracked again. Until an address is confirmed
+    the branch's regressions are not mailed to it (recipients.branch_watchers).
+    """
+    _, waiting = recipients.branch_watchers(branch)
+    asked: list[str] = []
+    for address in waiting:
+        try:
+            _, mailed = request(branch.owner, address)
+        except RecipientError as e:
+            log.warning("branch %s: %s not asked to confirm: %s", branch.pk, address, e.message)
+            break
+        if mailed:
+            asked.append(address)
+    return asked

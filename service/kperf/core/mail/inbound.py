@@ -38,7 +38,6 @@ gets more than KPERF_MAIL_ANSWERS_PER_DAY answers a day.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Sequence
 from datetime import timedelta
 from email import policy
@@ -53,10 +52,11 @@ from django.utils import timezone
 
 from kperf.core import triage as triage_mod
 from kperf.core.builds.patch_series import SeriesError, clean_message_id
-from kperf.core.mail import alerts, authentication, commands, replies
+from kperf.core.mail import alerts, authentication, bodies, commands, replies
+from kperf.core.mail.text import has_raw_bytes, printable, unescaped
 from kperf.core.models import Alert, InboundMail, ReplyToken, Triage, TriageEvent
 
-log = logging.getLogger("kperf.inbound")
+log = logging.getLogger(__name__)
 
 Outcome = InboundMail.Outcome
 # Enough for any header block; the body of a mail over the size limit is not parsed.
@@ -65,22 +65,17 @@ _AUTO_HEADERS = ("X-Autoreply", "X-Autorespond", "X-Auto-Response-Suppress", "X-
 _MACHINE_LOCALS = ("mailer-daemon", "postmaster", "noreply", "no-reply", "donotreply", "do-not-reply", "bounce")
 # Dropped without an answer, whatever the sender's address.
 SILENT = ("bounce", "auto-reply", "list", "loop", "duplicate")
-# Control characters but tab and newline. PostgreSQL refuses NUL in text
-# (`=?utf-8?q?hi=00there?=` decodes to one), so a mail carrying one could
-# never be recorded and its sender's MTA or the IMAP poll would retry it
-# forever; the others have no place in what kperf stores or writes back.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def printable(text: str) -> str:
-    """`text` without control characters, but for tab and newline."""
-    return _CONTROL.sub("", text)
 
 
 def _header(msg: Message, name: str) -> str:
     """A header's decoded value on one line, without control characters ("" when absent or malformed)."""
     try:
         value = msg.get(name)
+        raw = next((str(v) for k, v in msg.raw_items() if k.lower() == name.lower()), "")
+        if value is not None and has_raw_bytes(raw):
+            # Raw 8-bit bytes: the email package reads only UTF-8 ones (the rest become U+FFFD);
+            # read from the bytes, with latin-1 for those that are no UTF-8 (kperf.core.mail.text).
+            value = policy.default.header_factory(name, unescaped(raw))
     except Exception:  # a malformed header is no header: the email package raises many kinds
         return ""
     return printable(" ".join(str(value).split())) if value is not None else ""
@@ -185,16 +180,13 @@ _SAYS = {
 
 def _answer_text(mail: InboundMail, row: Triage | None, reason: str, detail: str) -> tuple[str, str]:
     subject = mail.subject if mail.subject.lower().startswith("re:") else f"Re: {mail.subject}"
-    where = f"\n\nThe regression: {settings.KPERF_BASE_URL}{triage_mod.page_path(row)}" if row is not None else ""
-    body = (
-        f"kperf ignored the mail from {mail.from_address or 'an unknown sender'}"
-        + (f" ({mail.message_id})" if mail.message_id else "")
-        + f"\nbecause {detail}\n\nNothing was changed.{where}\n\n"
-        "To triage by mail, reply to the alert with a first line such as\n\n"
-        "  #kperf expected: the series trades fork speed for memory\n"
-        "  #kperf fixed 1a2b3c4: reverted in 1a2b3c4\n\n"
-        f"States: {', '.join(triage_mod.SETTABLE)}.\n\n"
-        "This answer was sent automatically; kperf does not read replies to it.\n"
+    body = bodies.render(
+        "ignored_reply",
+        sender=mail.from_address or "an unknown sender",
+        message_id=mail.message_id,
+        detail=detail,
+        regression=f"{settings.KPERF_BASE_URL}{triage_mod.page_path(row)}" if row is not None else "",
+        states=", ".join(triage_mod.SETTABLE),
     )
     return subject.strip()[:300] or "Re: your mail to kperf", body
 

@@ -34,7 +34,7 @@ from django.db import connection
 
 from kperf.core.mail import authentication, inbound, replies
 
-log = logging.getLogger("kperf.mail_listener")
+log = logging.getLogger(__name__)
 
 # Over this a message is refused in the SMTP dialogue (552), and the sending
 # MTA bounces it to its sender; between KPERF_MAIL_MAX_BYTES and this, kperf

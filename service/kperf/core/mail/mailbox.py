@@ -30,9 +30,10 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import F
 
 from kperf.core.mail import authentication, inbound
+from kperf.core.mail.text import printable
 from kperf.core.models import UnreadableMail
 
-log = logging.getLogger("kperf.mail_poll")
+log = logging.getLogger(__name__)
 
 # A poll reads at most this many messages; the next poll takes the rest.
 BATCH = 100
@@ -80,7 +81,7 @@ def _failed(raw: bytes, uid: str, error: BaseException) -> bool:
     text = f"{type(error).__name__}: {error}"[:2000]
     with transaction.atomic():
         row, _ = UnreadableMail.objects.select_for_update().get_or_create(key=key)
-        UnreadableMail.objects.filter(pk=row.pk).update(attempts=F("attempts") + 1, error=inbound.printable(text))
+        UnreadableMail.objects.filter(pk=row.pk).update(attempts=F("attempts") + 1, error=printable(text))
         row.refresh_from_db()
         if row.attempts < GIVE_UP_AFTER:
             return False

@@ -1,7 +1,9 @@
 """Who kperf mails besides the user (docs/submitting.md, "Who gets the result mail").
 
 A submission's result goes to its owner and to the addresses they named
-(`mail_to`). kperf mails a named address only when it is
+(`mail_to`); a tracked branch's regressions to its owner and the addresses
+of its `notify` list (at most NOTIFY_MAX). kperf mails a named address only
+when it is
 
 - the owner's own address,
 - an address the owner confirmed (kperf.core.mail.confirmations: kperf mailed it
@@ -12,7 +14,11 @@ A submission's result goes to its owner and to the addresses they named
 Any other address is refused when the submission is made (RecipientError,
 400, saying how to confirm it), and left out of the mail should one reach
 it anyway (a submission made before this rule): otherwise anyone with an
-account could have kperf mail anyone.
+account could have kperf mail anyone. A `notify` address is kept, asked to
+confirm when the branch is tracked, and left out of the branch's mail
+until its reader has (branch_watchers). The lab's reference series, the
+branches staff own, mail their watchers as named: staff are the operators,
+who could allow any address anyway.
 
 Every address besides the owner's own counts against the owner's
 KPERF_MAIL_EXTRA_RECIPIENTS_PER_DAY twice: when a submission names it (a
@@ -34,11 +40,13 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.utils import timezone
 
-from kperf.core.models import Alert, RecipientAddress, Submission
+from kperf.core.models import Alert, RecipientAddress, Submission, TrackedBranch
 
 # The first key of the per-user advisory lock (the second is the user's id).
 LOCK_SPACE = zlib.crc32(b"kperf.recipients") - (1 << 31)
 DAY = timedelta(days=1)
+# How many addresses a tracked branch's `notify` may name.
+NOTIFY_MAX = 10
 
 
 class RecipientError(Exception):
@@ -176,3 +184,16 @@ def within_limit(alert: Alert) -> list[str]:
     dropped = set(extras[room:])
     alert.recipients = [r for r in alert.recipients if r.strip().lower() not in dropped]
     return [a for a in extras if a in dropped]
+
+
+def vouched_by_operator(branch: TrackedBranch) -> bool:
+    """Whether the branch's `notify` is mailed as named: the lab's reference series, owned by (active) staff."""
+    return bool(branch.owner.is_active and branch.owner.is_staff)
+
+
+def branch_watchers(branch: TrackedBranch) -> tuple[list[str], list[str]]:
+    """(the `notify` addresses a branch's regressions go to, those left out until their readers confirm)."""
+    notify = list(branch.notify)[:NOTIFY_MAX]
+    if vouched_by_operator(branch):
+        return notify, []
+    return permitted(branch.owner, notify)

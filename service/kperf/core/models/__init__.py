@@ -12,12 +12,14 @@ from kperf.core.models.history import (
     SeriesPool,
     SeriesState,
 )
+from kperf.core.models.host_speed import HostSpeed
 from kperf.core.models.lab import Clock, Job, MachineClass, Runner
 from kperf.core.models.mail import InboundMail, ReplyToken, UnreadableMail
 from kperf.core.models.recipients import RecipientAddress
 from kperf.core.models.results import BootRecord, Comparison, MetricComparison, MetricDef, Sample
 from kperf.core.models.series import PatchSeries
 from kperf.core.models.sharing import SharedJob
+from kperf.core.models.spreads import ShapeBootSpread
 from kperf.core.models.status_changes import StatusChange
 from kperf.core.models.submissions import Submission, SubmissionBuild
 from kperf.core.models.tracking import BranchCommit, ChangePoint, TrackedBranch
@@ -34,6 +36,7 @@ __all__ = [
     "Clock",
     "CommitSummary",
     "Comparison",
+    "HostSpeed",
     "InboundMail",
     "Job",
     "KernelBuild",
@@ -51,6 +54,7 @@ __all__ = [
     "SeriesCatchUp",
     "SeriesPool",
     "SeriesState",
+    "ShapeBootSpread",
     "SharedJob",
     "StatusChange",
     "Submission",

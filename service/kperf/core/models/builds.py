@@ -21,6 +21,13 @@ from kperf.core.models.trees import Tree
 IMPORTED_DIGEST = "imported:mmtests"
 
 
+def imported_digest(profile: str) -> str:
+    """The config digest of an imported kernel of `profile`: one build per
+    profile, since kernels of two profiles are two series. The default
+    profile's is the bare marker imports always had."""
+    return IMPORTED_DIGEST if profile in ("", "tiny") else f"{IMPORTED_DIGEST}:{profile}"
+
+
 class KernelBuild(models.Model):
     class Status(models.TextChoices):
         QUEUED = "queued"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
 from kperf.core.models.lab import Clock, Job, MachineClass
@@ -59,15 +60,20 @@ class Sample(models.Model):
 
 
 class Comparison(models.Model):
-    """Base against head for one submission, machine class and benchmark."""
+    """Base against head for one submission, machine class, benchmark, grid and clock."""
 
     submission = models.ForeignKey(Submission, on_delete=models.CASCADE, related_name="comparisons")
     machine_class = models.ForeignKey(MachineClass, on_delete=models.PROTECT, related_name="comparisons")
     benchmark = models.CharField(max_length=64)
+    # The benchmark's grid: a submission may ask for several, and two grids of one benchmark
+    # name their metrics alike (pft's quick and scaling both have faults/sec-threads-1).
+    grid = models.CharField(max_length=32, default="quick")
     # The clock every compared sample was timed with (one comparison, one clock).
     clock = models.CharField(max_length=16, choices=Clock.choices, default=Clock.WALL)
-    # Test, alpha spending and what history lent it (noise, between-build): it grows with each.
-    method = models.CharField(max_length=500)
+    # Test, alpha spending and what history lent it (noise, between-build): it grows with each, and
+    # names where a lab's own noise record came from (its KPERF_BUILD_NOISE_RECORDS source, any
+    # length), so no length bounds it: text, not a column a long source could make the analysis fail on.
+    method = models.TextField()
     alpha = models.FloatField()
     # Sequential design: which look this is, of how many; interim comparisons
     # are replaced when the boots kperf added come in.
@@ -77,6 +83,10 @@ class Comparison(models.Model):
     # How many of the base boots compared were measured once for several
     # submissions of the same base kernel (kperf.core.lab.sharing), not for this one.
     shared_base_boots = models.PositiveIntegerField(default=0)
+    # How many metrics' intervals rest on their boots alone: no noise learned from history and no
+    # boot spread measured yet for the shape (kperf.core.submissions.shape_spread); the page and
+    # the mail say so.
+    boots_alone = models.PositiveIntegerField(default=0)
     # The mmtests-style table a developer pastes into a cover letter.
     table = models.TextField(blank=True, default="")
     created = models.DateTimeField(auto_now_add=True)
@@ -84,13 +94,13 @@ class Comparison(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["submission", "machine_class", "benchmark", "clock"],
-                name="unique_comparison_per_class_benchmark_clock",
+                fields=["submission", "machine_class", "benchmark", "grid", "clock"],
+                name="unique_comparison_per_class_benchmark_grid_clock",
             )
         ]
 
     def __str__(self) -> str:
-        return f"submission {self.submission_id} {self.benchmark}"
+        return f"submission {self.submission_id} {self.benchmark} {self.grid}"
 
 
 class MetricComparison(models.Model):
@@ -99,6 +109,9 @@ class MetricComparison(models.Model):
         IMPROVEMENT = "improvement"
         NO_CHANGE = "no-change"
         INCONCLUSIVE = "inconclusive"
+        # kperf failed to judge this metric (a bug, not the data): its notes say what failed, and the
+        # rest of the comparison stands (kperf.core.submissions.analysis).
+        ERROR = "error"
 
     comparison = models.ForeignKey(Comparison, on_delete=models.CASCADE, related_name="metrics")
     metric = models.CharField(max_length=128)
@@ -121,10 +134,19 @@ class MetricComparison(models.Model):
     values = models.JSONField(default=dict)
     # mmtests summary rows: [{"label": "Hmean", "base": .., "head": .., "change_pct": .., "significant": ..}]
     summary = models.JSONField(default=list)
-    note = models.CharField(max_length=300, blank=True, default="")
+    # What a reader needs beside the numbers, one sentence each (kperf.stats MetricResult.notes). A
+    # list of text, not one joined string in a bounded column: a metric can collect several notes
+    # (rounding, boots set aside, more boots cannot decide, ...) and once their sum passed 300
+    # characters the whole verdict failed to store.
+    notes = ArrayField(models.TextField(), default=list, blank=True)
 
     class Meta:
         ordering = ["metric"]
 
     def __str__(self) -> str:
         return f"{self.metric}: {self.verdict}"
+
+    @property
+    def note(self) -> str:
+        """The notes as one line, as the page's row, tables and the CLI print them."""
+        return "; ".join(self.notes)

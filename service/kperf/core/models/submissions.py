@@ -23,6 +23,10 @@ class Thp(models.TextChoices):
     NEVER = "never", "never"
 
 
+def default_grids() -> list[str]:
+    return ["quick"]
+
+
 class Submission(models.Model):
     class Status(models.TextChoices):
         QUEUED = "queued"  # waiting for git fetch and ref resolution
@@ -61,7 +65,9 @@ class Submission(models.Model):
     base_ref = models.CharField(max_length=255)
     base_sha = models.CharField(max_length=40, blank=True, default="")
     benchmarks = models.JSONField(default=list)
-    grid = models.CharField(max_length=32, default="quick")
+    # The grids asked for, in the order given: each benchmark runs every one of
+    # them it has (kperf.core.benchmarks.runs), one comparison per grid.
+    grids = models.JSONField(default=default_grids)
     arches = models.JSONField(default=list)
     # The practical threshold in percent for every metric of this submission:
     # a smaller difference is shown as a change but never called a
@@ -80,11 +86,11 @@ class Submission(models.Model):
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     error = models.TextField(blank=True, default="")
     # Boots kperf added because a look was inconclusive:
-    # [{"machine_class": .., "benchmark": .., "look": 1, "more_boots": 4, "inconclusive": [..]}]
+    # [{"machine_class": .., "benchmark": .., "grid": .., "look": 1, "more_boots": 4, "inconclusive": [..]}]
     reruns = models.JSONField(default=list, blank=True)
     # Looks taken at one comparison while others still ran (kperf.core.submissions.looks),
     # so a second advance never takes the same one again:
-    # [{"machine_class_id": .., "benchmark": .., "clock": .., "jobs": finished jobs at that look}]
+    # [{"machine_class_id": .., "benchmark": .., "grid": .., "clock": .., "jobs": finished jobs at that look}]
     interim_looks = models.JSONField(default=list, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)

@@ -1,4 +1,4 @@
-"""What every tracked branch's series adds to what is learned per machine class (docs/summaries.md).
+"""What every tracked branch's series adds to what is learned per machine class (docs/history.md).
 
 Each branch's SeriesState rows hold the drift and between-build sums of its
 series; SeriesPool holds them added up per machine class, benchmark, clock
@@ -291,7 +291,7 @@ def drift_sums(
 
 
 def learned_drift(mclass_id: int, bench: str, clock: str, ensure: bool = True) -> dict[str, DriftEstimate]:
-    """The drift of every branch's series pooled per metric, from the branches' sums (docs/summaries.md)."""
+    """The drift of every branch's series pooled per metric, from the branches' sums (docs/history.md)."""
     return {m: sh.drift_from_stats(s) for m, s in drift_sums(mclass_id, bench, clock, ensure=ensure).items()}
 
 
@@ -302,7 +302,7 @@ def build_noise_of(sums: ClassSums) -> BuildNoise:
 
 
 def learned_build_noise(mclass_id: int, bench: str, clock: str, ensure: bool = True) -> dict[str, BuildNoise]:
-    """The between-build noise of every metric, pooled from the branches' sums (docs/summaries.md)."""
+    """The between-build noise of every metric, pooled from the branches' sums (docs/history.md)."""
     if ensure:
         ensure_states(mclass_id, bench, clock)
     return {m: build_noise_of(s) for (_, m), s in class_sums(mclass_id, clock, bench).items()}

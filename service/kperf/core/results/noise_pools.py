@@ -1,4 +1,4 @@
-"""The noise model of a machine class from the pooled kernels' runs (docs/summaries.md).
+"""The noise model of a machine class from the pooled kernels' runs (docs/history.md).
 
 What the noise report and a submission's learned prior need of every
 kernel measured on a class: the NoisePool rows added up, less the kernels

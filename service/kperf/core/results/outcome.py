@@ -14,6 +14,10 @@ from typing import Any
 from typing_extensions import TypedDict
 
 from kperf.core.models import MetricComparison, Submission
+from kperf.core.results import sweeps
+
+# Metrics a rerun note names before it counts the rest.
+RERUN_NAMES_AT_MOST = 4
 
 
 def _plural(n: int, word: str) -> str:
@@ -29,8 +33,11 @@ def verdict_line(sub: Submission) -> str:
     )
     reg, imp = counts[MetricComparison.Verdict.REGRESSION], counts[MetricComparison.Verdict.IMPROVEMENT]
     found = ", ".join(_plural(n, word) for n, word in ((reg, "regression"), (imp, "improvement")) if n)
+    # Metrics kperf failed on are no verdict at all: "no regression" alone would claim too much.
+    errors = counts[MetricComparison.Verdict.ERROR]
+    unjudged = f"; {_plural(errors, 'metric')} not judged (a kperf fault)" if errors else ""
     if sub.status == Submission.Status.DONE:
-        return found or "no regression"
+        return (found or "no regression") + unjudged
     # An interim look already decided these, but more boots can still change them.
     return f"no verdict yet ({sub.status})" + (f"; so far {found}" if found else "")
 
@@ -44,22 +51,39 @@ def rerun_notes(sub: Submission) -> list[str]:
     if not sub.reruns:
         return []
     # The last look each comparison has had (a comparison is stored per look).
-    looked: dict[tuple[str, str], int] = {}
-    for mclass, bench, look in sub.comparisons.values_list("machine_class__name", "benchmark", "look"):
-        looked[(mclass, bench)] = max(look, looked.get((mclass, bench), 0))
+    looked: dict[tuple[str, str, str], int] = {}
+    for mclass, bench, grid, look in sub.comparisons.values_list("machine_class__name", "benchmark", "grid", "look"):
+        looked[(mclass, bench, grid)] = max(look, looked.get((mclass, bench, grid), 0))
+    several = len(sub.grids) > 1
     return [
-        rerun_note(r, sub.is_final or looked.get((r["machine_class"], r["benchmark"]), 0) > r["look"])
+        rerun_note(
+            r,
+            sub.is_final or looked.get((r["machine_class"], r["benchmark"], r.get("grid", "")), 0) > r["look"],
+            several,
+        )
         for r in sub.reruns
     ]
 
 
-def rerun_note(r: dict[str, Any], ran: bool) -> str:
+def benchmark_label(benchmark: str, grid: str, several_grids: bool) -> str:
+    """A comparison's benchmark as the page, the mail and the CLI name it: with its grid when the
+    submission asked for several ("pft (scaling grid)")."""
+    return f"{benchmark} ({grid} grid)" if several_grids and grid else benchmark
+
+
+def rerun_note(r: dict[str, Any], ran: bool, several_grids: bool = False) -> str:
     boots = _plural(r["more_boots"], "more boot")
     what = f"kperf added {boots} per side" if ran else f"kperf queued {boots} per side; they are running"
-    return (
-        f"Look {r['look']} of {r['benchmark']} on {r['machine_class']} was inconclusive for "
-        f"{', '.join(r['inconclusive'])}: {what}."
-    )
+    names = sorted(r["inconclusive"], key=sweeps.metric_order)
+    # A look of the page allocator can leave 70 metrics undecided: the note
+    # names a few, the tables below name them all (issue 41: the finding first).
+    if len(names) > RERUN_NAMES_AT_MOST:
+        more = len(names) - RERUN_NAMES_AT_MOST
+        shown = f"{len(names)} metrics ({', '.join(names[:RERUN_NAMES_AT_MOST])} and {more} more)"
+    else:
+        shown = ", ".join(names)
+    bench = benchmark_label(r["benchmark"], r.get("grid", ""), several_grids)
+    return f"Look {r['look']} of {bench} on {r['machine_class']} was inconclusive for {shown}: {what}."
 
 
 class MetricVerdict(TypedDict):
@@ -81,7 +105,8 @@ class MetricVerdict(TypedDict):
     head_boots: int
     base_samples: int
     head_samples: int
-    note: str
+    note: str  # the notes joined with "; ", as before there were several
+    notes: list[str]  # one sentence each (MetricComparison.notes)
 
 
 def metric_verdict(metric: str, unit: str, higher_is_better: bool, r: Any) -> MetricVerdict:
@@ -104,5 +129,6 @@ def metric_verdict(metric: str, unit: str, higher_is_better: bool, r: Any) -> Me
         "head_boots": r.head_boots,
         "base_samples": r.base_samples,
         "head_samples": r.head_samples,
-        "note": r.note,
+        "note": "; ".join(r.notes),
+        "notes": list(r.notes),
     }

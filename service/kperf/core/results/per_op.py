@@ -23,8 +23,8 @@ from typing_extensions import TypedDict
 
 from kperf_runner import benchmarks as registry
 
-# (machine class id, benchmark, clock, side), as in presenters.
-SideKey = tuple[int, str, str, str]
+# (machine class id, benchmark, grid, clock, side), as in presenters.
+SideKey = tuple[int, str, str, str, str]
 # What a count of each counter is, for the units: "instructions/fork".
 UNITS = {"instructions": "instructions", "cycles": "cycles", "task_clock_ns": "ns", "page_faults": "page faults"}
 IPC = "instructions_per_cycle"

@@ -41,7 +41,7 @@ from kperf.stats import history as sh
 from kperf.stats.abtest import boot_summaries, normalise_boots
 from kperf.stats.noise import RunPool, RunStats, run_stats
 
-log = logging.getLogger("kperf.history")
+log = logging.getLogger(__name__)
 
 # Each analysis re-reads at most this many newest measured commits of a
 # series; the detector itself looks back at most 512 commits from the last

@@ -34,6 +34,15 @@ class Sweep(TypedDict):
     points: list[SweepPoint]
 
 
+def metric_order(metric: str) -> tuple[tuple[str, int], ...]:
+    """The sort key of a metric's name in every list kperf shows: its numbers
+    read as numbers (spawn-vmas-200 before spawn-vmas-1600, alloc-odr0-16
+    before alloc-odr0-128), the text between them as text."""
+    parts = re.split(r"(\d+)", metric)
+    texts, numbers = parts[0::2], [int(n) for n in parts[1::2]]
+    return tuple((text, numbers[i] if i < len(numbers) else -1) for i, text in enumerate(texts))
+
+
 def sweeps(rows: Iterable[tuple[str, float | None, str]], min_points: int = 2) -> list[Sweep]:
     """(metric, change %, verdict) rows grouped into sweeps of at least `min_points`, by name then x."""
     groups: dict[str, list[SweepPoint]] = defaultdict(list)

@@ -13,46 +13,45 @@ from django.db.models import Q, QuerySet
 from typing_extensions import TypedDict
 
 from kperf import stats
-from kperf.core import benchmarks, triage
+from kperf.core import benchmarks
 from kperf.core.lab import sharing
 from kperf.core.lifecycle import owners, states
-from kperf.core.mail import alerts, replies
 from kperf.core.models import (
     BootRecord,
     Clock,
     Comparison,
     Job,
     MachineClass,
-    MetricComparison,
     MetricDef,
     Sample,
     SharedJob,
     Submission,
     SubmissionBuild,
 )
-from kperf.core.results import drift_pools, noise_pools, outcome, summaries
+from kperf.core.results import drift_pools, noise_pools, outcome, summaries, sweeps
+from kperf.core.results.noise_report import requested_clock
 from kperf.core.submissions import priors as priors_without_history
+from kperf.core.submissions import shape_spread, verdicts
 from kperf.stats import noise, sequential, summary
-from kperf.stats.builds import BuildNoise
-from kperf.stats.changepoints import DriftEstimate
-from kperf.stats.history import drift_from_stats
+from kperf_kbuild.driver import DEFAULT_PROFILE
 
-log = logging.getLogger("kperf.analysis")
+log = logging.getLogger(__name__)
 
 
-Group = tuple[int, str, str]  # machine class id, benchmark, clock: what one comparison covers
+Group = tuple[int, str, str, str]  # machine class id, benchmark, grid, clock: what one comparison covers
 
 
 def load_boots(sub: Submission, only: Group | None = None) -> dict[Group, dict[str, dict[str, list[list[float]]]]]:
-    """{(machine class id, benchmark, clock): {metric: {"base": boots, "head": boots}}}, boots in run order.
+    """{(machine class id, benchmark, grid, clock): {metric: {"base": boots, "head": boots}}}, boots in run order.
 
-    The clock is part of the key: samples of two clocks are two metrics and
-    never meet in one comparison. Base boots shared with other submissions
+    The grid and the clock are part of the key: samples of two clocks are two
+    metrics, and two grids of one benchmark name their metrics alike, so
+    neither ever meets another in one comparison. Base boots shared with other submissions
     (kperf.core.lab.sharing) count on the side the submission shares them for.
     `only`: that comparison's boots alone.
     """
     shared = _shared_sides(sub)
-    per_boot: dict[tuple[int, str, str, str, str, int], dict[int, float]] = defaultdict(dict)
+    per_boot: dict[tuple[int, str, str, str, str, str, int], dict[int, float]] = defaultdict(dict)
     samples = Sample.objects.filter(
         Q(boot_record__job__submission=sub) | Q(boot_record__job_id__in=list(shared)),
         boot_record__job__status=Job.Status.DONE,
@@ -61,11 +60,13 @@ def load_boots(sub: Submission, only: Group | None = None) -> dict[Group, dict[s
         samples = samples.filter(
             boot_record__job__machine_class_id=only[0],
             boot_record__job__benchmark=only[1],
-            boot_record__job__clock=only[2],
+            boot_record__job__grid=only[2],
+            boot_record__job__clock=only[3],
         )
     rows = samples.values_list(
         "boot_record__job__machine_class_id",
         "boot_record__job__benchmark",
+        "boot_record__job__grid",
         "boot_record__job__clock",
         "metric",
         "boot_record__job_id",
@@ -74,13 +75,13 @@ def load_boots(sub: Submission, only: Group | None = None) -> dict[Group, dict[s
         "iteration",
         "value",
     ).order_by("boot_record__job__seq", "boot_record__job_id", "boot_record__boot", "iteration")
-    for mclass, bench, clock, metric, job_id, side, boot_id, iteration, value in rows:
-        per_boot[(mclass, bench, clock, metric, shared.get(job_id, side), boot_id)][iteration] = value
+    for mclass, bench, grid, clock, metric, job_id, side, boot_id, iteration, value in rows:
+        per_boot[(mclass, bench, grid, clock, metric, shared.get(job_id, side), boot_id)][iteration] = value
     out: dict[Group, dict[str, dict[str, list[list[float]]]]] = defaultdict(
         lambda: defaultdict(lambda: {"base": [], "head": []})
     )
-    for (mclass, bench, clock, metric, side, _), iters in per_boot.items():
-        out[(mclass, bench, clock)][metric][side].append([iters[i] for i in sorted(iters)])
+    for (mclass, bench, grid, clock, metric, side, _), iters in per_boot.items():
+        out[(mclass, bench, grid, clock)][metric][side].append([iters[i] for i in sorted(iters)])
     return out
 
 
@@ -94,7 +95,7 @@ def shared_base_boots(sub: Submission) -> dict[Group, int]:
     counts: dict[Group, int] = defaultdict(int)
     rows = SharedJob.objects.filter(
         submission=sub, side="base", job__status=Job.Status.DONE, job__boot_records__isnull=False
-    ).values_list("job__machine_class_id", "job__benchmark", "job__clock")
+    ).values_list("job__machine_class_id", "job__benchmark", "job__grid", "job__clock")
     for group in rows:
         counts[group] += 1
     return counts
@@ -106,9 +107,9 @@ def phased_boots(sub: Submission) -> dict[Group, tuple[int, int]]:
     counts: dict[Group, list[int]] = defaultdict(lambda: [0, 0])
     rows = BootRecord.objects.filter(
         Q(job__submission=sub) | Q(job_id__in=list(_shared_sides(sub))), job__status=Job.Status.DONE
-    ).values_list("job__machine_class_id", "job__benchmark", "job__clock", "environment__phase_span_us")
-    for mclass_id, bench, clock, span in rows:
-        entry = counts[(mclass_id, bench, clock)]
+    ).values_list("job__machine_class_id", "job__benchmark", "job__grid", "job__clock", "environment__phase_span_us")
+    for mclass_id, bench, grid, clock, span in rows:
+        entry = counts[(mclass_id, bench, grid, clock)]
         entry[0] += isinstance(span, int) and span > 0
         entry[1] += 1
     return {group: (phased, total) for group, (phased, total) in counts.items()}
@@ -146,6 +147,8 @@ class GroupLook:
     # The boot noise measured without history (kperf.core.submissions.priors), and where it came from.
     spread: dict[str, stats.NoisePrior]
     spread_source: str
+    # The metrics whose intervals rest on their boots alone: no spread measured for the shape.
+    boots_alone: tuple[str, ...] = ()
 
 
 def boots_per_side(metrics: dict[str, dict[str, list[list[float]]]]) -> int:
@@ -159,15 +162,16 @@ def group_look(
     """The sequential look of one comparison at the boots it has: the same
     inputs whether the look is the submission's analysis or an interim one
     (kperf.core.submissions.looks), so both decide alike."""
-    mclass_id, bench, clock = group
-    priors = learned_priors(sub, mclass_id, bench, clock, metrics)
+    mclass_id, bench, grid, clock = group
+    priors = learned_priors(sub, mclass_id, bench, grid, clock, metrics)
     builds = learned_build_priors(mclass_id, bench, clock)
     measured, source = priors_without_history.measured_build_priors(
         mclass_id, bench, clock, [n for n in metrics if n not in builds]
     )
-    spread, spread_source = priors_without_history.measured_boot_priors(
-        sub, mclass_id, bench, clock, [n for n in metrics if n not in priors]
+    boot_priors = priors_without_history.measured_boot_priors(
+        sub, mclass_id, bench, grid, clock, [n for n in metrics if n not in priors]
     )
+    spread = boot_priors.spread
     inputs = {
         name: stats.MetricInput(
             base=sides["base"],
@@ -179,9 +183,91 @@ def group_look(
         )
         for name, sides in metrics.items()
     }
-    plan = benchmarks.look_plan(sub, bench, clock)
+    plan = benchmarks.look_plan(bench, grid, clock)
     look = sequential.sequential_look(inputs, sequential.look_number(plan, boots_per_side(metrics)), plan)
-    return GroupLook(inputs, look, plan, priors, builds, measured, source, spread, spread_source)
+    return GroupLook(
+        inputs, look, plan, priors, builds, measured, source, spread, boot_priors.source, boot_priors.boots_alone
+    )
+
+
+def judged_look(
+    sub: Submission, defs: dict[str, MetricDef], group: Group, metrics: dict[str, dict[str, list[list[float]]]]
+) -> tuple[GroupLook | None, dict[str, str]]:
+    """group_look over the metrics kperf can judge, and for each metric it failed on, the note saying so.
+
+    A metric whose input or test raises (a bug, kperf's and never the data's) must not cost the
+    others their verdicts: the look is taken again without it. None: no metric could be judged.
+    Each try runs in a savepoint, so a query that failed leaves the analysis' transaction usable.
+    """
+    try:
+        return _look_in_savepoint(sub, defs, group, metrics), {}
+    except owners.TEMPORARY:
+        raise
+    except Exception as exc:  # found below: which metrics fail alone
+        log.exception("submission %s: the look of %s failed; looking at its metrics one by one", sub.pk, group)
+        whole: Exception = exc
+    failed: dict[str, str] = {}
+    for name in sorted(metrics):
+        try:
+            _look_in_savepoint(sub, defs, group, {name: metrics[name]})
+        except owners.TEMPORARY:
+            raise
+        except Exception as exc:  # this metric's failure: noted on its row
+            failed[name] = verdicts.failure_note(exc)
+    rest = {name: sides for name, sides in metrics.items() if name not in failed}
+    if rest and failed:
+        try:
+            return _look_in_savepoint(sub, defs, group, rest), failed
+        except owners.TEMPORARY:
+            raise
+        except Exception as exc:  # the rest fail together: nothing of the comparison is judged
+            whole = exc
+    # No metric fails alone, or the others fail together: kperf cannot judge the comparison.
+    log.error("submission %s: no metric of %s could be judged", sub.pk, group)
+    return None, {**dict.fromkeys(metrics, verdicts.failure_note(whole)), **failed}
+
+
+def _look_in_savepoint(
+    sub: Submission, defs: dict[str, MetricDef], group: Group, metrics: dict[str, dict[str, list[list[float]]]]
+) -> GroupLook:
+    with transaction.atomic():
+        return group_look(sub, defs, group, metrics)
+
+
+def method_line(taken: GroupLook, phased: tuple[int, int]) -> str:
+    """What a comparison's verdicts rest on: the test, alpha spending and what history lent it."""
+    inputs, n = taken.inputs, len(taken.inputs)
+    learned_builds = sum(name in taken.builds for name in inputs)
+    parts = [f"{stats.abtest.METHOD}; {taken.plan.spending} alpha spending"]
+    if taken.priors:
+        parts.append(f"noise learned from history for {len(taken.priors)} of {n} metrics")
+    if learned_builds:
+        parts.append(f"between-build noise learned for {learned_builds} of {n} metrics")
+    if taken.measured:
+        parts.append(f"between-build noise for {len(taken.measured)} of {n} metrics from the {taken.measured_source}")
+    if taken.spread:
+        parts.append(f"boot noise for {len(taken.spread)} of {n} metrics from the {taken.spread_source}")
+    if taken.boots_alone:
+        why = priors_without_history.BOOTS_ALONE_WHY
+        parts.append(f"interval from boots alone for {len(taken.boots_alone)} of {n} metrics ({why})")
+    return "; ".join(parts) + _interval_parts(phased) + _rounding_part(taken.look.results)
+
+
+class NothingJudged(RuntimeError):
+    """kperf could judge no metric of a submission: its message is the first metric's failure."""
+
+
+# The method of a comparison kperf could judge no metric of (each metric's notes say what failed).
+NOT_JUDGED = "not judged: kperf failed on every metric of this comparison (a kperf fault; see each metric's note)"
+
+
+def _table(sub: Submission, taken: GroupLook) -> str:
+    """The mmtests-style table; none, rather than no verdicts, if kperf fails to draw it."""
+    try:
+        return summary.format_table(taken.inputs, taken.look.results)
+    except Exception:  # the verdicts matter more than their table
+        log.exception("submission %s: drawing a comparison's table failed", sub.pk)
+        return ""
 
 
 def analyse_submission(sub_id: int) -> None:
@@ -194,107 +280,62 @@ def analyse_submission(sub_id: int) -> None:
         more_boots = False
         shared = shared_base_boots(sub)
         phases = phased_boots(sub)
-        for (mclass_id, bench, clock), metrics in load_boots(sub).items():
-            taken = group_look(sub, defs, (mclass_id, bench, clock), metrics)
-            inputs, look, plan = taken.inputs, taken.look, taken.plan
-            priors, builds, measured = taken.priors, taken.builds, taken.measured
+        groups = load_boots(sub)
+        # Metrics kperf fails on are stored as such beside the others' verdicts; when it can
+        # judge nothing at all, there is no verdict to show: the analysis fails, saying so.
+        judgeable = [judged_look(sub, defs, group, metrics) for group, metrics in groups.items()]
+        if judgeable and all(taken is None for taken, _ in judgeable):
+            raise NothingJudged(next(iter(judgeable[0][1].values()), "no metric"))
+        for group, metrics, (taken, failed) in zip(groups, groups.values(), judgeable, strict=True):
+            mclass_id, bench, grid, clock = group
             comp = Comparison.objects.create(
                 submission=sub,
                 machine_class_id=mclass_id,
                 benchmark=bench,
+                grid=grid,
                 clock=clock,
-                method=f"{stats.abtest.METHOD}; {plan.spending} alpha spending"
-                + (f"; noise learned from history for {len(priors)} of {len(inputs)} metrics" if priors else "")
-                + (
-                    f"; between-build noise learned for {sum(n in builds for n in inputs)} of {len(inputs)} metrics"
-                    if any(n in builds for n in inputs)
-                    else ""
-                )
-                + (
-                    f"; between-build noise for {len(measured)} of {len(inputs)} metrics from the "
-                    f"{taken.measured_source}"
-                    if measured
-                    else ""
-                )
-                + (
-                    f"; boot noise for {len(taken.spread)} of {len(inputs)} metrics from the {taken.spread_source}"
-                    if taken.spread
-                    else ""
-                )
-                + _interval_parts(phases.get((mclass_id, bench, clock), (0, 0)))
-                + _rounding_part(look.results),
-                alpha=plan.alpha,
-                look=look.look,
-                looks=len(plan.looks),
-                final=look.decide,
-                shared_base_boots=shared.get((mclass_id, bench, clock), 0),
-                table=summary.format_table(inputs, look.results),
+                method=method_line(taken, phases.get(group, (0, 0))) if taken is not None else NOT_JUDGED,
+                alpha=taken.plan.alpha if taken is not None else settings.KPERF_ALPHA,
+                look=taken.look.look if taken is not None else 1,
+                looks=len(taken.plan.looks) if taken is not None else 1,
+                final=taken.look.decide if taken is not None else True,
+                shared_base_boots=shared.get(group, 0),
+                boots_alone=len(taken.boots_alone) if taken is not None else 0,
+                table=_table(sub, taken) if taken is not None else "",
             )
-            _store_metrics(comp, inputs, look.results, metrics, defs)
-            if not look.decide and look.more_boots > 0:
+            inputs = taken.inputs if taken is not None else {}
+            results = taken.look.results if taken is not None else {}
+            verdicts.store_metrics(comp, inputs, results, metrics, defs, failed)
+            if taken is not None and not taken.look.decide and taken.look.more_boots > 0:
                 more_boots = True
-                rerun(sub, mclass_id, bench, clock, look)
+                rerun(sub, group, taken.look)
+        # Its seeded base boots are in: each shape's spread, for the comparisons after this one.
+        shape_spread.measure_for(sub, groups)
         if more_boots:
             sub.save(update_fields=["reruns"])
             states.move(sub, Submission.Status.TESTING)
             log.info("submission %s: inconclusive at this look, more boots queued", sub_id)
             return
+        # Done, and the lifecycle sends the result mail (SUBMISSION.finished).
         owners.finish(sub)
-        alert = alerts.submission_finished(sub)
-        # The alert's Reply-To carries a token for this triage (triage by mail, docs/triage.md).
-        replies.issue(alert, triage.open_for_submission(sub))
     log.info("submission %s analysed", sub_id)
 
 
-def _store_metrics(
-    comp: Comparison,
-    inputs: dict[str, stats.MetricInput],
-    results: dict[str, stats.MetricResult],
-    metrics: dict[str, dict[str, list[list[float]]]],
-    defs: dict[str, MetricDef],
-) -> None:
-    MetricComparison.objects.bulk_create(
-        [
-            MetricComparison(
-                comparison=comp,
-                metric=name,
-                unit=defs[name].unit,
-                higher_is_better=defs[name].higher_is_better,
-                verdict=str(r.verdict),
-                base_mean=r.base_mean,
-                head_mean=r.head_mean,
-                change_pct=r.change_pct,
-                ci_low_pct=r.ci_low_pct,
-                ci_high_pct=r.ci_high_pct,
-                p_value=r.p_value,
-                q_value=r.q_value,
-                min_effect_pct=r.min_effect_pct,
-                base_boots=r.base_boots,
-                head_boots=r.head_boots,
-                base_samples=r.base_samples,
-                head_samples=r.head_samples,
-                values={"base": metrics[name]["base"], "head": metrics[name]["head"]},
-                summary=[row.as_dict() for row in summary.summary_rows(inputs[name], r.verdict)],
-                note=r.note,
-            )
-            for name, r in sorted(results.items())
-        ]
-    )
-
-
-def rerun(sub: Submission, mclass_id: int, bench: str, clock: str, look: sequential.Look) -> None:
+def rerun(sub: Submission, group: Group, look: sequential.Look) -> None:
     """Queue more boots for one comparison and say so on the submission."""
+    mclass_id, bench, grid, clock = group
     # The head boots are always the submission's own; its base boots may all be shared.
-    jobs = Job.objects.filter(submission=sub, machine_class_id=mclass_id, benchmark=bench, clock=clock)
+    jobs = Job.objects.filter(submission=sub, machine_class_id=mclass_id, benchmark=bench, grid=grid, clock=clock)
     head = jobs.filter(side="head").select_related("build", "machine_class").first()
     assert head is not None
     base = SubmissionBuild.objects.get(submission=sub, side="base", build__arch=head.build.arch).build
-    sharing.queue_boots(sub, base, head.build, head.machine_class, bench, head.params, look.more_boots)
+    sharing.queue_boots(sub, base, head.build, head.machine_class, bench, grid, head.params, look.more_boots)
     sub.reruns = [
         *sub.reruns,
         {
             "machine_class": head.machine_class.name,
             "benchmark": bench,
+            "grid": grid,
             "look": look.look,
             "more_boots": look.more_boots,
             "inconclusive": sorted(n for n, r in look.results.items() if r.verdict == stats.Verdict.INCONCLUSIVE),
@@ -316,10 +357,6 @@ def boots_per_metric(jobs: QuerySet[Job]) -> dict[str, list[list[float]]]:
     for (metric, _), iters in per_boot.items():
         out[metric].append([iters[i] for i in sorted(iters)])
     return dict(out)
-
-
-class UnknownClock(ValueError):
-    """No such clock, or no boots of both kernels with it; the message says which there are."""
 
 
 def compare_kernels(
@@ -346,12 +383,21 @@ def compare_kernels(
     head = boots_per_metric(jobs.filter(build__sha=head_sha))
     defs = {m.name: m for m in MetricDef.objects.filter(name__in=set(base) | set(head))}
     common = sorted(set(base) & set(head))
+    # default_boots took only boots of the class's own profile and shape: say which.
+    mclass = MachineClass.objects.filter(name=machine_class).first()
+    # Each kernel is one build, as a submission's sides are: the same priors where none is learned.
+    known = priors_without_history.kernel_priors(
+        mclass, benchmark, clock, jobs.filter(build__sha__in=(base_sha, head_sha)), common
+    )
+    learned = learned_build_priors(mclass.pk, benchmark, clock) if mclass is not None else {}
     inputs = {
         name: stats.MetricInput(
             base=base[name],
             head=head[name],
             higher_is_better=defs[name].higher_is_better,
             min_effect_pct=benchmarks.min_effect_pct(name, clock, benchmark=defs[name].benchmark),
+            noise=known.spread.get(name),
+            build_noise=learned.get(name) or known.builds.get(name),
         )
         for name in common
     }
@@ -360,9 +406,12 @@ def compare_kernels(
         "machine_class": machine_class,
         "benchmark": benchmark,
         "clock": clock,
+        "profile": (mclass.profile or DEFAULT_PROFILE) if mclass is not None else "",
+        "vcpus": mclass.vcpus if mclass is not None else 0,
+        "numa_nodes": mclass.numa_nodes if mclass is not None else 0,
         "base_sha": base_sha,
         "head_sha": head_sha,
-        "method": stats.abtest.METHOD,
+        "method": "; ".join(filter(None, [stats.abtest.METHOD, known.method])),
         "alpha": settings.KPERF_ALPHA,
         "only_in_base": sorted(set(base) - set(head)),
         "only_in_head": sorted(set(head) - set(base)),
@@ -372,7 +421,7 @@ def compare_kernels(
                 # compare-mmtests.pl's rows of the pooled iterations, as a submission's comparisons have them.
                 "summary": [row.as_dict() for row in summary.summary_rows(inputs[name], r.verdict)],
             }
-            for name, r in sorted(results.items())
+            for name, r in sorted(results.items(), key=lambda kv: sweeps.metric_order(kv[0]))
         ],
     }
 
@@ -403,7 +452,12 @@ MIN_HISTORY_BOOTS = 6
 
 
 def learned_priors(
-    sub: Submission, mclass_id: int, bench: str, clock: str, metrics: dict[str, dict[str, list[list[float]]]]
+    sub: Submission,
+    mclass_id: int,
+    bench: str,
+    grid: str,
+    clock: str,
+    metrics: dict[str, dict[str, list[list[float]]]],
 ) -> dict[str, stats.NoisePrior]:
     """Per metric, the boot-summary noise learned from earlier runs of the same
     benchmark and grid on this machine class and clock, excluding this
@@ -413,7 +467,7 @@ def learned_priors(
     # Like the pools, only boots with no boot parameters of their own (summaries.default_boots).
     jobs = (
         summaries.default_boots(Job.objects.all())
-        .filter(status=Job.Status.DONE, machine_class_id=mclass_id, benchmark=bench, grid=sub.grid, clock=clock)
+        .filter(status=Job.Status.DONE, machine_class_id=mclass_id, benchmark=bench, grid=grid, clock=clock)
         .exclude(submission=sub)
         .exclude(sharers__submission=sub)
     )
@@ -425,7 +479,7 @@ def learned_priors(
         for metric, run in summaries.runs_of(jobs.filter(build__sha=sha)).items():
             extra[metric].append(run)
     out: dict[str, stats.NoisePrior] = {}
-    pooled = noise_pools.noise_models(mclass_id, clock, bench, sub.grid, exclude_shas=own, extra=extra)
+    pooled = noise_pools.noise_models(mclass_id, clock, bench, grid, exclude_shas=own, extra=extra)
     for metric, (total, model) in pooled.items():
         if metric not in metrics or total.runs < 2 or total.boots < MIN_HISTORY_BOOTS:
             continue
@@ -456,76 +510,6 @@ def learned_build_priors(mclass_id: int, bench: str, clock: str) -> dict[str, st
     return out
 
 
-def requested_clock(machine_class: str, clock: str | None) -> str:
-    """The clock a report is for: the one asked (UnknownClock if there is no such clock), else the machine class's."""
-    if clock is not None:
-        if clock not in Clock.values:
-            raise UnknownClock(f"unknown clock {clock!r}: choose {' or '.join(Clock.values)}")
-        return clock
-    mclass = MachineClass.objects.filter(name=machine_class).first()
-    return mclass.clock if mclass is not None else str(Clock.WALL)
-
-
-def noise_report(machine_class: str, boots: int, iterations: int, clock: str) -> list[NoiseRow]:
-    """Between- and within-boot noise per metric, learned from every finished
-    boot on a machine class and clock (one run per kernel sha), and what K x N detects."""
-    mclass = MachineClass.objects.filter(name=machine_class).first()
-    if mclass is None:
-        return []
-    # One run per kernel, benchmark and grid, pooled as the kernels' summaries
-    # arrived (this catches up any finished job of the class not yet summarised).
-    pooled = noise_pools.noise_models(mclass.pk, clock)
-    # How fast each metric's level wanders along tracked branches (what picks
-    # the change-point window); only metrics some branch has measured have one.
-    # Both it and the between-build noise come from the branches' summaries
-    # pooled per class (kperf.core.results.drift_pools): no branch's samples are read here.
-    drift: dict[str, DriftEstimate] = {}
-    builds: dict[str, BuildNoise] = {}
-    measured = set(drift_pools.ensure_class_states(mclass.pk, clock))
-    # Every benchmark's rows in one read (metric names are unique across benchmarks).
-    for (bench, metric), sums in drift_pools.class_sums(mclass.pk, clock).items():
-        if bench not in measured:
-            continue
-        drift[metric] = drift_from_stats(sums.drift)
-        builds[metric] = drift_pools.build_noise_of(sums)
-    out: list[NoiseRow] = []
-    for metric, (total, model) in pooled.items():
-        if total.boots < 3:
-            continue
-        out.append(
-            {
-                "metric": metric,
-                "clock": clock,
-                "kernels": total.runs,
-                "boots": total.boots,
-                # Between builds of code that should behave alike (tracked
-                # branches' commits with no change point between them); None
-                # where no branch has two such commits.
-                "between_build_sd": builds[metric].sd if metric in builds and builds[metric].builds else None,
-                "between_build_builds": builds[metric].builds if metric in builds else 0,
-                "between_boot_sd": model.between_sd,
-                "within_boot_sd": model.within_sd,
-                "log_scale": model.log_scale,
-                "boots_per_side": boots,
-                "iterations": iterations,
-                "min_detectable_pct": noise.min_detectable_effect(
-                    model,
-                    boots,
-                    iterations,
-                    alpha=settings.KPERF_ALPHA,
-                    use_history=False,
-                    build_sd=builds[metric].sd if metric in builds else 0.0,
-                ),
-                # Random-walk variance of the level per commit, relative to one
-                # commit's noise; None where no tracked branch measured the metric.
-                "drift_rate": drift[metric].rate if metric in drift else None,
-                "drift_commits": drift[metric].commits if metric in drift else 0,
-                "change_point_window": drift[metric].window if metric in drift else None,
-            }
-        )
-    return out
-
-
 class KernelMetric(outcome.MetricVerdict):
     summary: list[dict[str, Any]]  # compare-mmtests.pl's rows (kperf.stats.summary.SummaryRow)
 
@@ -536,6 +520,11 @@ class KernelComparison(TypedDict):
     machine_class: str
     benchmark: str
     clock: str
+    # The class's configuration profile, vCPUs and NUMA nodes: only boots of
+    # these are compared (as a submission's Comparison says them).
+    profile: str
+    vcpus: int
+    numa_nodes: int
     base_sha: str
     head_sha: str
     method: str
@@ -543,23 +532,3 @@ class KernelComparison(TypedDict):
     only_in_base: list[str]
     only_in_head: list[str]
     metrics: list[KernelMetric]
-
-
-class NoiseRow(TypedDict):
-    """One metric's noise on a machine class and clock, and what K boots x N iterations detect (noise_report)."""
-
-    metric: str
-    clock: str
-    kernels: int
-    boots: int
-    between_build_sd: float | None  # None: no tracked branch has two builds that should behave alike
-    between_build_builds: int
-    between_boot_sd: float
-    within_boot_sd: float
-    log_scale: bool
-    boots_per_side: int
-    iterations: int
-    min_detectable_pct: float
-    drift_rate: float | None  # None: no tracked branch measured the metric
-    drift_commits: int
-    change_point_window: int | None

@@ -25,11 +25,11 @@ from kperf.core import benchmarks
 from kperf.core.models import Job, MetricDef, Submission
 from kperf.core.submissions import analysis
 
-log = logging.getLogger("kperf.analysis")
+log = logging.getLogger(__name__)
 
 
 def _key(group: analysis.Group, finished: int) -> dict[str, int | str]:
-    return {"machine_class_id": group[0], "benchmark": group[1], "clock": group[2], "jobs": finished}
+    return {"machine_class_id": group[0], "benchmark": group[1], "grid": group[2], "clock": group[3], "jobs": finished}
 
 
 def interim_looks(sub: Submission, jobs: list[Job]) -> None:
@@ -42,7 +42,7 @@ def interim_looks(sub: Submission, jobs: list[Job]) -> None:
     """
     per_group: dict[analysis.Group, list[Job]] = defaultdict(list)
     for job in jobs:
-        per_group[(job.machine_class_id, job.benchmark, job.clock)].append(job)
+        per_group[(job.machine_class_id, job.benchmark, job.grid, job.clock)].append(job)
     ready = [
         (group, len(group_jobs))
         for group, group_jobs in sorted(per_group.items())
@@ -58,17 +58,22 @@ def interim_looks(sub: Submission, jobs: list[Job]) -> None:
         metrics = analysis.load_boots(sub, only=group).get(group)
         if not metrics:
             continue
-        plan = benchmarks.look_plan(sub, group[1], group[2])
+        plan = benchmarks.look_plan(group[1], group[2], group[3])
         if analysis.boots_per_side(metrics) < plan.looks[0]:
             continue  # fewer boots than a first look: the analysis says what is missing
-        look = analysis.group_look(sub, defs, group, metrics).look
+        # As the analysis will: without the metrics kperf fails on (analysis.judged_look).
+        judged, _ = analysis.judged_look(sub, defs, group, metrics)
+        if judged is None:
+            continue  # the analysis stores what failed
+        look = judged.look
         sub.interim_looks = [*sub.interim_looks, key]
         if not look.decide and look.more_boots > 0:
-            analysis.rerun(sub, *group, look)
+            analysis.rerun(sub, group, look)
             log.info(
-                "submission %s: %s inconclusive at look %s while others run, %s more boots per side queued",
+                "submission %s: %s %s inconclusive at look %s while others run, %s more boots per side queued",
                 sub.pk,
                 group[1],
+                group[2],
                 look.look,
                 look.more_boots,
             )

@@ -17,13 +17,13 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from kperf.core import benchmarks
+from kperf.core import benchmarks, triage
 from kperf.core.builds import apply_series, artifacts, gitops, patch_series, profiles, queue, tree_urls
 from kperf.core.lab import sharing
 from kperf.core.lab.boot_params import BootParamsError, clean_boot_params, clean_thp
 from kperf.core.lifecycle import dispatch, owners
 from kperf.core.lifecycle.task_names import Task
-from kperf.core.mail import alerts, recipients
+from kperf.core.mail import alerts, recipients, replies
 from kperf.core.models import (
     Clock,
     Job,
@@ -34,10 +34,10 @@ from kperf.core.models import (
     SubmissionBuild,
     Tree,
 )
-from kperf.core.submissions import analysis, looks
+from kperf.core.submissions import analysis, looks, shape_spread
 from kperf_kbuild.driver import SUPPORTED_ARCHES
 
-log = logging.getLogger("kperf.workflow")
+log = logging.getLogger(__name__)
 
 
 class SubmissionError(ValueError):
@@ -54,7 +54,8 @@ class SubmissionRequest:
     head_ref: str
     base_ref: str
     benchmarks: list[str] = field(default_factory=lambda: ["spawn"])
-    grid: str = "quick"
+    # One grid ("grid": "quick", as before several could be asked for), or `grids`; neither: quick.
+    grid: str = ""
     arches: list[str] = field(default_factory=lambda: ["x86_64"])
     # The practical threshold in percent; None: each metric's default for its clock.
     min_effect_pct: float | None = None
@@ -69,6 +70,8 @@ class SubmissionRequest:
     mail_to: list[str] = field(default_factory=list)
     # The configuration profile of both sides ("": each machine class's own; docs/kernels.md).
     profile: str = ""
+    # The grids, each benchmark running those of them it has (kperf.core.benchmarks.runs).
+    grids: list[str] = field(default_factory=list)
 
 
 # A practical threshold outside these bounds is a typo: 0 would call any
@@ -89,6 +92,22 @@ def validate_min_effect(value: float | None) -> float | None:
     return float(value)
 
 
+def validate_tree(url: str) -> str:
+    """A tree URL the service may fetch (kperf.core.builds.tree_urls' policy); a refusal names `tree`."""
+    try:
+        return gitops.validate_tree_url(url, tree_urls.policy_from_settings())
+    except gitops.GitInputError as e:
+        raise SubmissionError(str(e), "tree") from None
+
+
+def validate_ref(ref: str, field: str) -> str:
+    """A branch or base as given, checked; a refusal names the field it came from."""
+    try:
+        return gitops.validate_ref(ref, field)
+    except gitops.GitInputError as e:
+        raise SubmissionError(str(e), field) from None
+
+
 def validate(req: SubmissionRequest) -> SubmissionRequest:
     """Check everything that can be checked without git; raise SubmissionError."""
     parsed = None
@@ -101,28 +120,81 @@ def validate(req: SubmissionRequest) -> SubmissionRequest:
             raise SubmissionError(str(e), "mbox") from None
     elif not req.head_ref:
         raise SubmissionError("give a branch to test, or a patch series (an mbox) to apply on the base", "branch")
-    try:
-        # A series is usually posted against mainline: the service's default tree.
-        tree_url = req.tree_url or (settings.KPERF_DEFAULT_TREE if parsed else "")
-        url = gitops.validate_tree_url(tree_url, tree_urls.policy_from_settings())
-    except gitops.GitInputError as e:
-        raise SubmissionError(str(e), "tree") from None
-    try:
-        head = parsed.label if parsed else gitops.validate_ref(req.head_ref, "branch")
-        base = gitops.validate_ref(req.base_ref, "base")
-    except gitops.GitInputError as e:
-        raise SubmissionError(str(e), "branch" if "branch" in str(e) else "base") from None
+    # A series is usually posted against mainline: the service's default tree.
+    url = validate_tree(req.tree_url or (settings.KPERF_DEFAULT_TREE if parsed else ""))
+    head = parsed.label if parsed else validate_ref(req.head_ref, "branch")
+    base = validate_ref(req.base_ref, "base")
     try:
         mail_to = patch_series.clean_mail_to(list(req.mail_to))
     except patch_series.SeriesError as e:
         raise SubmissionError(str(e), "mail_to") from None
     try:
-        names = benchmarks.expand(list(req.benchmarks))
-        for name in names:
-            benchmarks.grid_for(name, req.grid)
+        boot_params = clean_boot_params(req.boot_params)
+        thp = clean_thp(req.thp)
+    except BootParamsError as e:
+        raise SubmissionError(str(e), e.field) from None
+    measure = validate_measurement(list(req.benchmarks), req.grid, list(req.grids), list(req.arches), req.profile)
+    return SubmissionRequest(
+        url,
+        head,
+        base,
+        measure.benchmarks,
+        arches=measure.arches,
+        min_effect_pct=validate_min_effect(req.min_effect_pct),
+        boot_params=boot_params,
+        thp=thp,
+        mbox=req.mbox,
+        series=parsed,
+        mail_to=mail_to,
+        profile=measure.profile,
+        grids=measure.grids,
+    )
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What a submission and a tracked branch both choose, checked: the benchmarks ("all" expanded),
+    the grids, the architectures and the configuration profile."""
+
+    benchmarks: list[str]
+    grids: list[str]
+    arches: list[str]
+    profile: str
+
+
+def validate_measurement(names: list[str], grid: str, grids: list[str], arches: list[str], profile: str) -> Measurement:
+    """Check what is to be measured, alike for a submission and a tracked branch; raise SubmissionError
+    naming the field at fault."""
+    try:
+        benches = benchmarks.expand(names)
     except benchmarks.BenchmarkChoiceError as e:
         raise SubmissionError(str(e), "benchmarks") from None
-    arches = list(dict.fromkeys(req.arches))
+    chosen_grids, grid_field = _grids(grid, grids)
+    try:
+        chosen = benchmarks.check_grids(benches, chosen_grids)
+    except benchmarks.BenchmarkChoiceError as e:
+        raise SubmissionError(str(e), grid_field) from None
+    arches = _arches(arches)
+    if MachineClass.objects.filter(arch__in=arches, clock=Clock.INSTRUCTIONS).exists():
+        for name, one in chosen:
+            refusal = benchmarks.instruction_clock_refusal(name, one)
+            if refusal:
+                raise SubmissionError(refusal, grid_field)
+    try:
+        profile = profiles.clean_profile(profile)
+    except profiles.ProfileError as e:
+        raise SubmissionError(str(e), "profile") from None
+    measured = sorted({p for arch in arches for p in profiles.needed(arch, profile)})
+    for name, one in chosen:
+        refusal = benchmarks.profile_refusal(name, one, measured)
+        if refusal:
+            raise SubmissionError(refusal, "profile" if profile else grid_field)
+    return Measurement(benches, chosen_grids, arches, profile)
+
+
+def _arches(asked: list[str]) -> list[str]:
+    """The architectures asked for, repeats dropped, each one a machine class of this service runs."""
+    arches = list(dict.fromkeys(asked))
     if not arches:
         raise SubmissionError(f"no architecture given: choose from {', '.join(SUPPORTED_ARCHES)}", "arches")
     for arch in arches:
@@ -134,40 +206,21 @@ def validate(req: SubmissionRequest) -> SubmissionRequest:
                 "(docs/runners.md) or choose another architecture",
                 "arches",
             )
-    if MachineClass.objects.filter(arch__in=arches, clock=Clock.INSTRUCTIONS).exists():
-        for name in names:
-            refusal = benchmarks.instruction_clock_refusal(name, req.grid)
-            if refusal:
-                raise SubmissionError(refusal, "grid")
-    try:
-        boot_params = clean_boot_params(req.boot_params)
-        thp = clean_thp(req.thp)
-    except BootParamsError as e:
-        raise SubmissionError(str(e), e.field) from None
-    try:
-        profile = profiles.clean_profile(req.profile)
-    except profiles.ProfileError as e:
-        raise SubmissionError(str(e), "profile") from None
-    measured = sorted({p for arch in arches for p in profiles.needed(arch, profile)})
-    for name in names:
-        refusal = benchmarks.profile_refusal(name, req.grid, measured)
-        if refusal:
-            raise SubmissionError(refusal, "profile" if profile else "grid")
-    return SubmissionRequest(
-        url,
-        head,
-        base,
-        names,
-        req.grid,
-        arches,
-        validate_min_effect(req.min_effect_pct),
-        boot_params,
-        thp,
-        mbox=req.mbox,
-        series=parsed,
-        mail_to=mail_to,
-        profile=profile,
-    )
+    return arches
+
+
+def _grids(grid: str, grids: list[str]) -> tuple[list[str], str]:
+    """The grids asked for (one as `grid` or several as `grids`), repeats dropped, and the field that
+    named them (for errors)."""
+    if grid and grids:
+        raise SubmissionError("give one grid as grid, or several as grids, not both", "grids")
+    if grid:
+        return [grid], "grid"
+    if not grids:
+        return ["quick"], "grid"
+    if not all(isinstance(g, str) and g for g in grids):
+        raise SubmissionError("grids must be a list of grid names (docs/benchmarks.md, Grids)", "grids")
+    return list(dict.fromkeys(grids)), "grids"
 
 
 def create_submission(owner: User, req: SubmissionRequest) -> Submission:
@@ -200,7 +253,7 @@ def _create(owner: User, clean: SubmissionRequest, stored: dict[str, Any]) -> Su
         head_ref=clean.head_ref,
         base_ref=clean.base_ref,
         benchmarks=clean.benchmarks,
-        grid=clean.grid,
+        grids=clean.grids,
         arches=clean.arches,
         min_effect_pct=clean.min_effect_pct,
         boot_params=clean.boot_params,
@@ -241,8 +294,10 @@ def prepare_submission(sub_id: int) -> None:
     tree = sub.tree
     try:
         gitops.update_mirror(tree.url, tree.mirror_path, timeout=settings.KPERF_GIT_TIMEOUT)
-        base_sha = _resolve(tree, sub.base_ref, "base")
-        head_sha = "" if sub.kind == Submission.Kind.SERIES else _resolve(tree, sub.head_ref, "branch")
+        # The mirror also holds every submitter's applied series: the owner reads only their own.
+        reader = apply_series.reader(sub.owner_id, tree.pk)
+        base_sha = _resolve(tree, sub.base_ref, "base", reader)
+        head_sha = "" if sub.kind == Submission.Kind.SERIES else _resolve(tree, sub.head_ref, "branch", reader)
     except gitops.GitError as e:
         with transaction.atomic():
             locked = Submission.objects.select_for_update().get(pk=sub_id)
@@ -336,15 +391,21 @@ def _fail_series(sub_id: int, message: str, failed_patch: int | None) -> None:
             owners.fail(SUBMISSION, locked, message)
 
 
-def _resolve(tree: Tree, ref: str, what: str) -> str:
+def _resolve(tree: Tree, ref: str, what: str, reader: gitops.Reader) -> str:
     try:
-        return gitops.resolve_ref(tree.mirror_path, ref)
+        return gitops.resolve_ref(tree.mirror_path, ref, reader)
+    except gitops.AmbiguousSha as e:
+        raise gitops.GitError(f"the {what} {ref!r}: {e}") from None
     except gitops.GitError:
-        raise gitops.GitError(f"the {what} {ref!r} is not a branch, tag or commit in {tree.url}") from None
+        # One answer whether the name is missing or someone else's series: no way to learn which exist.
+        raise gitops.GitError(
+            f"the {what} {ref!r} is not a branch, tag or commit in {tree.url} (give one of its branches or tags, "
+            "a commit they reach, or a commit of a patch series of yours)"
+        ) from None
 
 
 def schedule_jobs(sub: Submission, links: list[SubmissionBuild]) -> None:
-    """Queue one-boot jobs, base and head alternating, per machine class and benchmark."""
+    """Queue one-boot jobs, base and head alternating, per machine class, benchmark and grid."""
     bases = [sb.build for sb in links if sb.side == SubmissionBuild.Side.BASE]
     heads = [sb.build for sb in links if sb.side == SubmissionBuild.Side.HEAD]
     for arch in sub.arches:
@@ -353,10 +414,12 @@ def schedule_jobs(sub: Submission, links: list[SubmissionBuild]) -> None:
             base, head = profiles.pick(bases, arch, profile), profiles.pick(heads, arch, profile)
             if base is None or head is None:
                 continue
-            for bench in sub.benchmarks:
-                grid_boots, params = benchmarks.grid_for(bench, sub.grid, Job.clock_for(mclass, bench, sub))
+            for bench, grid in benchmarks.submission_runs(sub):
+                grid_boots, params = benchmarks.grid_for(bench, grid, Job.clock_for(mclass, bench, sub))
                 boots = benchmarks.boots_per_side(grid_boots, mclass.clock)
-                sharing.queue_boots(sub, base, head, mclass, bench, params, boots)
+                sharing.queue_boots(sub, base, head, mclass, bench, grid, params, boots)
+                # A shape the lab has not measured yet: extra base boots measure its boot spread.
+                shape_spread.queue_extra_base_boots(sub, base, mclass, bench, grid, params)
 
 
 # --- A submission as an owner of builds and jobs (kperf.core.lifecycle.owners) ---------
@@ -376,11 +439,22 @@ def _owner_failed(sub: Submission) -> None:
     alerts.submission_finished(sub)
 
 
+def _owner_finished(sub: Submission) -> None:
+    alert = alerts.submission_finished(sub)
+    # The alert's Reply-To carries a token for this triage (triage by mail, docs/triage.md).
+    replies.issue(alert, triage.open_for_submission(sub))
+
+
 _JOB_WHAT = {"boot": "did not boot", "benchmark": "ran but the benchmark failed", "infra": "could not be run"}
 
 
 def _owner_job_failed(sub: Submission, job: Job) -> str:
-    said = f"; its build said: {'; '.join(job.build.warnings)}" if job.build.warnings else ""
+    # A build's warnings (a benchmark module that did not compile, options a
+    # fragment lacks) can be why a kernel did not boot or a benchmark failed;
+    # they are no part of the runner's own fault, and glued onto one they
+    # read as its cause (issue 41).
+    kernels_fault = job.failure_kind != Job.FailureKind.INFRA
+    said = f"; its build said: {'; '.join(job.build.warnings)}" if job.build.warnings and kernels_fault else ""
     return (
         f"the {job.side} kernel ({job.build.sha[:12]}) {_JOB_WHAT.get(job.failure_kind, 'failed')} "
         f"on {job.machine_class.name} (job {job.pk}, {job.failure_kind} failure): {job.failure_message}{said}"
@@ -401,4 +475,6 @@ SUBMISSION = owners.OwnerKind(
     # Its own jobs and the base boots it shares (kperf.core.lab.sharing).
     jobs=sharing.measured_jobs,
     interim=looks.interim_looks,
+    look_task=Task.LOOK_SUBMISSION,
+    finished=_owner_finished,
 )

@@ -9,25 +9,34 @@ tracks, has none; this module gives what was measured instead:
   (KPERF_BUILD_NOISE_RECORDS), else the project's bench figure
   (kperf.stats.builds.measured_build_prior);
 - the boot noise of the metrics whose boots spread with the seeded phase: the
-  project's phase bench for the class's architecture and the submission's
-  profile (kperf.stats.boot_spread), so that two boots a side that happen to
-  agree within each side are not taken for a metric that never moves.
+  lab's own spread for the comparison's shape (kperf.core.submissions.shape_spread),
+  else the project's phase bench for the class's architecture and the
+  submission's profile where it measured that shape (kperf.stats.boot_spread),
+  so that two boots a side that happen to agree within each side are not
+  taken for a metric that never moves. A metric with neither has an interval
+  from its boots alone, and the page and the mail say so.
 
 docs/statistics.md, "What an interval includes", says how each is used.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.conf import settings
+from django.db.models import QuerySet
 
 from kperf import stats
-from kperf.core.models import Clock, MachineClass, Submission
+from kperf.core.models import Clock, Job, MachineClass, Submission
+from kperf.core.submissions import shape_spread
 from kperf.stats import boot_spread
 from kperf.stats import builds as stats_builds
 
 # The grid bench/build_noise.py boots: a spread measured on it says nothing of another grid's
 # durations and iterations.
 BENCH_GRID = "quick"
+# Why an interval rests on its boots alone, said on the page, in the mail and by compare-kernels.
+BOOTS_ALONE_WHY = "no boot spread measured yet for this profile, vCPUs, NUMA nodes and grid"
 
 
 def _lab_build_record(mclass_id: int) -> stats_builds.MeasuredBuildNoise | None:
@@ -62,30 +71,97 @@ def measured_build_priors(
     return {metric: prior for metric in metrics}, source
 
 
+@dataclass(frozen=True)
+class BootPriors:
+    """The boot noise of the metrics with none learned from history: the priors, where they come
+    from, and the metrics whose intervals rest on their boots alone (no spread measured for the shape)."""
+
+    spread: dict[str, stats.NoisePrior]
+    source: str
+    boots_alone: tuple[str, ...] = ()
+
+
 def measured_boot_priors(
-    sub: Submission, mclass_id: int, bench: str, clock: str, metrics: list[str]
-) -> tuple[dict[str, stats.NoisePrior], str]:
-    """Per metric of `metrics` (those with no noise learned from history), the boot noise the lab's
-    own seeded record for the class measured (KPERF_BUILD_NOISE_RECORDS, for the submission's
-    profile), else the project's phase bench on the class's architecture and that profile, and
-    where it comes from; nothing off the instruction clock (the wall clock's boots show their own
-    spread) or where the bench has not measured what the comparison measures: its architecture
-    and profile, the quick grid, one vCPU and no NUMA nodes."""
-    if clock != Clock.INSTRUCTIONS or not metrics or sub.grid != BENCH_GRID:
-        return {}, ""
+    sub: Submission, mclass_id: int, bench: str, grid: str, clock: str, metrics: list[str]
+) -> BootPriors:
+    """Per metric of `metrics` (those with no noise learned from history), the boot noise measured
+    without history, and where it comes from; nothing off the instruction clock (the wall clock's
+    boots show their own spread).
+
+    In order: the lab's own spread for the comparison's shape (kperf.core.submissions.shape_spread);
+    the lab's own seeded record for the class (KPERF_BUILD_NOISE_RECORDS, for the submission's
+    profile); the project's phase bench on the class's architecture and that profile. The last two
+    only where they measured what the comparison measures: its architecture and profile, the quick
+    grid, one vCPU and no NUMA nodes. A metric none of them measured is in `boots_alone`."""
+    if clock != Clock.INSTRUCTIONS or not metrics:
+        return BootPriors({}, "")
+    own = shape_spread.submission_spread(sub, mclass_id, bench, grid, clock, metrics)
+    if own.measured:
+        rest = [m for m in metrics if m not in own.measured]
+        chosen = {m: p for m, p in own.priors.items() if m in metrics}
+        return BootPriors(chosen, own.source if chosen else "", tuple(rest))
+    bench_spread, source = _bench_boot_priors(sub, mclass_id, bench, grid, metrics)
+    if source is None:
+        return BootPriors({}, "", tuple(metrics))
+    return BootPriors(bench_spread, source)
+
+
+def _bench_boot_priors(
+    sub: Submission, mclass_id: int, bench: str, grid: str, metrics: list[str]
+) -> tuple[dict[str, stats.NoisePrior], str | None]:
+    """The seeded records' spread (the lab's, else the project's) where they measured this shape;
+    source None where they did not ("" where they did and no metric's boots spread)."""
+    if grid != BENCH_GRID:
+        return {}, None
     fields = ("name", "arch", "profile", "vcpus", "numa_nodes")
     mclass = MachineClass.objects.filter(pk=mclass_id).values_list(*fields).first()
     if mclass is None:
-        return {}, ""
+        return {}, None
     name, arch, class_profile, vcpus, numa_nodes = mclass
     if vcpus > 1 or numa_nodes:
-        return {}, ""
+        return {}, None
     profile = sub.profile or class_profile
     # The lab's own seeded record for the class first, where it measured this profile.
     record = _record_named(name)
     if record is not None and record.profile == profile and record.boot_spread.get(bench):
         chosen = {m: record.boot_spread[bench][m] for m in metrics if m in record.boot_spread[bench]}
         return chosen, record.source if chosen else ""
+    if not boot_spread.measured_shape(arch, profile, bench):
+        return {}, None
     spread = boot_spread.project_spread(arch, profile, bench)
     chosen = {m: spread[m] for m in metrics if m in spread}
     return chosen, f"{boot_spread.PROJECT_SOURCE} on {arch} `{profile}`" if chosen else ""
+
+
+@dataclass(frozen=True)
+class KernelPriors:
+    """What two stored kernels' comparison (analysis.compare_kernels) takes as known, and the
+    method line's words for it."""
+
+    spread: dict[str, stats.NoisePrior]
+    builds: dict[str, stats.NoisePrior]
+    method: str
+
+
+def kernel_priors(
+    mclass: MachineClass | None, bench: str, clock: str, compared: QuerySet[Job], metrics: list[str]
+) -> KernelPriors:
+    """For two stored kernels compared on a class under the instruction clock: the between-build
+    part measured without history (the kernels are one build each, as a submission's are) and the
+    class's stored boot spread for the shape of the compared boots (their grid, the class's profile
+    and VM shape), without those boots themselves. Off the instruction clock, nothing."""
+    if mclass is None or clock != Clock.INSTRUCTIONS or not metrics:
+        return KernelPriors({}, {}, "")
+    builds, build_source = measured_build_priors(mclass.pk, bench, clock, metrics)
+    parts = [f"between-build noise from the {build_source}"]
+    grids = sorted(set(compared.values_list("grid", flat=True)))
+    own = shape_spread.NONE
+    if len(grids) == 1:
+        shape = shape_spread.Shape(mclass.pk, clock, mclass.profile, mclass.vcpus, mclass.numa_nodes, bench, grids[0])
+        own = shape_spread.spread_for(shape, metrics, set(compared.values_list("id", flat=True)))
+    if own.priors:
+        parts.append(f"boot noise for {len(own.priors)} of {len(metrics)} metrics from the {own.source}")
+    alone = [m for m in metrics if m not in own.measured]
+    if alone:
+        parts.append(f"interval from boots alone for {len(alone)} of {len(metrics)} metrics ({BOOTS_ALONE_WHY})")
+    return KernelPriors(own.priors, builds, "; ".join(parts))

@@ -82,6 +82,11 @@ def analyse_submission(sub_id: int) -> None:
     owners.analyse(pipeline.SUBMISSION, sub_id)
 
 
+@shared_task(name=Task.LOOK_SUBMISSION, **_limits(settings.KPERF_ANALYSIS_TIME_LIMIT))
+def look_submission(sub_id: int) -> None:
+    owners.look(pipeline.SUBMISSION, sub_id)
+
+
 @shared_task(name=Task.SUMMARISE_JOB, **_limits(settings.KPERF_ANALYSIS_TIME_LIMIT))
 def summarise_job(job_id: int) -> None:
     summaries.job_stored(job_id)

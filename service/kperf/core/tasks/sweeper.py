@@ -24,7 +24,7 @@ from kperf.core.models import BranchCommit, KernelBuild, Submission
 from kperf.core.submissions import pipeline
 from kperf.core.tracking import branches
 
-log = logging.getLogger("kperf.sweeper")
+log = logging.getLogger(__name__)
 
 
 def _deadline(seconds: float) -> timedelta:

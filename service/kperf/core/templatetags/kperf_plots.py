@@ -8,6 +8,7 @@ from django import template
 
 from kperf.core.models import TrackedBranch
 from kperf.core.models.lab import unit_on
+from kperf.core.results import sweeps
 from kperf.core.web import plot_data
 
 register = template.Library()
@@ -34,7 +35,7 @@ def series_index(branch: TrackedBranch) -> list[dict[str, Any]]:
         key = (g["machine_class_id"], g["benchmark"], g["clock"])
         g["metrics"] = sorted(
             ({"metric": m, "changed": (*key, m) in changed} for m in g["metrics"]),
-            key=lambda m: (not m["changed"], m["metric"]),
+            key=lambda m: (not m["changed"], sweeps.metric_order(str(m["metric"]))),
         )
     return groups
 
@@ -61,3 +62,26 @@ def flag_split(metrics: list[dict[str, Any]]) -> dict[str, Any]:
         "counts": ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items(), key=lambda kv: -kv[1])),
         "fold": len(rest) > UNFLAGGED_OPEN_AT_MOST,
     }
+
+
+@register.simple_tag
+def finding(comparisons: list[dict[str, Any]]) -> dict[str, Any]:
+    """The top of the page (issue 41: the finding first): every flagged metric of every comparison with its
+    change and interval, then per comparison the count of each verdict not flagged; the tables below name them."""
+    flagged = [
+        {**m, "benchmark": c["benchmark"], "grid": c.get("grid", ""), "machine_class": c["machine_class"]}
+        for c in comparisons
+        for m in c["metrics"]
+        if m.get("verdict") in FLAGGED
+    ]
+    counted = [
+        {
+            "benchmark": c["benchmark"],
+            "grid": c.get("grid", ""),
+            "machine_class": c["machine_class"],
+            "counts": split["counts"],
+        }
+        for c in comparisons
+        if (split := flag_split(c["metrics"]))["rest"]
+    ]
+    return {"flagged": flagged, "counted": counted}

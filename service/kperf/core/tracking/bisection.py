@@ -15,7 +15,7 @@ from kperf.core.lifecycle import dispatch
 from kperf.core.lifecycle.task_names import Task
 from kperf.core.models import BranchCommit, ChangePoint, TrackedBranch
 
-log = logging.getLogger("kperf.tracking")
+log = logging.getLogger(__name__)
 
 
 def add_commits(branch: TrackedBranch, wanted: list[tuple[str, str, int]]) -> list[BranchCommit]:

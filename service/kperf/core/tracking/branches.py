@@ -27,6 +27,7 @@ from kperf.core import access, benchmarks
 from kperf.core.builds import gitops, profiles
 from kperf.core.lifecycle import dispatch, owners
 from kperf.core.lifecycle.task_names import Task
+from kperf.core.mail import confirmations, recipients
 from kperf.core.models import (
     BranchCommit,
     ChangePoint,
@@ -38,10 +39,16 @@ from kperf.core.models import (
     Tree,
 )
 from kperf.core.results import summaries
-from kperf.core.submissions.pipeline import SubmissionError, SubmissionRequest, validate, validate_min_effect
+from kperf.core.submissions.pipeline import (
+    SubmissionError,
+    validate_measurement,
+    validate_min_effect,
+    validate_ref,
+    validate_tree,
+)
 from kperf.core.tracking import bisection, change_points
 
-log = logging.getLogger("kperf.tracking")
+log = logging.getLogger(__name__)
 
 MAX_COMMITS_LIMIT = 500
 MAX_BACKFILL = 200
@@ -95,15 +102,20 @@ def track(user: User, req: TrackRequest) -> TrackedBranch:
     changed only by its owner or staff (AlreadyTracked otherwise), and keeps
     its owner when staff change it."""
     # The same checks as a submission: URL, ref syntax, benchmarks, grid, arches, profile.
-    clean = validate(
-        SubmissionRequest(
-            req.tree_url, req.branch, req.branch, list(req.benchmarks), req.grid, list(req.arches), profile=req.profile
+    tree_url = validate_tree(req.tree_url)
+    branch_name = validate_ref(req.branch, "branch")
+    if branch_name.startswith("refs/"):
+        # A poll reads refs/heads/<branch> alone: a full ref name would never
+        # be found, and refs/kperf/ holds other submitters' series.
+        raise SubmissionError(
+            f"the branch {branch_name!r} is a full ref name: give the name of one of the tree's branches "
+            "as `git branch` shows it (e.g. 'master', not 'refs/heads/master')",
+            "branch",
         )
-    )
+    measure = validate_measurement(list(req.benchmarks), req.grid, [], list(req.arches), req.profile)
     min_effect = validate_min_effect(req.min_effect_pct)
     try:
-        profile = profiles.clean_profile(req.profile)
-        profiles.check_branch_profile(clean.arches, profile)
+        profiles.check_branch_profile(measure.arches, measure.profile)
     except profiles.ProfileError as e:
         raise SubmissionError(str(e), "profile") from None
     if not 0 <= req.boots <= 100:
@@ -113,6 +125,12 @@ def track(user: User, req: TrackRequest) -> TrackedBranch:
     if not 0 <= req.backfill <= MAX_BACKFILL:
         raise SubmissionError(f"backfill must be 0 to {MAX_BACKFILL} commits", "backfill")
     notify = list(dict.fromkeys(a.strip() for a in req.notify if a.strip()))
+    if len(notify) > recipients.NOTIFY_MAX:
+        raise SubmissionError(
+            f"notify names {len(notify)} addresses; a tracked branch mails at most {recipients.NOTIFY_MAX} "
+            "besides its owner: name a mailing list instead of its readers",
+            "notify",
+        )
     for address in notify:
         try:
             validate_email(address)
@@ -120,22 +138,22 @@ def track(user: User, req: TrackRequest) -> TrackedBranch:
             raise SubmissionError(f"{address!r} is not an e-mail address", "notify") from None
     # What the caller chose: a branch tracked again takes them (and is enabled), a new one also its owner.
     chosen = {
-        "benchmarks": clean.benchmarks,
-        "grid": clean.grid,
-        "arches": clean.arches,
+        "benchmarks": measure.benchmarks,
+        "grid": measure.grids[0],
+        "arches": measure.arches,
         "boots": req.boots,
         "max_commits": req.max_commits,
         "notify": notify,
         "bisect": req.bisect,
         "min_effect_pct": min_effect,
-        "profile": profile,
+        "profile": measure.profile,
     }
 
     with transaction.atomic():
-        tree, _ = Tree.objects.get_or_create(url=clean.tree_url)
+        tree, _ = Tree.objects.get_or_create(url=tree_url)
         branch, created = TrackedBranch.objects.update_or_create(
             tree=tree,
-            branch=clean.head_ref,
+            branch=branch_name,
             defaults={**chosen, "enabled": True},
             create_defaults={**chosen, "owner": user},
         )
@@ -144,9 +162,12 @@ def track(user: User, req: TrackRequest) -> TrackedBranch:
         # rolls the update back.
         if not created and not access.may_change_branch(user, branch):
             raise _taken(branch)
+        # Addresses kperf may not mail yet are asked to confirm, for the owner; until then
+        # the branch's regressions are not mailed to them (kperf.core.mail.recipients).
+        confirmations.ask_watchers(branch)
         branch_id, backfill = branch.pk, req.backfill if created else 0
         dispatch.after_commit(Task.POLL_BRANCH, branch_id, backfill)
-    log.info("tracking %s %s (%s)", clean.tree_url, clean.head_ref, "new" if created else "updated")
+    log.info("tracking %s %s (%s)", tree_url, branch_name, "new" if created else "updated")
     return branch
 
 
@@ -175,7 +196,8 @@ def poll_branch(branch_id: int, backfill: int = 0) -> list[BranchCommit]:
     try:
         gitops.update_mirror(tree.url, mirror, timeout=settings.KPERF_GIT_TIMEOUT)
         try:
-            new_head = gitops.resolve_ref(mirror, f"refs/heads/{branch.branch}")
+            # The tree's published branch exactly, as anyone may read it: never a series kperf applied.
+            new_head = gitops.resolve_ref(mirror, f"refs/heads/{branch.branch}", gitops.PUBLIC)
         except gitops.GitError:
             raise gitops.GitError(f"there is no branch {branch.branch!r} in {tree.url}") from None
         Tree.objects.filter(pk=tree.pk).update(last_fetched=timezone.now())

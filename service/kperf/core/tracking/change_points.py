@@ -1,4 +1,4 @@
-"""Change points of a tracked branch's series, from the summaries (docs/summaries.md).
+"""Change points of a tracked branch's series, from the summaries (docs/history.md).
 
 One analysis reads each commit's point of every metric (CommitSummary), the
 drift learned from every other branch (SeriesPool less its own SeriesState
@@ -29,7 +29,7 @@ from kperf.stats import history as sh
 from kperf.stats.changepoints import DEFAULT_WINDOW, OnlineDetector, drift_window, threshold_for_drift
 from kperf.stats.changepoints import ChangePoint as Found
 
-log = logging.getLogger("kperf.tracking")
+log = logging.getLogger(__name__)
 
 # Tries to compute outside the lock before computing under it: the series moves
 # under an analysis only when two of the branch's commits finish together.

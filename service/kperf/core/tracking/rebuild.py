@@ -26,7 +26,7 @@ from kperf.stats import history as sh
 from kperf.stats.abtest import boot_summaries
 from kperf.stats.noise import RunStats, run_stats, run_stats_batch
 
-log = logging.getLogger("kperf.history")
+log = logging.getLogger(__name__)
 
 RunKey = tuple[int, str, str, str, str, str]  # machine class, clock, benchmark, grid, sha, metric
 CommitKey = tuple[int, int, str, str, str]  # commit, machine class, benchmark, clock, metric

@@ -16,6 +16,7 @@ from django.shortcuts import render
 
 from kperf.core.mail import confirmations
 from kperf.core.mail.recipients import RecipientError
+from kperf.core.web.users import signed_in
 
 
 @login_required
@@ -25,10 +26,10 @@ def addresses(request: HttpRequest) -> HttpResponse:
         address = request.POST.get("address", "")
         try:
             if request.POST.get("action") == "remove":
-                removed = confirmations.remove(request.user, address)  # type: ignore[arg-type]
+                removed = confirmations.remove(signed_in(request), address)
                 said = f"{address} forgotten." if removed else f"{address} was not in your list."
             else:
-                state, mailed = confirmations.request(request.user, address)  # type: ignore[arg-type]
+                state, mailed = confirmations.request(signed_in(request), address)
                 said = {
                     "own": f"{state.address} is your own address: kperf mails it without asking.",
                     "allowed": f"{state.address} is allowed by this service for everyone: no confirmation needed.",
@@ -44,7 +45,7 @@ def addresses(request: HttpRequest) -> HttpResponse:
         request,
         "kperf/addresses.html",
         {
-            "rows": confirmations.listing(request.user),  # type: ignore[arg-type]
+            "rows": confirmations.listing(signed_in(request)),
             "allowed": settings.KPERF_MAIL_ALLOWED_RECIPIENTS,
             "said": said,
             "error": error,

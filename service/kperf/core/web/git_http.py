@@ -25,7 +25,7 @@ from django.views.decorators.csrf import csrf_exempt
 from kperf.core.builds import machines
 from kperf.core.models import Tree
 
-log = logging.getLogger("kperf.builds")
+log = logging.getLogger(__name__)
 
 _SERVICES = {"info/refs", "git-upload-pack"}
 

@@ -18,6 +18,7 @@ from kperf.core.models.submissions import BOOT_PARAMS_MAX_LENGTH, Thp
 from kperf.core.submissions import pipeline
 from kperf.core.web import presenters
 from kperf_kbuild.driver import SUPPORTED_ARCHES
+from kperf_kbuild.profiles import PROFILES
 
 PAGE_COMMITS = 50
 
@@ -44,7 +45,19 @@ class SubmissionForm(forms.Form):
     )
     base = forms.CharField(label="Base", max_length=255, help_text="branch, tag or sha to compare against")
     benchmarks = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, choices=[])
-    grid = forms.ChoiceField(choices=[])
+    grids = forms.MultipleChoiceField(
+        label="Grids",
+        widget=forms.CheckboxSelectMultiple,
+        choices=[],
+        help_text="each benchmark runs the grids ticked that it has, a comparison per grid (docs/benchmarks.md)",
+    )
+    profile = forms.CharField(
+        label="Configuration profile",
+        required=False,
+        widget=forms.Select,
+        help_text="the configuration both kernels are built with (docs/kernels.md): tiny (fast), mm (memcg, swap "
+        "on zram, NUMA, MGLRU) or distro (the distribution's); empty: each machine class's own",
+    )
     arches = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, choices=[(a, a) for a in SUPPORTED_ARCHES])
     min_effect_pct = forms.FloatField(
         label="Practical threshold (%)",
@@ -64,7 +77,8 @@ class SubmissionForm(forms.Form):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         names = benchmarks.known()
         self.fields["benchmarks"].choices = [(n, n) for n in names] + [("all", "all")]  # type: ignore[attr-defined]
-        self.fields["grid"].choices = [(g, g) for g in benchmarks.grid_names()]  # type: ignore[attr-defined]
+        self.fields["grids"].choices = [(g, g) for g in benchmarks.grid_names()]  # type: ignore[attr-defined]
+        self.fields["profile"].widget.choices = [("", "each machine class's own"), *((p, p) for p in PROFILES)]
 
 
 @login_required
@@ -87,11 +101,12 @@ def submission_new(request: HttpRequest) -> HttpResponse:
                 head_ref=form.cleaned_data["branch"],
                 base_ref=form.cleaned_data["base"],
                 benchmarks=form.cleaned_data["benchmarks"],
-                grid=form.cleaned_data["grid"],
+                grids=form.cleaned_data["grids"],
                 arches=form.cleaned_data["arches"],
                 min_effect_pct=form.cleaned_data["min_effect_pct"],
                 boot_params=form.cleaned_data["boot_params"],
                 thp=form.cleaned_data["thp"],
+                profile=form.cleaned_data["profile"],
                 mbox=upload.read(settings.KPERF_MAX_MBOX_BYTES + 1) if upload else None,
                 mail_to=[a for a in form.cleaned_data["mail_to"].replace(",", " ").split() if a],
             )
@@ -110,7 +125,7 @@ def submission_new(request: HttpRequest) -> HttpResponse:
         form = SubmissionForm(
             # The base the docs use (docs/quickstart.md, docs/submitting.md): a
             # release tag names one kernel in any tree; a `master` branch moves or is absent.
-            initial={"benchmarks": ["spawn"], "grid": "quick", "arches": ["x86_64"], "base": "v6.1"}
+            initial={"benchmarks": ["spawn"], "grids": ["quick"], "arches": ["x86_64"], "base": "v6.1"}
         )
     return render(request, "kperf/submission_new.html", {"form": form})
 

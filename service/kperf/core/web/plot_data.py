@@ -41,12 +41,18 @@ def clock_label(clock: str) -> str:
     return str(Clock(clock).label) if clock in Clock.values else clock
 
 
-def find_comparison(sub: Submission, machine_class: str, benchmark: str, clock: str) -> Comparison | None:
-    return (
-        sub.comparisons.select_related("machine_class")
-        .filter(machine_class__name=machine_class, benchmark=benchmark, clock=clock)
-        .first()
+def find_comparison(
+    sub: Submission, machine_class: str, benchmark: str, clock: str, grid: str = ""
+) -> Comparison | None:
+    """The comparison so named; without a grid, the one of the submission's first grid (links made
+    before a submission could ask for several name none)."""
+    found = sub.comparisons.select_related("machine_class").filter(
+        machine_class__name=machine_class, benchmark=benchmark, clock=clock
     )
+    if grid:
+        return found.filter(grid=grid).first()
+    order = {g: i for i, g in enumerate(sub.grids)}
+    return min(found, key=lambda c: order.get(c.grid, len(order)), default=None)
 
 
 def _estimates(values: dict[str, Any]) -> tuple[float | None, float | None]:

@@ -35,10 +35,10 @@ def _params(request: HttpRequest, *names: str) -> list[str]:
 
 @login_required
 def submission_metric(request: HttpRequest, sub_id: int) -> HttpResponse:
-    """One metric of a comparison: ?class=&benchmark=&clock=&metric=."""
+    """One metric of a comparison: ?class=&benchmark=&clock=&metric= and, of several grids, &grid=."""
     sub = get_object_or_404(access.visible_submissions(request.user), pk=sub_id)
     mclass, bench, clock, metric = _params(request, "class", "benchmark", "clock", "metric")
-    comp = plot_data.find_comparison(sub, mclass, bench, clock)
+    comp = plot_data.find_comparison(sub, mclass, bench, clock, request.GET.get("grid", ""))
     m = comp.metrics.filter(metric=metric).first() if comp else None
     if comp is None or m is None:
         raise Http404("no such metric in this submission's comparisons")
@@ -47,10 +47,11 @@ def submission_metric(request: HttpRequest, sub_id: int) -> HttpResponse:
 
 @login_required
 def submission_shape(request: HttpRequest, sub_id: int) -> HttpResponse:
-    """A comparison's sweep as one picture (spawn: forks/s against extra VMAs): ?class=&benchmark=&clock=."""
+    """A comparison's sweep as one picture (spawn: forks/s against extra VMAs): ?class=&benchmark=&clock=
+    and, of several grids, &grid=."""
     sub = get_object_or_404(access.visible_submissions(request.user), pk=sub_id)
     mclass, bench, clock = _params(request, "class", "benchmark", "clock")
-    comp = plot_data.find_comparison(sub, mclass, bench, clock)
+    comp = plot_data.find_comparison(sub, mclass, bench, clock, request.GET.get("grid", ""))
     shape = plot_data.shape_plot(comp) if comp else None
     if shape is None:
         raise Http404("this comparison has no sweep to draw")

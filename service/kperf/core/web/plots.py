@@ -27,6 +27,7 @@ VERDICT_COLOURS = {
     "improvement": "#1b7f3b",
     "no-change": "#555555",
     "inconclusive": "#8a6d00",
+    "error": "#6a1b9a",
 }
 DIRECTION_COLOURS = {"regression": "#b00020", "improvement": "#1b7f3b"}
 STYLE = (

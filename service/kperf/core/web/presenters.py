@@ -124,8 +124,8 @@ def _estimates(values: dict[str, list[list[float]]]) -> _Estimates:
     return {"base_estimate": verdict_estimate(base, log_scale), "head_estimate": verdict_estimate(head, log_scale)}
 
 
-# (machine class id, benchmark, clock, side): the boots one side of a comparison has.
-_SideKey = tuple[int, str, str, str]
+# (machine class id, benchmark, grid, clock, side): the boots one side of a comparison has.
+_SideKey = tuple[int, str, str, str, str]
 
 
 # Counter sources a boot uploads: /proc/vmstat deltas, and hardware counters
@@ -150,10 +150,12 @@ def _counters_per_boot(sub: Submission, per_op_sides: dict[_SideKey, per_op.Side
     rows = (
         BootRecord.objects.filter(Q(job__submission=sub) | Exists(link))
         .annotate(side=Coalesce(Subquery(link.values("side")[:1]), F("job__side")))
-        .values_list("job__machine_class_id", "job__benchmark", "job__clock", "side", "counters", "job__params")
+        .values_list(
+            "job__machine_class_id", "job__benchmark", "job__grid", "job__clock", "side", "counters", "job__params"
+        )
     )
-    for mclass, benchmark, clock, side, counters, params in rows:
-        key = (mclass, benchmark, clock, side)
+    for mclass, benchmark, grid, clock, side, counters, params in rows:
+        key = (mclass, benchmark, grid, clock, side)
         per_op.add_boot(per_op_sides, key, params, counters)
         for source in _COUNTER_SOURCES:
             values = counters.get(source) if isinstance(counters, dict) else None
@@ -203,7 +205,7 @@ def comparisons(sub: Submission) -> list[Comparison]:
     # The vCPUs and NUMA nodes its own boots had per class (a class's setting may have changed since).
     shape = {c: (v, n) for c, v, n in sub.jobs.values_list("machine_class_id", "vcpus", "numa_nodes")}
     for comp in sub.comparisons.select_related("machine_class").prefetch_related("metrics"):
-        side = {s: (comp.machine_class_id, comp.benchmark, comp.clock, s) for s in ("base", "head")}
+        side = {s: (comp.machine_class_id, comp.benchmark, comp.grid, comp.clock, s) for s in ("base", "head")}
         # Both sides need boots with counters, or there is nothing to set side by side.
         both = all(counter_boots.get(key) for key in side.values())
         both_perf = all(perf_boots.get(key) for key in side.values())
@@ -211,6 +213,7 @@ def comparisons(sub: Submission) -> list[Comparison]:
             {
                 "machine_class": comp.machine_class.name,
                 "benchmark": comp.benchmark,
+                "grid": comp.grid,
                 "clock": comp.clock,
                 "clock_label": Clock(comp.clock).label,
                 "profile": profiles.class_profile(comp.machine_class, sub.profile),
@@ -231,7 +234,8 @@ def comparisons(sub: Submission) -> list[Comparison]:
                         "samples": m.values,
                         "summary": m.summary,
                     }
-                    for m in comp.metrics.all()
+                    # Sweeps in numeric order (spawn-vmas-200 before spawn-vmas-1600).
+                    for m in sorted(comp.metrics.all(), key=lambda m: sweeps.metric_order(m.metric))
                 ],
                 "counters": counter_rows(per_boot[side["base"]], per_boot[side["head"]]) if both else [],
                 "counter_boots": {s: counter_boots.get(key, 0) for s, key in side.items()},
@@ -291,7 +295,9 @@ def submission_summary(sub: Submission) -> SubmissionSummary:
         "base": sub.base_ref,
         "base_sha": sub.base_sha or None,
         "benchmarks": sub.benchmarks,
-        "grid": sub.grid,
+        # The first grid, as before a submission could ask for several: `grids` has them all.
+        "grid": sub.grids[0] if sub.grids else "",
+        "grids": sub.grids,
         "arches": sub.arches,
         "min_effect_pct": sub.min_effect_pct,
         "boot_params": sub.boot_params,
@@ -351,9 +357,11 @@ def _comparison_details(sub: Submission, jobs: list[SubmissionJob]) -> list[Comp
     differences = tuning.differences(sub)
     out: list[ComparisonDetail] = []
     for comp in comparisons(sub):
-        key = (comp["machine_class"], comp["benchmark"], comp["clock"])
+        key = (comp["machine_class"], comp["benchmark"], comp["grid"], comp["clock"])
         suspect = {
-            j["suspect"] for j in jobs if j["suspect"] and (j["machine_class"], j["benchmark"], j["clock"]) == key
+            j["suspect"]
+            for j in jobs
+            if j["suspect"] and (j["machine_class"], j["benchmark"], j["grid"], j["clock"]) == key
         }
         out.append({**comp, "tuning_differences": differences.get(key, []), "suspect": sorted(suspect)})
     return out

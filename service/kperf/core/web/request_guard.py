@@ -46,7 +46,7 @@ _FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 # never meets the 4300-digit limit of Python's int from text either.
 _WHOLE_NUMBER = re.compile(r"[0-9]{1,18}")
 
-log = logging.getLogger("kperf.web")
+log = logging.getLogger(__name__)
 
 
 def whole_number(text: str) -> int | None:

@@ -20,10 +20,10 @@ from kperf.core.builds.configs import OptionDifference
 from kperf.core.lab.eta import EtaEstimate
 from kperf.core.lab.runner_health import RunnerEventRow, RunnerState
 from kperf.core.mail.confirmations import AddressInfo
+from kperf.core.results.noise_report import NoiseRow
 from kperf.core.results.outcome import MetricVerdict
 from kperf.core.results.per_op import MixedCommand, PerOpRow
 from kperf.core.results.sweeps import Sweep
-from kperf.core.submissions.analysis import NoiseRow
 
 # --- Submissions (kperf.core.web.presenters) ---------------------------------
 
@@ -50,7 +50,10 @@ class SubmissionSummary(TypedDict):
     base: str
     base_sha: str | None
     benchmarks: list[str]
+    # Its first grid (the one before several could be asked for), and every grid it asked for:
+    # each benchmark ran those of them it has (docs/submitting.md).
     grid: str
+    grids: list[str]
     arches: list[str]
     min_effect_pct: float | None
     # What every boot was measured with: command line words added last, THP mode ('': kernel default).
@@ -167,6 +170,8 @@ class ComparisonMetric(MetricVerdict):
 class Comparison(TypedDict):
     machine_class: str
     benchmark: str
+    # The benchmark's grid: a submission of several grids has a comparison per grid.
+    grid: str
     # Every number below was timed with this clock (models.Clock).
     clock: str
     clock_label: str
@@ -343,7 +348,7 @@ class MetricPoint(TypedDict):
 
 
 class MetricSeries(TypedDict):
-    """One metric's per-commit points from the summaries (docs/summaries.md), and its change points."""
+    """One metric's per-commit points from the summaries (docs/history.md), and its change points."""
 
     branch: int
     machine_class: str

@@ -1,4 +1,9 @@
-"""Register a runner (or give an existing one a new token) and print its token."""
+"""Register a runner and print its token; change a machine class's shape.
+
+An existing runner keeps its token unless --rotate-token asks for a new one:
+changing a class's profile or vCPUs on a running lab (add_runner on its
+runner is how that is done) must not lock that runner out.
+"""
 
 from __future__ import annotations
 
@@ -46,6 +51,12 @@ class Command(BaseCommand):
             "0, none declared); its history restarts with the new count",
         )
         parser.add_argument(
+            "--rotate-token",
+            action="store_true",
+            help="give an existing runner a new token (its old one stops working at once); without it an "
+            "existing runner keeps its token and nothing is printed on stdout",
+        )
+        parser.add_argument(
             "--yields-to-builds",
             action="store_true",
             help="the runner shares its machine with a builds worker: give it no job while a kernel builds",
@@ -75,6 +86,17 @@ class Command(BaseCommand):
             rebuild.forget_class(mclass.pk)
             words = ", ".join(f"{k} {v}" for k, v in shape.items())
             self.stderr.write(f"machine class {mclass.name} now measures with {words}; its history starts anew")
+        existing = Runner.objects.filter(name=opts["name"]).first()
+        if existing is not None and not opts["rotate_token"]:
+            if existing.machine_class_id != mclass.pk or (opts["yields_to_builds"] and not existing.yields_to_builds):
+                existing.machine_class = mclass
+                existing.yields_to_builds = existing.yields_to_builds or opts["yields_to_builds"]
+                existing.save(update_fields=["machine_class", "yields_to_builds"])
+            self.stderr.write(
+                f"runner {existing.name} exists and keeps its token (--rotate-token gives it a new one, "
+                "which it must then be restarted with)"
+            )
+            return
         runner, token = Runner.register(opts["name"], mclass)
         runner.yields_to_builds = opts["yields_to_builds"]
         runner.save(update_fields=["yields_to_builds"])

@@ -18,6 +18,19 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from kperf.core.models import ApiToken, BuildMachine, MachineClass, Runner
 from kperf.core.models.accounts import hash_token
+from kperf.core.tracking import rebuild
+from kperf_kbuild.profiles import PROFILES
+
+
+def local_address(name: str) -> str:
+    """The local admin's address: one a reply to an alert is believed from.
+
+    Replies are read only from a plain address at a domain name with a dot
+    (kperf.core.mail.authentication.mailbox); `admin@localhost` is not one, so
+    triage by reply was ignored under `make up`. `.localhost` names are
+    reserved for this machine (RFC 6761), so no mail to it leaves it.
+    """
+    return f"{name}@kperf.localhost"
 
 
 class Command(BaseCommand):
@@ -39,6 +52,12 @@ class Command(BaseCommand):
             default=None,
             help="vCPUs of the class's QEMU guests (0: the runner's default); left as it is when not given",
         )
+        parser.add_argument(
+            "--profile",
+            choices=PROFILES,
+            default=None,
+            help="configuration profile of the class's kernels (docs/kernels.md); left as it is when not given",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         path = Path(opts["credentials_file"])
@@ -49,10 +68,14 @@ class Command(BaseCommand):
         if user is None or not password or not user.check_password(password):
             password = secrets.token_urlsafe(12)
             if user is None:
-                user = User.objects.create_superuser(opts["admin"], f"{opts['admin']}@localhost", password)
+                user = User.objects.create_superuser(opts["admin"], local_address(opts["admin"]), password)
             else:
                 user.set_password(password)
                 user.save()
+        if user.email == f"{opts['admin']}@localhost":
+            # What older homes were given: a reply from it was refused as no plain address.
+            user.email = local_address(opts["admin"])
+            user.save(update_fields=["email"])
         mclass_name = opts["machine_class"] or f"qemu-{opts['arch']}"
         mclass, _ = MachineClass.objects.get_or_create(
             name=mclass_name, defaults={"arch": opts["arch"], "description": "QEMU on the kperf host (make up)"}
@@ -61,6 +84,12 @@ class Command(BaseCommand):
             # Jobs carry their class's vCPUs, and boots of different shapes
             # are never pooled or shared (docs/kernels.md, "vCPUs").
             MachineClass.objects.filter(pk=mclass.pk).update(vcpus=opts["vcpus"])
+        if opts["profile"] is not None and mclass.profile != opts["profile"]:
+            # As add_runner --profile: the old kernels' history is never pooled with the new ones'.
+            MachineClass.objects.filter(pk=mclass.pk).update(profile=opts["profile"])
+            rebuild.forget_class(mclass.pk)
+            self.stderr.write(f"machine class {mclass.name} now builds the {opts['profile']} profile")
+        mclass.refresh_from_db()
         local = []
         for n in range(1, max(1, opts["runners"]) + 1):
             name = opts["runner_name"] if n == 1 else f"{opts['runner_name']}-{n}"
@@ -87,6 +116,9 @@ class Command(BaseCommand):
             "builder_token": builder_token,
             "machine_class": mclass_name,
             "arch": opts["arch"],
+            # What its guests ask of QEMU: kperf-up checks them before its next start (kperf.up).
+            "vcpus": mclass.vcpus,
+            "clock": mclass.clock,
         }
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

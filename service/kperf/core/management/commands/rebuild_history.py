@@ -20,7 +20,9 @@ class Command(BaseCommand):
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        logging.getLogger("kperf.history").setLevel(logging.INFO)
+        # The rebuild's progress lines are INFO records of the modules that do it.
+        for module in (rebuild.__name__, summaries.__name__):
+            logging.getLogger(module).setLevel(logging.INFO)
         started = time.monotonic()
         counts = rebuild.rebuild(summaries.SERIES_WINDOW, progress=True)
         self.stdout.write(

@@ -12,7 +12,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
-from kperf.core.lab.leases import ProtocolError
+from kperf.core.lab.uploads import ProtocolError
 from kperf.core.web.api.accounts import router as accounts_router
 from kperf.core.web.api.addresses import router as addresses_router
 from kperf.core.web.api.branches import router as branches_router
@@ -32,7 +32,7 @@ api = NinjaAPI(
     urls_namespace="api-v1",
     parser=KperfParser(),
 )
-log = logging.getLogger("kperf.api")
+log = logging.getLogger(__name__)
 api.add_router("/", accounts_router)
 api.add_router("/", submissions_router)
 api.add_router("/", results_router)

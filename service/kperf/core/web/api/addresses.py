@@ -7,7 +7,7 @@ from ninja import Router, Schema, Status
 
 from kperf.core.mail import confirmations
 from kperf.core.mail.recipients import RecipientError
-from kperf.core.web.api.auth import USER_AUTH
+from kperf.core.web.api.auth import USER_AUTH, user_of
 from kperf.core.web.api.errors import ApiError, responses
 from kperf.core.web.shapes import AddressRemoved, AddressRequested
 
@@ -28,7 +28,7 @@ def _refused(e: RecipientError) -> ApiError:
 )
 def list_addresses(request: HttpRequest) -> list[confirmations.AddressInfo]:
     """The addresses you asked kperf to confirm: pending (a link was mailed), confirmed or expired."""
-    return [s.as_dict() for s in confirmations.listing(request.auth)]  # type: ignore[attr-defined]
+    return [s.as_dict() for s in confirmations.listing(user_of(request))]
 
 
 @router.post(
@@ -41,7 +41,7 @@ def request_address(request: HttpRequest, payload: AddressIn) -> Status[AddressR
     """Ask kperf to confirm an address for your result mails: 201 when a link was mailed to it,
     200 when nothing needed mailing (your own, allowed by the operator, confirmed, or a link still works)."""
     try:
-        state, mailed = confirmations.request(request.auth, payload.address)  # type: ignore[attr-defined]
+        state, mailed = confirmations.request(user_of(request), payload.address)
     except RecipientError as e:
         raise _refused(e) from None
     return Status(201 if mailed else 200, {**state.as_dict(), "mailed": mailed})
@@ -52,7 +52,7 @@ def request_address(request: HttpRequest, payload: AddressIn) -> Status[AddressR
 )
 def remove_address(request: HttpRequest, address: str) -> AddressRemoved:
     """Forget an address: your submissions may no longer name it (ask again to confirm it anew)."""
-    if not confirmations.remove(request.auth, address):  # type: ignore[attr-defined]
+    if not confirmations.remove(user_of(request), address):
         raise ApiError(
             404, "not-found", f"you have not asked about {address[:100]!r}: GET /api/v1/addresses lists yours"
         )

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AbstractBaseUser, User
 from django.http import HttpRequest
 from django.utils import timezone
 from ninja.security import HttpBearer, SessionAuth
@@ -62,3 +62,31 @@ class BrowserSession(SessionAuth):
 USER_AUTH: list[Any] = [UserToken(), BrowserSession()]
 RUNNER_AUTH = RunnerToken()
 BUILDER_AUTH = BuilderToken()
+
+
+_Auth = TypeVar("_Auth")
+
+
+# What a view's `auth=` put on request.auth, typed: django-ninja sets the attribute at run time,
+# and HttpRequest's type does not have it.
+def user_of(request: HttpRequest) -> User:
+    """The signed-in user of a request authenticated by UserToken or BrowserSession."""
+    return _authenticated(request, User)
+
+
+def runner_of(request: HttpRequest) -> Runner:
+    """The runner of a request authenticated by RunnerToken."""
+    return _authenticated(request, Runner)
+
+
+def machine_of(request: HttpRequest) -> BuildMachine:
+    """The build machine of a request authenticated by BuilderToken."""
+    return _authenticated(request, BuildMachine)
+
+
+def _authenticated(request: HttpRequest, kind: type[_Auth]) -> _Auth:
+    auth = getattr(request, "auth", None)
+    if not isinstance(auth, kind):
+        # A view wired to the wrong auth= class: a bug, answered as one (500 with an incident id).
+        raise TypeError(f"request.auth is {type(auth).__name__}, not the {kind.__name__} this view needs")
+    return auth

@@ -13,8 +13,9 @@ from kperf.core.submissions import pipeline
 from kperf.core.tracking import branches
 from kperf.core.web import presenters
 from kperf.core.web.api import history as history_api
-from kperf.core.web.api.auth import USER_AUTH
+from kperf.core.web.api.auth import USER_AUTH, user_of
 from kperf.core.web.api.errors import ApiError, responses
+from kperf.core.web.api.inputs import BenchmarkNames
 from kperf.core.web.shapes import BranchDetail, BranchSeries, BranchSummary, MetricSeries, PollQueued
 
 router = Router()
@@ -23,7 +24,8 @@ router = Router()
 class TrackIn(Schema):
     tree: str
     branch: str
-    benchmarks: list[str] = ["spawn"]
+    # A list of names, or one as a string: "all" is every benchmark (docs/benchmarks.md).
+    benchmarks: BenchmarkNames = ["spawn"]
     grid: str = "quick"
     arches: list[str] = ["x86_64"]
     boots: int = 0
@@ -66,7 +68,7 @@ def track_branch(request: HttpRequest, payload: TrackIn) -> Status[BranchSummary
         profile=payload.profile,
     )
     try:
-        branch = branches.track(request.auth, req)  # type: ignore[attr-defined]
+        branch = branches.track(user_of(request), req)
     except pipeline.SubmissionError as e:
         raise ApiError(400, "invalid-branch", str(e), field=e.field) from None
     except branches.AlreadyTracked as e:
@@ -77,12 +79,12 @@ def track_branch(request: HttpRequest, payload: TrackIn) -> Status[BranchSummary
 @router.get("/branches", auth=USER_AUTH, tags=["branches"], response=responses(200, list[BranchSummary], 401))
 def list_branches(request: HttpRequest) -> list[BranchSummary]:
     """The caller's tracked branches and the lab's reference series (those staff track); staff: all."""
-    branches = access.visible_branches(request.auth).select_related("tree", "owner")  # type: ignore[attr-defined]
+    branches = access.visible_branches(user_of(request)).select_related("tree", "owner")
     return [presenters.branch_summary(b) for b in branches]
 
 
 def _branch(request: HttpRequest, branch_id: int, change: bool = False) -> TrackedBranch:
-    user = request.auth  # type: ignore[attr-defined]
+    user = user_of(request)
     branch = access.visible_branches(user).select_related("tree", "owner").filter(pk=branch_id).first()
     if branch is None:
         raise ApiError(

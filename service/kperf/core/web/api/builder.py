@@ -11,7 +11,7 @@ from typing_extensions import TypedDict
 
 from kperf.core.builds import machines
 from kperf.core.models import BuildMachine
-from kperf.core.web.api.auth import BUILDER_AUTH
+from kperf.core.web.api.auth import BUILDER_AUTH, machine_of
 from kperf.core.web.api.errors import ErrorOut
 
 router = Router(auth=BUILDER_AUTH, tags=["build-machine protocol"])
@@ -76,7 +76,7 @@ class BuildStatusOut(TypedDict):
 
 
 def _machine(request: HttpRequest) -> BuildMachine:
-    machine = request.auth  # type: ignore[attr-defined]
+    machine = machine_of(request)
     assert isinstance(machine, BuildMachine)
     return machine
 

@@ -1,4 +1,4 @@
-"""One metric's series of a tracked branch, read from the summaries (docs/summaries.md)."""
+"""One metric's series of a tracked branch, read from the summaries (docs/history.md)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from kperf.core.models import BranchCommit, ChangePoint, CommitSummary, Job, MachineClass, MetricDef, TrackedBranch
-from kperf.core.results import summaries
-from kperf.core.submissions import analysis
+from kperf.core.results import noise_report, summaries
 from kperf.core.web import presenters
 from kperf.core.web.api.errors import ApiError
 from kperf.core.web.shapes import ChangePointOut, MetricPoint, MetricSeries
@@ -32,8 +31,8 @@ def class_and_clock(machine_class: str, clock: str | None) -> tuple[MachineClass
     if mclass is None:
         raise ApiError(404, "no-machine-class", f"no machine class {machine_class!r}: GET /api/v1/runners lists them")
     try:
-        return mclass, analysis.requested_clock(machine_class, clock)
-    except analysis.UnknownClock as e:
+        return mclass, noise_report.requested_clock(machine_class, clock)
+    except noise_report.UnknownClock as e:
         raise ApiError(400, "invalid-series", str(e)) from None
 
 

@@ -8,7 +8,7 @@ from ninja import Router, Schema
 from kperf.core import access
 from kperf.core.lab import calibration, runner_health
 from kperf.core.models import Runner, RunnerEvent
-from kperf.core.web.api.auth import USER_AUTH
+from kperf.core.web.api.auth import USER_AUTH, user_of
 from kperf.core.web.api.errors import ApiError, responses
 from kperf.core.web.shapes import RunnerChanged, RunnerChecks
 
@@ -36,7 +36,7 @@ def _runner(name: str) -> Runner:
 
 
 def _staff_only(request: HttpRequest, what: str) -> None:
-    if not access.is_staff(request.auth):  # type: ignore[attr-defined]
+    if not access.is_staff(user_of(request)):
         raise ApiError(
             403,
             "forbidden",
@@ -85,7 +85,7 @@ def runner_checks(request: HttpRequest, name: str, limit: int = 50) -> RunnerChe
 def _change(request: HttpRequest, name: str, what: str, payload: NoteIn) -> RunnerChanged:
     _staff_only(request, what)
     _runner(name)  # 404 before any change
-    user = request.auth  # type: ignore[attr-defined]
+    user = user_of(request)
     if isinstance(payload, ReleaseIn):
         runner, changed = calibration.release_by_name(
             name, user, payload.note, relearn=payload.relearn, calibrate=payload.calibrate

@@ -8,9 +8,9 @@ from django.http import HttpRequest
 from ninja import Router, Schema, Status
 
 from kperf.core import access, benchmarks
-from kperf.core.results import mmtests_import
+from kperf.core.results import mmtests_import, noise_report
 from kperf.core.submissions import analysis
-from kperf.core.web.api.auth import USER_AUTH
+from kperf.core.web.api.auth import USER_AUTH, user_of
 from kperf.core.web.api.errors import ApiError, responses
 from kperf.core.web.shapes import MmtestsImported, NoiseReport
 
@@ -30,6 +30,13 @@ class MmtestsImportIn(Schema):
     run_name: str = ""
     environment: dict[str, Any] = {}
     benchmarks: dict[str, dict[str, Any]]
+    # How the run was measured, from kperf's export (kperf.mmtests.KperfRun);
+    # none of them for a plain mmtests run (the wall clock).
+    clock: str | None = None
+    arch: str | None = None
+    profile: str | None = None
+    vcpus: int | None = None
+    numa_nodes: int | None = None
 
 
 @router.post(
@@ -40,7 +47,7 @@ class MmtestsImportIn(Schema):
 )
 def import_mmtests(request: HttpRequest, payload: MmtestsImportIn) -> Status[MmtestsImported]:
     """Staff only: imported runs are lab-wide reference data that every user's comparisons read."""
-    if not access.may_import(request.auth):  # type: ignore[attr-defined]
+    if not access.may_import(user_of(request)):
         raise ApiError(
             403,
             "forbidden",
@@ -70,16 +77,17 @@ def compare_kernels(
         )
     try:
         # Only boots the caller may see: their submissions, readable tracked branches, imported runs.
-        visible = access.visible_jobs(request.auth)  # type: ignore[attr-defined]
+        visible = access.visible_jobs(user_of(request))
         result = analysis.compare_kernels(machine_class, benchmark, base, head, clock, jobs=visible)
-    except analysis.UnknownClock as e:
+    except noise_report.UnknownClock as e:
         raise ApiError(400, "invalid-compare", str(e)) from None
     if not result["metrics"]:
         raise ApiError(
             404,
             "no-data",
             f"no {benchmark} results for both {base[:12]} and {head[:12]} on {machine_class} "
-            f"with the {result['clock']} clock: submit them, import mmtests runs (wall clock) or choose another clock",
+            f"with the {result['clock']} clock: submit them, import mmtests runs (plain ones are wall clock) "
+            "or choose another clock",
         )
     return result
 
@@ -94,11 +102,11 @@ def noise(
     if not 2 <= boots <= 1000 or not 1 <= iterations <= 10000:
         raise ApiError(400, "invalid-noise", "boots must be 2..1000 and iterations 1..10000")
     try:
-        clock = analysis.requested_clock(machine_class, clock)
-    except analysis.UnknownClock as e:
+        clock = noise_report.requested_clock(machine_class, clock)
+    except noise_report.UnknownClock as e:
         raise ApiError(400, "invalid-noise", str(e)) from None
     return {
         "machine_class": machine_class,
         "clock": clock,
-        "metrics": analysis.noise_report(machine_class, boots, iterations, clock),
+        "metrics": noise_report.noise_report(machine_class, boots, iterations, clock),
     }

@@ -17,12 +17,13 @@ from typing_extensions import TypedDict
 
 from kperf.core.builds import artifacts
 from kperf.core.lab import leases
+from kperf.core.lab.uploads import BootUpload, ResultsUpload, SampleRow
 from kperf.core.models import KernelBuild, Runner
-from kperf.core.web.api.auth import RUNNER_AUTH
+from kperf.core.web.api.auth import RUNNER_AUTH, runner_of
 from kperf.core.web.api.errors import ApiError, ErrorOut
 
 router = Router(auth=RUNNER_AUTH, tags=["runner protocol"])
-log = logging.getLogger("kperf.api")
+log = logging.getLogger(__name__)
 
 
 # The largest value of the integer columns these land in (PostgreSQL's integer).
@@ -171,6 +172,24 @@ class ResultsIn(Schema):
     metrics: dict[str, MetricIn] = {}
     console_log: str = ""
 
+    def upload(self) -> ResultsUpload:
+        """The upload as the domain's typed records (kperf.core.lab.uploads), its shape checked."""
+        return ResultsUpload(
+            attempt=self.attempt,
+            boots=[
+                BootUpload(
+                    boot=b.boot,
+                    environment=b.environment,
+                    raw_output=b.raw_output,
+                    samples=[SampleRow(s.metric, s.iteration, s.value) for s in b.samples],
+                    counters=b.counters,
+                )
+                for b in self.boots
+            ],
+            directions={name: meta.higher_is_better for name, meta in self.metrics.items()},
+            console_log=self.console_log,
+        )
+
 
 class StatusOut(TypedDict):
     status: str
@@ -202,7 +221,7 @@ _BODY_CALL_ERRORS: dict[int, Any] = {
 
 
 def _runner(request: HttpRequest) -> Runner:
-    runner = request.auth  # type: ignore[attr-defined]
+    runner = runner_of(request)
     assert isinstance(runner, Runner)
     return runner
 
@@ -228,7 +247,7 @@ def progress(request: HttpRequest, job_id: int, payload: ProgressIn) -> Progress
 
 @router.post("/jobs/{job_id}/results", response={200: StatusOut, **_BODY_CALL_ERRORS})
 def results(request: HttpRequest, job_id: int, payload: ResultsIn) -> StatusOut:
-    job = leases.record_results(_runner(request), job_id, payload.model_dump())
+    job = leases.record_results(_runner(request), job_id, payload.upload())
     return {"status": job.status}
 
 

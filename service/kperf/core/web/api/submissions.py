@@ -15,8 +15,9 @@ from kperf.core.models import Submission
 from kperf.core.results import mmtests_export
 from kperf.core.submissions import pipeline
 from kperf.core.web import presenters
-from kperf.core.web.api.auth import USER_AUTH
+from kperf.core.web.api.auth import USER_AUTH, user_of
 from kperf.core.web.api.errors import ApiError, responses
+from kperf.core.web.api.inputs import BenchmarkNames, GridNames
 from kperf.core.web.shapes import MmtestsTree, SubmissionDetail, SubmissionSummary
 
 router = Router()
@@ -32,8 +33,12 @@ class SubmissionIn(Schema):
     mbox: str | None = None
     mbox_b64: str | None = None
     base: str
-    benchmarks: list[str] = ["spawn"]
-    grid: str = "quick"
+    # A list of names, or one as a string: "all" is every benchmark (docs/benchmarks.md).
+    benchmarks: BenchmarkNames = ["spawn"]
+    # One grid, or several as `grids` (["quick", "scaling"]): each benchmark runs those of them it
+    # has, a comparison per grid (docs/submitting.md, "Several grids"). Neither: quick.
+    grid: str = ""
+    grids: GridNames = []
     arches: list[str] = ["x86_64"]
     # Practical threshold in percent (0.05-50); leave out for each metric's default for its clock.
     min_effect_pct: float | None = None
@@ -62,6 +67,7 @@ def create_submission(request: HttpRequest, payload: SubmissionIn) -> Status[Sub
         base_ref=payload.base,
         benchmarks=payload.benchmarks,
         grid=payload.grid,
+        grids=payload.grids,
         arches=payload.arches,
         min_effect_pct=payload.min_effect_pct,
         boot_params=payload.boot_params,
@@ -71,7 +77,7 @@ def create_submission(request: HttpRequest, payload: SubmissionIn) -> Status[Sub
         profile=payload.profile,
     )
     try:
-        sub = pipeline.create_submission(request.auth, req)  # type: ignore[attr-defined]
+        sub = pipeline.create_submission(user_of(request), req)
     except pipeline.SubmissionError as e:
         raise ApiError(400, "invalid-submission", str(e), field=e.field) from None
     except recipients.RecipientError as e:
@@ -108,7 +114,7 @@ def _mbox_bytes(payload: SubmissionIn) -> bytes | None:
 )
 def list_submissions(request: HttpRequest, limit: int = 50, owner: str | None = None) -> list[SubmissionSummary]:
     """The caller's submissions, newest first (staff: everyone's; `owner` picks one user's)."""
-    subs = access.visible_submissions(request.auth).select_related("tree", "owner")  # type: ignore[attr-defined]
+    subs = access.visible_submissions(user_of(request)).select_related("tree", "owner")
     if owner:
         subs = subs.filter(owner__username=owner)
     return [presenters.submission_summary(s) for s in subs[: max(1, min(limit, 500))]]
@@ -116,7 +122,7 @@ def list_submissions(request: HttpRequest, limit: int = 50, owner: str | None = 
 
 def _submission(request: HttpRequest, sub_id: int) -> Submission:
     # Someone else's submission is answered exactly like a missing one, so ids reveal nothing.
-    visible = access.visible_submissions(request.auth)  # type: ignore[attr-defined]
+    visible = access.visible_submissions(user_of(request))
     sub = visible.select_related("tree", "owner").filter(pk=sub_id).first()
     if sub is None:
         raise ApiError(
@@ -142,12 +148,20 @@ def get_submission(request: HttpRequest, sub_id: int) -> SubmissionDetail:
     response=responses(200, MmtestsTree, 400, 401, 404, 422, 503),
 )
 def submission_mmtests(
-    request: HttpRequest, sub_id: int, side: str, benchmark: str, clock: str | None = None
+    request: HttpRequest,
+    sub_id: int,
+    side: str,
+    benchmark: str,
+    clock: str | None = None,
+    machine_class: str | None = None,
+    grid: str | None = None,
 ) -> MmtestsTree:
-    """One side's raw output as mmtests result directories ({path: text}), for mmtests' own extractors."""
+    """One side's raw output as mmtests result directories ({path: text}), for mmtests' own extractors,
+    with each boot's kernel.version and each run's kperf-run.json (how it was measured); `grid` picks
+    one where the submission ran the benchmark on several."""
     sub = _submission(request, sub_id)
     try:
-        tree = mmtests_export.mmtests_tree(sub, side, benchmark, clock)
+        tree = mmtests_export.mmtests_tree(sub, side, benchmark, clock, machine_class, grid)
     except mmtests_export.ExportError as e:
         raise ApiError(400, "invalid-export", str(e)) from None
     except artifacts.ArtifactUnavailable as e:

@@ -8,7 +8,7 @@ from ninja import Router, Schema
 from kperf.core import access, triage
 from kperf.core.models import ChangePoint, Triage
 from kperf.core.triage import TriageOut
-from kperf.core.web.api.auth import USER_AUTH
+from kperf.core.web.api.auth import USER_AUTH, user_of
 from kperf.core.web.api.errors import ApiError, responses
 
 router = Router()
@@ -28,7 +28,7 @@ def _via(request: HttpRequest) -> str:
 
 
 def _submission_triage(request: HttpRequest, sub_id: int) -> Triage:
-    user = request.auth  # type: ignore[attr-defined]
+    user = user_of(request)
     sub = access.visible_submissions(user).filter(pk=sub_id).first()
     if sub is None:
         raise ApiError(
@@ -46,7 +46,7 @@ def _submission_triage(request: HttpRequest, sub_id: int) -> Triage:
 
 
 def _change_point_triage(request: HttpRequest, cp_id: int) -> Triage:
-    user = request.auth  # type: ignore[attr-defined]
+    user = user_of(request)
     cp = ChangePoint.objects.filter(pk=cp_id, branch__in=access.visible_branches(user)).first()
     if cp is None:
         raise ApiError(
@@ -61,7 +61,7 @@ def _change_point_triage(request: HttpRequest, cp_id: int) -> Triage:
 
 
 def _change(request: HttpRequest, row: Triage, payload: TriageIn) -> TriageOut:
-    user = request.auth  # type: ignore[attr-defined]
+    user = user_of(request)
     try:
         triage.triage(row, user, payload.state, payload.note, payload.fixed_by, via=_via(request))
     except triage.TriageForbidden as e:
@@ -79,7 +79,7 @@ CHANGE = responses(200, TriageOut, 400, 401, 403, 404, 413, 415, 422)
 @router.get("/submissions/{sub_id}/triage", auth=USER_AUTH, tags=["triage"], response=READ)
 def get_submission_triage(request: HttpRequest, sub_id: int) -> TriageOut:
     """A finished submission's regressions as triaged: state, note, fixing commit and history, oldest first."""
-    return triage.triage_dict(_submission_triage(request, sub_id), request.auth)  # type: ignore[attr-defined]
+    return triage.triage_dict(_submission_triage(request, sub_id), user_of(request))
 
 
 @router.post("/submissions/{sub_id}/triage", auth=USER_AUTH, tags=["triage"], response=CHANGE)
@@ -91,7 +91,7 @@ def triage_submission(request: HttpRequest, sub_id: int, payload: TriageIn) -> T
 @router.get("/change-points/{cp_id}/triage", auth=USER_AUTH, tags=["triage"], response=READ)
 def get_change_point_triage(request: HttpRequest, cp_id: int) -> TriageOut:
     """A tracked branch's regression change point as triaged, with its history."""
-    return triage.triage_dict(_change_point_triage(request, cp_id), request.auth)  # type: ignore[attr-defined]
+    return triage.triage_dict(_change_point_triage(request, cp_id), user_of(request))
 
 
 @router.post("/change-points/{cp_id}/triage", auth=USER_AUTH, tags=["triage"], response=CHANGE)
@@ -106,7 +106,7 @@ def list_regressions(
 ) -> list[TriageOut]:
     """Regressions the caller may read, newest first: `state` (comma-separated) and `kind`
     (submission or change-point) narrow the list."""
-    user = request.auth  # type: ignore[attr-defined]
+    user = user_of(request)
     rows = triage.visible(user)
     if state:
         states = [s.strip() for s in state.split(",") if s.strip()]
