@@ -5,7 +5,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed-stamp
 PKGS := runners kernel-builds service testing
 
-.PHONY: venv up test test-fast lint typecheck check clean
+.PHONY: venv up test test-fast test-realistic lint typecheck check clean
 
 $(STAMP): requirements.lock requirements-dev.txt service/pyproject.toml runners/pyproject.toml kernel-builds/pyproject.toml testing/pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "python3 is missing: apt-get install python3 python3-venv"; exit 1; }
@@ -27,13 +27,18 @@ up: venv
 TEST_WORKERS ?= 0
 PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS))
 
-# Everything: unit, service, runner, kernel build, QEMU boot and end-to-end tests.
+# Everything but the slow tier: unit, service, runner, kernel build, QEMU boot and end-to-end tests.
 test: venv
-	$(VENV)/bin/pytest $(PYTEST_PARALLEL)
+	$(VENV)/bin/pytest $(PYTEST_PARALLEL) -m "not realistic"
+
+# The slow tier: end to end on the shape a lab runs (the mm profile, two vCPUs,
+# all four benchmarks; docs/development.md, "The realistic tier"). .ci/run runs it after `make test`.
+test-realistic: venv
+	$(VENV)/bin/pytest -p no:xdist -m realistic
 
 # Without the tests that build or boot kernels.
 test-fast: venv
-	$(VENV)/bin/pytest $(PYTEST_PARALLEL) -m "not kernel"
+	$(VENV)/bin/pytest $(PYTEST_PARALLEL) -m "not kernel and not realistic"
 
 lint: venv
 	$(VENV)/bin/ruff check .

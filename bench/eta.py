@@ -55,7 +55,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "service"))
 
 from kperf.core.lab.claim_order import claim_key
-from kperf.core.lab.eta_model import Estimate, History, Situation, Work, estimate
+from kperf.core.lab.eta_model import Estimate, History, Prior, Situation, Work, estimate
 
 # --- the synthetic lab --------------------------------------------------------
 
@@ -355,12 +355,18 @@ def _building(rec: dict[str, Any], sub: dict[str, Any], t: float) -> bool:
     )
 
 
-def situation_at(rec: dict[str, Any], sub: dict[str, Any], t: float) -> tuple[Situation, History, str]:
-    """What kperf.core.lab.eta would have read at `t` about `sub`, and the phase it was in."""
-    hist = History()
-    for j in sorted((j for j in rec["jobs"] if j["finished"] < t), key=lambda j: j["finished"]):
+def situation_at(
+    rec: dict[str, Any], sub: dict[str, Any], t: float, prior: Prior | None = None, measured: bool = True
+) -> tuple[Situation, History, str]:
+    """What kperf.core.lab.eta would have read at `t` about `sub`, and the phase it was in.
+
+    `prior`: the host's speed for what was not measured (bench/eta_cold.py);
+    `measured=False`: as if the lab had measured nothing before `t`.
+    """
+    hist = History(prior=prior)
+    for j in sorted((j for j in rec["jobs"] if measured and j["finished"] < t), key=lambda j: j["finished"]):
         hist.add_job(j["machine_class"], j["benchmark"], j["grid"], j["finished"] - j["started"])
-    for b in sorted((b for b in rec["builds"] if b["finished"] < t), key=lambda b: b["finished"]):
+    for b in sorted((b for b in rec["builds"] if measured and b["finished"] < t), key=lambda b: b["finished"]):
         hist.add_build(b["finished"] - b["started"], b.get("kind", ""))
     sid = sub["id"]
     own_builds = [b for b in rec["builds"] if sid in b["submissions"] and b["created"] <= t and b["finished"] > t]
@@ -371,9 +377,12 @@ def situation_at(rec: dict[str, Any], sub: dict[str, Any], t: float) -> tuple[Si
     own_jobs = [j for j in rec["jobs"] if j["submission"] == sid and j["created"] <= t]
     planned = not own_jobs and bool(own_builds)
     mine: list[float | None] = [t - b["started"] if _running(b, t) else None for b in own_builds]
-    # Older records (before build kinds) say nothing: any build then.
-    mine_kinds = [b.get("expected_kind", "") for b in own_builds]
+    # Older records (before build kinds) say nothing: any build then. A later build starts
+    # from the tree the first leaves warm (kperf.core.lab.eta._own_kinds; one arch here).
+    later = {b["id"] for b in own_builds if "expected_kind" in b and any(o["id"] < b["id"] for o in own_builds)}
+    mine_kinds = ["incremental" if b["id"] in later else b.get("expected_kind", "") for b in own_builds]
     ahead: list[float | None] = []
+    ahead_kinds: list[str] = []
     # As kperf.core.lab.eta._builds: the builds before the submission's own, or all once they are done.
     oldest = min((b["created"] for b in own_builds), default=t)
     for b in rec["builds"]:
@@ -383,6 +392,9 @@ def situation_at(rec: dict[str, Any], sub: dict[str, Any], t: float) -> tuple[Si
             ahead.append(t - b["started"])
         elif _queued(b, t) and b["created"] < oldest:
             ahead.append(None)
+        else:
+            continue
+        ahead_kinds.append(b.get("expected_kind", ""))
     busy = sum(1 for b in rec["builds"] if _running(b, t))
     classes = set(rec["runners"]) | {p["machine_class"] for p in sub["planned"]}
     running: list[Work] = []
@@ -427,6 +439,7 @@ def situation_at(rec: dict[str, Any], sub: dict[str, Any], t: float) -> tuple[Si
         builds_ahead=ahead,
         build_workers=max(1, busy),
         build_kinds=mine_kinds,
+        ahead_kinds=ahead_kinds,
         jobs=jobs,
         more=more,
     )

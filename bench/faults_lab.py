@@ -52,7 +52,7 @@ owner = get_user_model().objects.get(username=ADMIN)
 ids = []
 for _ in range(N):
     sub = Submission.objects.create(owner=owner, tree=tree, head_ref="feature", base_ref="master",
-        head_sha="b" * 40, base_sha="a" * 40, benchmarks=["spawn"], grid="quick", arches=["x86_64"],
+        head_sha="b" * 40, base_sha="a" * 40, benchmarks=["spawn"], grids=["quick"], arches=["x86_64"],
         status=Submission.Status.TESTING)
     links = [SubmissionBuild.objects.create(submission=sub, build=base, side="base"),
              SubmissionBuild.objects.create(submission=sub, build=head, side="head")]

@@ -53,7 +53,7 @@ from kperf.core.models import (  # noqa: E402
     TrackedBranch,
     Tree,
 )
-from kperf.core.results import noise_pools, summaries  # noqa: E402
+from kperf.core.results import noise_pools, noise_report, summaries  # noqa: E402
 from kperf.core.submissions import analysis  # noqa: E402
 from kperf.core.tracking import branches  # noqa: E402
 from kperf.core.web.api import history as history_api  # noqa: E402
@@ -297,7 +297,7 @@ def measure(runs: int) -> None:
         ),
         runs,
     )
-    timed("noise report (all metrics of a class)", lambda: analysis.noise_report(mclass.name, 5, 5, "wall"), runs)
+    timed("noise report (all metrics of a class)", lambda: noise_report.noise_report(mclass.name, 5, 5, "wall"), runs)
     timed("GET /api/v1/noise", lambda: client.get("/api/v1/noise", {"machine_class": mclass.name}), runs)
     timed("learned prior of a submission (pagealloc)", lambda: learned_prior(mclass, shas), runs)
     timed(

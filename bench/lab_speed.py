@@ -67,7 +67,7 @@ ids = []
 for i in range(N):
     base, head = built(f"{OFF + i:040x}"), built(f"{OFF + i + 100000:040x}")
     sub = Submission.objects.create(owner=owner, tree=tree, head_ref="feature", base_ref="master",
-        head_sha=head.sha, base_sha=base.sha, benchmarks=[BENCH], grid=GRID, arches=["x86_64"],
+        head_sha=head.sha, base_sha=base.sha, benchmarks=[BENCH], grids=[GRID], arches=["x86_64"],
         status=Submission.Status.TESTING)
     links = [SubmissionBuild.objects.create(submission=sub, build=base, side="base"),
              SubmissionBuild.objects.create(submission=sub, build=head, side="head")]

@@ -52,3 +52,33 @@ def test_the_replay_asks_at_even_steps_or_at_the_submissions_own_events_never_be
     }
     assert bench.moments(rec, sub, 0.0) == [100.0, 101.0, 103.0, 104.0, 106.0]
     assert bench.moments(rec, sub, 2.0) == [100.0, 102.0, 104.0, 106.0]
+
+
+def test_the_cold_bench_replays_a_records_first_batch_with_the_host_speed_model() -> None:
+    """bench/eta_cold.py: each submission's first estimate with nothing measured, scaled by the host's speed."""
+    import json
+    from pathlib import Path
+
+    from kperf.core.lab import eta_cold
+
+    bench = load_bench("eta_cold")
+    rec = json.loads((Path(__file__).resolve().parent.parent / "bench/records/eta-queue-2026-11-29.json").read_text())
+
+    def rows(factor: float) -> list[dict[str, Any]]:
+        speed = eta_cold.HostSpeed(eta_cold.REFERENCE_PROBE_S * factor, ccache_warm=True)
+        out: list[dict[str, Any]] = bench.first_estimates(rec, 10, bench.prior_for(rec, speed, "tiny", ["x86_64"]))
+        return out
+
+    same, slower = rows(1.0), rows(2.0)
+    assert [r["id"] for r in same] == list(range(1, 9))  # the record holds eight
+    # The first submission, on the lab that had measured nothing: what the
+    # service's API showed then (1678 s, docs/eta.md), from 600 s a build and 120 s a job.
+    assert abs(same[0]["defaults"]["seconds"] - 1680) < 1, same[0]
+    for a, b in zip(same, slower, strict=True):
+        # Nothing measured: every duration is the host's, so twice the host's time is
+        # twice the estimate (but for the second or so builds ahead had run already).
+        assert abs(b["cold"]["seconds"] / a["cold"]["seconds"] - 2) < 0.01, (a, b)
+        assert a["cold"]["seconds"] < a["defaults"]["seconds"]
+    # The first submission had measured nothing either way; later ones had the first's durations.
+    assert same[0]["as it was"] == same[0]["cold"] and same[1]["as it was"] != same[1]["cold"]
+    assert any("within 50%" in line for line in bench.report(same))

@@ -33,3 +33,22 @@ def test_no_product_function_is_over_80_lines() -> None:
             if (length := node.end_lineno - node.lineno + 1) > 80:
                 long.append(f"{name}:{node.lineno} {node.name} ({length} lines)")
     assert not long, long
+
+
+def test_every_product_logger_is_named_after_its_module() -> None:
+    """`logging.getLogger(__name__)`: a log line's name says which module wrote it, and a name
+    written by hand drifts from the module it was moved to."""
+    named = []
+    for name in python_files():
+        if not name.startswith(PRODUCT) or any(part in name for part in TOOLING):
+            continue
+        for node in ast.walk(ast.parse((ROOT / name).read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "getLogger"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                named.append(f"{name}:{node.lineno} getLogger({node.args[0].value!r})")
+    assert not named, named

@@ -14,141 +14,29 @@ so the base kernel is built once.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
-import requests
+from e2e_fixtures import TIMEOUT_S, own_stack, verdicts, wait_final, web_page
 
 from kperf_testing.kbuild import (
     FIXTURES_DIR,
-    kernel_tree_path,
     read_fixture,
-    stack_build_root,
-    stack_mirror,
 )
 from kperf_testing.mbox import b4_mbox, message_id
-from kperf_testing.plugin import redis_stack_db
 from kperf_testing.prebuild import prebuilt
-from kperf_testing.stack import RunningStack, running_stack
+from kperf_testing.stack import RunningStack
 
 pytestmark = [pytest.mark.kernel, pytest.mark.e2e]
-
-TIMEOUT_S = 40 * 60
-
-
-def stack_env(tmp_path: Path, cache: Path) -> tuple[dict[str, str], Callable[[], None]]:
-    """Environment for a stack of our own, and how to drop its database afterwards."""
-    env = {"KPERF_CCACHE_DIR": str(cache / "ccache"), "KPERF_LOG_LEVEL": "INFO"}
-    # The lab's mirror and warm build trees, where the fixture kernels were
-    # built (kperf_testing.kbuild): the stack's service builds the base and
-    # the fixture branches the test cache has built already in those trees,
-    # recompiling nothing, and its other heads incrementally from them.
-    env["KPERF_MIRROR_ROOT"] = str(stack_mirror(kernel_tree_path(cache), cache).parent)
-    env["KPERF_BUILD_ROOT"] = str(stack_build_root(cache))
-    # The series test copies its result to a list, as a developer would:
-    # an address this lab allows (docs/security.md, "Mail").
-    env["KPERF_MAIL_ALLOWED_RECIPIENTS"] = "linux-mm@example.org"
-    original = os.environ.get("KPERF_ORIGINAL_DATABASE_URL", "")
-
-    def nothing() -> None:
-        pass
-
-    drop: Callable[[], None] = nothing
-    if original.startswith("postgres://") and "%2F" not in original:
-        # A real server: a fresh database of our own on it.
-        name = f"kperf_e2e_{os.getpid()}"
-        admin = re.sub(r"/[^/]*$", "/postgres", original)
-
-        def sql(statement: str) -> None:
-            with psycopg.connect(admin, autocommit=True) as conn:
-                conn.execute(statement)
-
-        sql(f'DROP DATABASE IF EXISTS "{name}"')
-        sql(f'CREATE DATABASE "{name}"')
-        env["DATABASE_URL"] = re.sub(r"/[^/]*$", f"/{name}", original)
-
-        def drop_it() -> None:
-            sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-        drop = drop_it
-    else:
-        env["DATABASE_URL"] = ""  # kperf-up starts its own embedded server
-    broker = os.environ.get("CELERY_BROKER_URL", "")
-    if broker.startswith("redis://"):
-        import redis
-
-        env["CELERY_BROKER_URL"] = re.sub(r"/\d*$", f"/{redis_stack_db()}", broker)
-        redis.Redis.from_url(env["CELERY_BROKER_URL"]).flushdb()
-    else:
-        env["CELERY_BROKER_URL"] = ""  # kperf-up keeps the queues in its database
-    return env, drop
-
-
-def wait_final(stack: RunningStack, sub_id: int) -> dict[str, Any]:
-    deadline = time.monotonic() + TIMEOUT_S
-    last = ""
-    while time.monotonic() < deadline:
-        d: dict[str, Any] = stack.api("GET", f"/submissions/{sub_id}").json()
-        state = f"{d['status']} {[(b['side'], b['status'], b['phase']) for b in d['builds']]} {d.get('progress')}"
-        if state != last:
-            print(f"submission {sub_id}: {state}", flush=True)
-            last = state
-        if d["status"] in ("done", "failed"):
-            return d
-        # A second, not five: on average half the poll is added to every
-        # submission's wait, and a run waits for about twenty of them.
-        time.sleep(1)
-    raise AssertionError(
-        f"submission {sub_id} not finished after {TIMEOUT_S} s: {last}\n"
-        f"builds log:\n{stack.log('worker-builds')[-3000:]}\nrunner log:\n{stack.log('runner')[-3000:]}"
-    )
-
-
-def verdicts(d: dict[str, Any]) -> dict[str, str]:
-    return {m["metric"]: m["verdict"] for c in d["comparisons"] for m in c["metrics"]}
-
-
-def web_page(stack: RunningStack, path: str) -> str:
-    s = requests.Session()
-    s.get(f"{stack.url}/accounts/login/", timeout=30)
-    s.post(
-        f"{stack.url}/accounts/login/",
-        data={
-            "username": stack.creds["admin_user"],
-            "password": stack.creds["admin_password"],
-            "csrfmiddlewaretoken": s.cookies["csrftoken"],
-        },
-        headers={"Referer": f"{stack.url}/accounts/login/"},
-        timeout=30,
-    )
-    resp = s.get(f"{stack.url}{path}", timeout=30)
-    assert resp.status_code == 200 and "Log in" not in resp.text
-    return resp.text
-
-
-@contextlib.contextmanager
-def own_stack(
-    tmp_path_factory: pytest.TempPathFactory, kperf_cache: Path, name: str, args: list[str] | None = None
-) -> Iterator[RunningStack]:
-    """A stack with a database of its own (kperf-up given `args`), dropped afterwards."""
-    tmp = tmp_path_factory.mktemp(name)
-    env, drop_database = stack_env(tmp, kperf_cache)
-    try:
-        with running_stack(tmp / "home", env, args) as running:
-            yield running
-    finally:
-        drop_database()
 
 
 @pytest.fixture(scope="module")
@@ -304,11 +192,13 @@ def test_a_slower_anonymous_fault_is_a_pft_regression_and_leaves_the_allocator_a
     alloc = by_bench["pagealloc"]
     assert len(alloc) >= 100
     assert sum(v == "regression" for v in alloc.values()) <= 0.05 * len(alloc), alloc
-    # Its readings are whole cycles, so their rounding is in every interval
-    # (docs/statistics.md, "The readings' resolution"), and none is a point.
+    # Its readings come from the module's totals with their decimals (docs/benchmarks.md,
+    # "Readings with decimals (pagealloc)"). While kperf read the rows mmtests reads, the
+    # rounding of whole numbers was in all 120 intervals; now a few metrics' readings are still all
+    # whole numbers (10 and 12 of 120 in two runs on 2026-12-07). None is a point.
     comp = next(c for c in d["comparisons"] if c["benchmark"] == "pagealloc")
-    rounded = f"the rounding of whole-number readings for {len(alloc)} of {len(alloc)} metrics"
-    assert rounded in comp["method"], comp["method"]
+    rounded = re.search(r"the rounding of whole-number readings for (\d+) of (\d+) metrics", comp["method"])
+    assert rounded is None or int(rounded[1]) <= len(alloc) // 4, comp["method"]
     assert all(m["ci_low_pct"] < m["ci_high_pct"] for m in comp["metrics"]), comp["metrics"]
 
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_e2e import own_stack, verdicts, wait_final
+from e2e_fixtures import own_stack, verdicts, wait_final
 
 from kperf_testing.prebuild import prebuilt
 from kperf_testing.stack import RunningStack

@@ -139,7 +139,7 @@ def test_a_bare_metal_runner_kexecs_into_each_job_and_comes_back(
             head_sha=build.sha,
             base_sha=build.sha,
             benchmarks=["spawn"],
-            grid="quick",
+            grids=["quick"],
             arches=["x86_64"],
             boot_params=boot_params,
             status=Submission.Status.TESTING,

@@ -87,6 +87,46 @@ def test_kperf_up_refuses_a_mail_port_another_program_serves(tmp_path: Path) -> 
     assert not (tmp_path / "home" / "pgdata").exists()
 
 
+def test_kperf_up_refuses_two_vcpus_on_debian_12_s_qemu_with_the_commands_that_give_a_newer_one(
+    tmp_path: Path,
+) -> None:
+    """Debian 12's QEMU 7.2 hangs a guest with several vCPUs on the instruction clock: said at once,
+    with the backports source a stock Debian 12 lacks, not after the first submission's builds."""
+    kperf_up = str(Path(sys.executable).parent / "kperf-up")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    qemu = bindir / "qemu-system-x86_64"
+    qemu.write_text("#!/bin/sh\nprintf '%s\\n' 'QEMU emulator version 7.2.19 (Debian 1:7.2+dfsg-7+deb12u18)'\n")
+    qemu.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    env.pop("KPERF_RUNNER_VCPUS", None)
+    home = tmp_path / "home"
+    with socket.create_server(("127.0.0.1", 0)) as free:
+        port = free.getsockname()[1]
+    proc = subprocess.run(
+        [sys.executable, kperf_up, "--home", str(home), "--port", str(port), "--vcpus", "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.startswith(
+        "kperf-up: machine class qemu-x86_64 wants 2 vCPUs on the instruction clock, which needs QEMU 8.1 or later"
+    ), proc.stderr
+    assert f"{qemu} is 'QEMU emulator version 7.2.19 (Debian 1:7.2+dfsg-7+deb12u18)'" in proc.stderr
+    assert proc.stderr.splitlines()[1:] == [
+        "  echo 'deb http://deb.debian.org/debian bookworm-backports main' > /etc/apt/sources.list.d/backports.list",
+        "  apt-get update",
+        "  apt-get install -t bookworm-backports qemu-system-x86",
+        "or start with --vcpus 1 (KPERF_RUNNER_VCPUS=1): one vCPU, which any QEMU boots",
+    ], proc.stderr
+    # Nothing was started: no database, no logs, no key, no banner.
+    assert "kperf is ready" not in proc.stdout
+    assert not (home / "pgdata").exists() and not (home / "logs").exists()
+    assert not (home / "secret_key").exists()
+
+
 def test_kperf_up_runs_everything_on_embedded_defaults_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     # No DATABASE_URL, no broker: the embedded PostgreSQL and a broker inside it; no
     # secret key and no word on local trees, as on a user's machine.

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from grafana_sql import Choice, dashboards, panel_result, variable_options
 from tests.conftest import Api
-from tests.test_tracking import land_a_step_in_a_gap
+from tests.tracking_fixtures import land_a_step_in_a_gap
 
 from kperf.core.models import BranchCommit, ChangePoint, MetricDef, TrackedBranch
 from kperf.core.tracking import branches
@@ -149,7 +149,7 @@ def test_a_bisected_regression_on_the_tracked_branch_dashboard(
 def test_an_untouched_branch_shows_its_commits_and_an_empty_series(
     alice_api: Api, small_tree: Path, qemu_class: Any, settings_dirs: Any
 ) -> None:
-    from tests.test_tracking import track
+    from tests.tracking_fixtures import track
 
     data = track(alice_api, small_tree, boots=1)
     branch = TrackedBranch.objects.get(pk=data["id"])

@@ -14,7 +14,7 @@ from django.db import DatabaseError, transaction
 from django.utils import timezone
 from grafana_sql import dashboards, expand_macros, panel_result, rfc3339nano, run
 from tests.conftest import Api, git
-from tests.test_tracking import finish_builds, track
+from tests.tracking_fixtures import finish_builds, track
 
 from kperf.core.builds import queue
 from kperf.core.lab import runner_health

@@ -40,6 +40,7 @@ def submission_ready_for_testing(
     benchmarks: tuple[str, ...] = ("spawn",),
     grid: str = "quick",
     arches: tuple[str, ...] = ("x86_64",),
+    grids: tuple[str, ...] = (),
 ) -> Submission:
     """A submission whose base and head are built for every arch, with its jobs queued (as the service makes them).
 
@@ -54,7 +55,7 @@ def submission_ready_for_testing(
         head_sha="b" * 40,
         base_sha="a" * 40,
         benchmarks=list(benchmarks),
-        grid=grid,
+        grids=list(grids or (grid,)),
         arches=list(arches),
         status=Submission.Status.TESTING,
     )
