@@ -15,6 +15,7 @@ The slow tier: `make test-realistic` runs it (`.ci/run` does, after
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from fnmatch import fnmatch
@@ -71,7 +72,7 @@ def _stored(d: dict[str, Any]) -> dict[str, dict[str, str]]:
 
 
 def test_every_submission_on_mm_with_two_vcpus_and_four_benchmarks_stores_its_verdict(
-    mm_smp_stack: RunningStack, kernel_tree: Path
+    mm_smp_stack: RunningStack, kernel_tree: Path, tmp_path: Path
 ) -> None:
     stack = mm_smp_stack
     runners = stack.api("GET", "/runners").json()
@@ -80,6 +81,10 @@ def test_every_submission_on_mm_with_two_vcpus_and_four_benchmarks_stores_its_ve
     ids = {(branch, n): _submit(stack, kernel_tree, branch) for n in (1, 2) for branch in ("neutral", FIXTURE)}
     done = {key: wait_final(stack, sub_id) for key, sub_id in ids.items()}
     print(f"four mm submissions on two vCPUs finished in {time.monotonic() - started:.0f} s", flush=True)
+    # Every number of every submission kept for reading after a failure (pytest keeps the last runs' tmp folders).
+    record = tmp_path / "submissions.json"
+    record.write_text(json.dumps({f"{branch}#{n}": d for (branch, n), d in sorted(done.items())}, indent=1))
+    print(f"the four submissions as the API gave them: {record}", flush=True)
     # Every outcome printed before any is judged, so one run shows them all.
     flags: dict[tuple[str, int], list[str]] = {}
     for (branch, n), d in sorted(done.items()):
@@ -89,12 +94,29 @@ def test_every_submission_on_mm_with_two_vcpus_and_four_benchmarks_stores_its_ve
         )
         counts = {b: sum(v == "inconclusive" for v in ms.values()) for b, ms in sorted(by_bench.items())}
         print(f"{branch} #{n} (submission {d['id']}): flagged {flags[branch, n]}; inconclusive {counts}", flush=True)
+        _print_flagged(d)
     for (branch, n), d in sorted(done.items()):
         if branch == "neutral":
             # The same code as the base: anything flagged, either way, is a false alarm.
             assert not flags[branch, n], (d["id"], flags[branch, n])
         else:
             _found(d)
+
+
+def _print_flagged(d: dict[str, Any]) -> None:
+    """Each flagged metric's numbers and its comparison's method line: what a false flag on this
+    shape rests on is the first thing to read when the run fails."""
+    for c in d["comparisons"]:
+        flagged = [m for m in c["metrics"] if m["verdict"] in ("regression", "improvement")]
+        if flagged:
+            print(f"  {c['benchmark']} ({c['grid']}, look {c['look']}): {c['method']}", flush=True)
+        for m in flagged:
+            print(
+                f"    {m['metric']}: {m['verdict']} {m['change_pct']:+.3f}% [{m['ci_low_pct']:+.3f}, "
+                f"{m['ci_high_pct']:+.3f}] q={m['q_value']:.2g} boots {m['base_boots']}/{m['head_boots']} "
+                f"means {m['base_mean']:.6g}/{m['head_mean']:.6g}; {m['note']}",
+                flush=True,
+            )
 
 
 def _found(d: dict[str, Any]) -> None:
