@@ -1,4 +1,4 @@
-"""`kperf compare` and `kperf changepoints` on JSON files, run as a user would, with no server."""
+"""`kperf compare` and `kperf changepoints` on JSON files, run as a user would, with no server (kperf.cli.main)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """How a build was made (incremental from which commit, how much it
 recompiled, a clean rebuild after a failed incremental one), as the builds
-worker records it from the driver's result: shown in the API and on the
-submission page."""
+worker records it from the driver's result (kperf.core.builds.queue): shown in
+the API and on the submission page."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The agent across its own restart, against the real service (live server, PostgreSQL).
+"""The agent across its own restart, against the real service (live server, PostgreSQL) and the
+lab's side of the runner protocol (kperf.core.lab.leases).
 
 It is here, not in runners/tests, because it sets up the service's rows:
 the runner package and its tests never import the service, the agent

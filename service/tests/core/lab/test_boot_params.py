@@ -1,4 +1,5 @@
-"""A submission's own kernel command line words and THP mode: asked, checked, carried, kept apart."""
+"""A submission's own kernel command line words and THP mode: asked, checked, carried, kept apart
+(kperf.core.lab.boot_params)."""
 
 from __future__ import annotations
 

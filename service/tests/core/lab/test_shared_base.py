@@ -1,4 +1,4 @@
-"""Base boots measured once and shared by every submission of the same base kernel."""
+"""Base boots measured once and shared by every submission of the same base kernel (kperf.core.lab.sharing)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A results upload costs a fixed number of queries, whatever its size.
+"""A results upload costs a fixed number of queries, whatever its size (kperf.core.lab.leases).
 
 A pagealloc `full` job has 195 metrics and 15 iterations: 2,925 samples per
 boot. Uploads were once a round trip per metric definition and a model

@@ -1,4 +1,5 @@
-"""When the verdict will come: jobs ahead and an ETA from measured durations, in the API, the page and the CLI."""
+"""When the verdict will come: jobs ahead and an ETA from measured durations, in the API, the page and the CLI
+(kperf.core.lab.eta)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""A queued job says what it waits for: a build, a runner, the jobs ahead; on the page, in the API and the CLI."""
+"""A queued job says what it waits for: a build, a runner, the jobs ahead; on the page, in the API and the CLI
+(kperf.core.lab.waiting)."""
 
 from __future__ import annotations
 

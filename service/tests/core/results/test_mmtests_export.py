@@ -1,4 +1,5 @@
-"""A submission's stored raw output, exported as mmtests result directories, reads back as kperf's samples."""
+"""A submission's stored raw output, exported as mmtests result directories, reads back as kperf's samples
+(kperf.core.results.mmtests_export)."""
 
 from __future__ import annotations
 

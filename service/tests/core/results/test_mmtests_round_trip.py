@@ -1,5 +1,5 @@
 """An export carries how kperf measured it (clock, profile, machine shape, kernel), and an import keeps it:
-an imported comparison is judged as the original was."""
+an imported comparison is judged as the original was (kperf.core.results.mmtests_export, mmtests_import)."""
 
 from __future__ import annotations
 

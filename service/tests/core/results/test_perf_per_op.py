@@ -1,6 +1,7 @@
 """Hardware counters per operation: boots made by the runner's own code from a
 console with KPERF-PERF lines and a benchmark's real output, uploaded through
-the runner protocol, shown per command on the page and in the API, never judged."""
+the runner protocol, shown per command on the page and in the API, never judged
+(kperf.core.results.per_op)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The verdict in one line and the notes on added boots: the same words on the page, the API, the CLI and the mail."""
+"""The verdict in one line and the notes on added boots: the same words on the page, the API, the CLI and the mail
+(kperf.core.results.outcome)."""
 
 from __future__ import annotations
 

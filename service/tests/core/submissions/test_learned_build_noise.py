@@ -1,4 +1,5 @@
-"""The between-build component, learned from tracked branches under the instruction clock.
+"""The between-build component, learned from tracked branches under the instruction clock, in a
+submission's comparisons (kperf.core.submissions.analysis, kperf.core.submissions.priors).
 
 Under the instruction clock the boots of one build agree exactly; builds of
 code that runs the same paths still differ a little (layout). Comparisons

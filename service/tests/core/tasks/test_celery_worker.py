@@ -1,4 +1,4 @@
-"""Tasks executed by a real Celery worker over the real broker."""
+"""Tasks executed by a real Celery worker over the real broker (kperf.core.tasks)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Bad input sent to the real web server (`kperf-web`, waitress and Django) over loopback.
+"""Bad input sent to the real web server (`kperf-web`, waitress and Django) over loopback
+(kperf.core.web.request_guard, kperf.web_errors).
 
 Never a 500: a NUL byte anywhere (a cookie, a header, a form, a query) is a
 400 saying where; a plot's id that is not a plain number is a 404; under

@@ -1,6 +1,6 @@
 """The web pages in a real browser: Debian's Chromium, driven by Playwright,
 against a live kperf server (pytest-django's `live_server`, a real HTTP
-server on the test database).
+server on the test database): the pages of kperf.core.web.pages.
 
 The tests assert what a user sees: text, the state of form fields, where the
 browser ends up, and what is highlighted. The data behind the pages is made

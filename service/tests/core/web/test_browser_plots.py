@@ -1,5 +1,6 @@
 """The pictures in a real browser: a finished submission's and a tracked
-branch's plots drawn, with as many points as samples were stored.
+branch's plots drawn, with as many points as samples were stored
+(kperf.core.web.plot_pages).
 
 Same set-up as test_browser (Debian's Chromium through Playwright against
 the live server, data made through the service's own code paths). Each

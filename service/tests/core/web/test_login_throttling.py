@@ -1,4 +1,5 @@
-"""Failed logins are throttled per user name and per client address (django-axes)."""
+"""Failed logins are throttled per user name and per client address (django-axes,
+kperf.core.web.throttle)."""
 
 from __future__ import annotations
 

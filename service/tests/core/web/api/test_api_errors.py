@@ -1,4 +1,5 @@
-"""What the API answers to bad input: never a 500, always JSON {detail, code} that says what to do."""
+"""What the API answers to bad input: never a 500, always JSON {detail, code} that says what to do
+(kperf.core.web.api)."""
 
 from __future__ import annotations
 
