@@ -43,3 +43,10 @@ def test_when_only_kernel_modules_are_left_they_go_out_without_the_base(tmp_path
     )
     assert not (tmp_path / BASE_READY).exists()
     assert sched._next_scope() == "tests/test_e2e.py"
+
+
+def test_every_long_module_named_is_a_test_module_of_the_repository() -> None:
+    # The units are keyed by path: a module moved or renamed would silently lose its place at the front.
+    root = Path(__file__).resolve().parent.parent
+    missing = [module for module in xdist_schedule.UNIT_SECONDS if not (root / module).is_file()]
+    assert not missing, f"moved or renamed; update UNIT_SECONDS: {missing}"

@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 from grafana_sql import Choice, dashboards, panel_result, variable_options
-from tests.conftest import Api
-from tests.tracking_fixtures import land_a_step_in_a_gap
 
 from kperf.core.models import BranchCommit, ChangePoint, MetricDef, TrackedBranch
 from kperf.core.tracking import branches
+
+from tests.conftest import Api
+from tests.tracking_fixtures import land_a_step_in_a_gap
 
 pytestmark = pytest.mark.django_db
 

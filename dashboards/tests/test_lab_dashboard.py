@@ -13,8 +13,6 @@ import pytest
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 from grafana_sql import dashboards, expand_macros, panel_result, rfc3339nano, run
-from tests.conftest import Api, git
-from tests.tracking_fixtures import finish_builds, track
 
 from kperf.core.builds import queue
 from kperf.core.lab import runner_health
@@ -33,6 +31,9 @@ from kperf.core.models import (
 from kperf.core.submissions.pipeline import SUBMISSION, prepare_submission
 from kperf.core.tracking import branches
 from kperf_kbuild.driver import BuildRequest, BuildResult
+
+from tests.conftest import Api, git
+from tests.tracking_fixtures import finish_builds, track
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.test import Client
 
-from .conftest import AuthHeader
+from tests.conftest import AuthHeader
 
 TREE = "https://git.example.org/linux.git"
 PRINCIPALS = ("anonymous", "owner", "other", "staff", "runner")

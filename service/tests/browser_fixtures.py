@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 from playwright.sync_api import Error as PlaywrightError
 
-from .finding_fixtures import REGRESSED, finished  # noqa: F401 (a fixture)
+from tests.finding_fixtures import REGRESSED, finished  # noqa: F401 (a fixture)
 
 CHROMIUM = os.environ.get("KPERF_CHROMIUM", "/usr/bin/chromium")
 

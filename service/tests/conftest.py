@@ -153,9 +153,9 @@ def kperf_cli(server_url: str, api: Api, config: Path) -> Cli:
 # Fixtures many modules share, from the fixture modules (no test module imports another); autouse
 # ones are not here: a module that wants one imports it by name. Last in this file: the fixture
 # modules import this one's helpers.
-from .browser_fixtures import chromium  # noqa: E402, F401
-from .finding_fixtures import finished  # noqa: E402, F401
-from .mail_fixtures import smtp  # noqa: E402, F401
-from .reply_fixtures import listener, sink  # noqa: E402, F401
-from .series_fixtures import mbox, series_tree  # noqa: E402, F401
-from .worker_fixtures import worker  # noqa: E402, F401
+from tests.browser_fixtures import chromium  # noqa: E402, F401
+from tests.finding_fixtures import finished  # noqa: E402, F401
+from tests.mail_fixtures import smtp  # noqa: E402, F401
+from tests.reply_fixtures import listener, sink  # noqa: E402, F401
+from tests.series_fixtures import mbox, series_tree  # noqa: E402, F401
+from tests.worker_fixtures import worker  # noqa: E402, F401

@@ -10,7 +10,7 @@ import pytest
 from kperf.core.models import MachineClass, MetricComparison, Submission
 from kperf_runner import benchmarks as registry
 
-from .lab_fixtures import finish_all, submission_ready_for_testing
+from tests.lab_fixtures import finish_all, submission_ready_for_testing
 
 REGRESSED = "spawn-vmas-1600"
 

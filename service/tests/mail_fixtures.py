@@ -18,8 +18,8 @@ from kperf.core.models import Job, Submission
 from kperf.core.submissions.analysis import analyse_submission
 from kperf.core.submissions.pipeline import SUBMISSION
 
-from .conftest import Api
-from .lab_fixtures import results_body, submission_ready_for_testing
+from tests.conftest import Api
+from tests.lab_fixtures import results_body, submission_ready_for_testing
 
 
 class Inbox:

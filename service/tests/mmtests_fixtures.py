@@ -6,8 +6,8 @@ from pathlib import Path
 
 from kperf_runner.benchmarks import get_benchmark
 
-from .conftest import Api
-from .lab_fixtures import results_body
+from tests.conftest import Api
+from tests.lab_fixtures import results_body
 
 # A real spawn run (quick grid: 0.2 s, 3 iterations, 0 and 1000 extra VMAs) as the runner uploads it.
 RAW = (Path(__file__).parents[2] / "runners" / "tests" / "data" / "spawn-native-x86_64.txt").read_text()

@@ -19,8 +19,8 @@ from kperf.core.models import (
     Triage,
 )
 
-from .mail_fixtures import Inbox, free_port
-from .triage_fixtures import regressed_submission
+from tests.mail_fixtures import Inbox, free_port
+from tests.triage_fixtures import regressed_submission
 
 DOMAIN = "kperf.example.org"
 

@@ -9,8 +9,8 @@ import pytest
 
 from kperf_testing.mbox import b4_mbox
 
-from .conftest import git
-from .mail_fixtures import Inbox, real_smtp_backend, smtp  # noqa: F401 (fixtures)
+from tests.conftest import git
+from tests.mail_fixtures import Inbox, real_smtp_backend, smtp  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(autouse=True)

@@ -20,7 +20,7 @@ from kperf.up import local_secret_key
 from kperf.up import main as kperf_up
 from kperf_testing.plugin import database_url_for_tests
 
-from .conftest import Api
+from tests.conftest import Api
 
 SHOW = (
     "import django; django.setup(); from django.conf import settings as s; "

@@ -22,7 +22,7 @@ import requests
 from kperf.conf import ConfigError
 from kperf.web_guard import address_key, connection_budget, parse_networks
 
-from .web_fixtures import running_web
+from tests.web_fixtures import running_web
 
 
 @pytest.fixture

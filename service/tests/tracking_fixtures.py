@@ -12,8 +12,8 @@ from kperf.core.lifecycle import owners
 from kperf.core.models import BranchCommit, Job, KernelBuild, TrackedBranch
 from kperf.core.tracking import branches
 
-from .conftest import Api, git
-from .lab_fixtures import results_body
+from tests.conftest import Api, git
+from tests.lab_fixtures import results_body
 
 
 def commit_n(repo: Path, n: int, branch: str = "master") -> list[str]:

@@ -41,7 +41,7 @@ os.environ.setdefault("KPERF_BUILD_NICE", "0")
 os.environ.setdefault("KPERF_RUNNER_NICE", "0")
 # The first submission of an unmeasured machine shape gets extra base boots to measure its boot
 # spread (docs/statistics.md); the tests count their boots without them, and
-# service/tests/test_shape_spread.py turns them on where it measures them.
+# service/tests/core/submissions/test_shape_spread.py turns them on where it measures them.
 os.environ.setdefault("KPERF_SHAPE_SPREAD_BOOTS", "0")
 
 _embedded = None

@@ -40,7 +40,7 @@ UNIT_SECONDS = {
     "tests/test_e2e.py": 1500,
     "tests/test_kexec_runner.py": 720,
     "kernel-builds/tests/test_kbuild_kernel.py": 700,
-    "service/tests/test_remote_build_worker.py": 650,
+    "service/tests/core/builds/test_remote_build_worker.py": 650,
     "kernel-builds/tests/test_profile_kernels.py": 500,
     "tests/test_e2e_arm64.py": 300,
     "tests/test_e2e_smp.py": 300,
@@ -48,11 +48,11 @@ UNIT_SECONDS = {
     "kernel-builds/tests/test_smp_kernels.py": 200,
     "tests/test_make_up.py": 120,
     "runners/tests/test_qemu_backend.py": 120,
-    "service/tests/test_learned_drift.py": 90,
-    "service/tests/test_api_schema.py": 80,
+    "service/tests/core/tracking/test_learned_drift.py": 90,
+    "service/tests/core/web/api/test_api_schema.py": 80,
     "runners/tests/test_mm_benchmarks_qemu.py": 60,
     "runners/tests/test_pagealloc_benchmark.py": 60,
-    "service/tests/test_recovery.py": 60,
+    "service/tests/core/tasks/test_recovery.py": 60,
 }
 
 

@@ -3,7 +3,7 @@
 scipy.stats' distribution objects check and broadcast their arguments on
 every call (tens of microseconds each); a comparison of 105 metrics calls
 them hundreds of times, which was a third of its time. scipy.special
-computes the same functions directly: tests/test_stats_dist.py checks each
+computes the same functions directly: service/tests/stats/test_stats_dist.py checks each
 against scipy.stats over the arguments kperf passes, infinite degrees of
 freedom included.
 """

@@ -3,7 +3,7 @@
 The domain queues work by name (kperf.core.lifecycle.dispatch) and never imports the
 task module, which imports the domain; kperf.core.tasks registers one task
 under each of these names, the settings route and schedule them by these
-names, and service/tests/test_task_names.py checks that every name here is
+names, and service/tests/core/lifecycle/test_task_names.py checks that every name here is
 a registered task and every registered task is named here. `dispatch`
 takes only a `Task`, so mypy refuses a name typed by hand.
 """
