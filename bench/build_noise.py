@@ -25,6 +25,18 @@ script measures that spread directly:
 - the power left on fixtures (`--fixture brk-slower ...`): their expected
   metrics still regressions with the between-build part in the interval.
 
+`--perturb fault-path` makes the K builds differ in what they *execute*
+instead: build n spins 4n times more in `handle_mm_fault` (mm/memory.c), a
+few dozen instructions per page fault, like a small patch to the fault path;
+`--perturb fault-pause` spins with cpu_relax() (a pause, as a waiting loop
+does), which under TCG also ends the vCPU's turn.
+Padding moves code without changing what runs, and on the instruction clock
+that moves nothing; on two vCPUs a kernel whose faults cost a little more
+leaves the page allocator in another state when its module runs
+(docs/benchmarks.md, "The page allocator on one vCPU and on two"). Only the
+page allocator's figures mean anything then: pft, spawn and aim9 run the
+path the builds change. `--vcpus N` boots every kernel with N vCPUs.
+
 Usage (builds what it needs into ~/.cache/kperf):
 
     .venv/bin/python bench/build_noise.py [--kernels 20] [--boots 2] [--jobs 2]
@@ -72,6 +84,12 @@ PAD_FILE = "init/main.c"
 # Pad sizes: 48 bytes apart, so K of them land on K different offsets within
 # a 64-byte cache line and spread over most of a 4 KiB page.
 PAD_STEP = 48
+# --perturb fault-path: where build n spins FAULT_STEP * n times, at the top of every page fault.
+FAULT_FILE = "mm/memory.c"
+FAULT_ANCHOR = "\tcount_vm_event(PGFAULT);\n"
+FAULT_STEP = 4
+# The benchmarks --perturb fault-path measures: the others run the changed path themselves.
+FAULT_PATH_BENCHMARKS = ("pagealloc",)
 # The service's KPERF_ALPHA by default.
 SERVICE_ALPHA = 0.05
 # Tries per boot before the bench gives up (a boot the host starved past its limit is made again).
@@ -101,9 +119,26 @@ def padding(n: int) -> str:
     )
 
 
-def perturbed_branch(tree: Path, n: int) -> str:
-    """Make (once) branch perturb-NN: base plus padding(n) at the end of PAD_FILE; its name."""
-    name = f"perturb-{n:02d}"
+def fault_spin(source: str, n: int, wait: str = "barrier") -> str:
+    """mm/memory.c with build n's extra work: FAULT_STEP * n rounds of `wait` in a loop before
+    handle_mm_fault's first counter update. barrier() costs a few instructions a round;
+    cpu_relax() is x86's pause, which under TCG also ends the vCPU's turn (the fixture
+    memcg-charge-slower spins with it, as a waiting loop in a real patch would)."""
+    if source.count(FAULT_ANCHOR) != 1:
+        raise ValueError(f"{FAULT_FILE}: the anchor {FAULT_ANCHOR!r} is not there exactly once")
+    spin = (
+        f"\t{{ /* kperf bench/build_noise.py: fault-path perturbation {n}. */\n"
+        f"\t\tint kperf_i;\n\t\tfor (kperf_i = 0; kperf_i < {FAULT_STEP * n}; kperf_i++)\n"
+        f"\t\t\t{wait}();\n\t}}\n"
+    )
+    return source.replace(FAULT_ANCHOR, spin + FAULT_ANCHOR)
+
+
+def perturbed_branch(tree: Path, n: int, kind: str = "padding") -> str:
+    """Make (once) branch perturb-NN (padding(n) at the end of PAD_FILE) or perturb-fault-NN
+    (fault_spin(n) in FAULT_FILE) from base; its name."""
+    name = {"padding": f"perturb-{n:02d}", "fault-path": f"perturb-fault-{n:02d}"}.get(kind, f"perturb-pause-{n:02d}")
+    path = PAD_FILE if kind == "padding" else FAULT_FILE
     base = _git(tree, "rev-parse", "refs/heads/base")
     try:
         existing = _git(tree, "rev-parse", f"refs/heads/{name}")
@@ -111,12 +146,16 @@ def perturbed_branch(tree: Path, n: int) -> str:
             return name
     except subprocess.CalledProcessError:
         pass
-    text = _git(tree, "cat-file", "blob", f"{base}:{PAD_FILE}") + "\n" + padding(n)
+    original = _git(tree, "cat-file", "blob", f"{base}:{path}")
+    if kind == "padding":
+        text = original + "\n" + padding(n)
+    else:
+        text = fault_spin(original + "\n", n, "barrier" if kind == "fault-path" else "cpu_relax")
     blob = _git(tree, "hash-object", "-w", "--stdin", stdin=text)
     with tempfile.TemporaryDirectory() as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         _git(tree, "read-tree", base, env=env)
-        _git(tree, "update-index", "--cacheinfo", f"100644,{blob},{PAD_FILE}", env=env)
+        _git(tree, "update-index", "--cacheinfo", f"100644,{blob},{path}", env=env)
         new_tree = _git(tree, "write-tree", env=env)
     who = {
         "GIT_AUTHOR_NAME": "kperf bench",
@@ -131,8 +170,11 @@ def perturbed_branch(tree: Path, n: int) -> str:
     return name
 
 
-def boot_once(backend: QemuBackend, kernel: Path, bench: str, state: Path, cmdline: str = "") -> dict[str, list[float]]:
-    """One instruction-clock boot of `kernel` running `bench`'s quick grid: {metric: iteration values}."""
+def boot_once(
+    backend: QemuBackend, kernel: Path, bench: str, state: Path, cmdline: str = "", vcpus: int = 0
+) -> dict[str, list[float]]:
+    """One instruction-clock boot of `kernel` running `bench`'s quick grid: {metric: iteration values}
+    (`vcpus` 0: the runner's default, one)."""
     b = get_benchmark(bench)
     params = resolve_params(bench, "quick")
     commands = b.command(params, backend.bindir)
@@ -140,7 +182,8 @@ def boot_once(backend: QemuBackend, kernel: Path, bench: str, state: Path, cmdli
     for name in b.artifacts():
         binaries[name] = kernel.parent / name
     timeout = backend.timeout(b.expected_seconds(params), len(commands), CLOCK)
-    result = backend.boot(BootJob(commands, binaries, cmdline=cmdline, timeout=timeout, clock=CLOCK), kernel)
+    job = BootJob(commands, binaries, cmdline=cmdline, timeout=timeout, clock=CLOCK, vcpus=vcpus)
+    result = backend.boot(job, kernel)
     out: dict[str, list[float]] = {}
     for sample in b.parse(result.raw_output, params):
         out.setdefault(sample.metric, []).append(sample.value)
@@ -392,6 +435,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--phase-span-us", type=int, default=0, help="with --seeded: kperf.phase_span_us (default: init's own)"
     )
+    parser.add_argument(
+        "--perturb",
+        choices=("padding", "fault-path", "fault-pause"),
+        default="padding",
+        help="what the K builds change: code no one runs (padding), a few instructions more per page "
+        "fault (fault-path), or a few pauses more per page fault (fault-pause); the last two measure the "
+        "page allocator only",
+    )
+    parser.add_argument("--vcpus", type=int, default=1, help="vCPUs of every boot (default 1)")
     parser.add_argument("--arch", choices=("x86_64", "arm64"), default="x86_64", help="guest architecture")
     parser.add_argument(
         "--profile", choices=PROFILES, default=DEFAULT_PROFILE, help="configuration profile (docs/kernels.md)"
@@ -408,13 +460,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             args.json.write_text(json.dumps(again, indent=1))
         return 0
-    benches = args.bench or list(BENCHMARKS)
+    benches = args.bench or list(BENCHMARKS if args.perturb == "padding" else FAULT_PATH_BENCHMARKS)
+    if args.perturb != "padding" and (args.phases or set(benches) - set(FAULT_PATH_BENCHMARKS)):
+        parser.error(
+            f"--perturb {args.perturb} measures {', '.join(FAULT_PATH_BENCHMARKS)} only, and not with --phases"
+        )
     tree = ensure_test_tree(args.cache)
     if args.phases:
         perturbed = [f"phase-{n:02d}" for n in range(1, args.phases + 1)]
         branches = ["base", *args.fixture]
     else:
-        perturbed = [perturbed_branch(tree, n) for n in range(1, args.kernels + 1)]
+        perturbed = [perturbed_branch(tree, n, args.perturb) for n in range(1, args.kernels + 1)]
         branches = ["base", *perturbed, *args.fixture]
     # What each name boots: a branch's build, with kperf init's settle (ms) on its command line.
     cmdlines = {name: f"kperf.settle_ms={100 + n}" for n, name in enumerate(perturbed, start=1) if args.phases}
@@ -449,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
                     cmdline += f" kperf.phase_span_us={args.phase_span_us}"
             for attempt in range(1, BOOT_ATTEMPTS + 1):
                 try:
-                    got = boot_once(backend, kernels[kernel], bench, state, cmdline)
+                    got = boot_once(backend, kernels[kernel], bench, state, cmdline, args.vcpus)
                     break
                 except Exception as e:
                     # A long run on a shared host must not end with a boot the
@@ -470,11 +526,11 @@ def main(argv: list[str] | None = None) -> int:
     header = (
         f"Measured {date.today().isoformat()} on {cpu_model()} ({platform.machine()}, "
         f"{len(os.sched_getaffinity(0))} cores), {args.arch} guest, the {args.profile} profile, "
-        "instruction clock, quick grids, "
+        f"{args.vcpus} vCPU(s), instruction clock, quick grids, "
         + (
             f"the base at {args.phases} settle phases + base, "
             if args.phases
-            else f"{args.kernels} perturbed builds + base, "
+            else f"{args.kernels} perturbed builds ({args.perturb}) + base, "
         )
         + f"{args.boots} boot(s) each"
         + (", each boot at a seeded phase (kperf.phase_seed); " if args.seeded else "; ")
@@ -488,7 +544,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         # "kind" tells the service's KPERF_BUILD_NOISE_RECORDS which records hold a between-build part.
         kind = "phases" if args.phases else "builds"
-        args.json.write_text(json.dumps({"header": header, "kind": kind, "results": out}, indent=1))
+        shape = {"arch": args.arch, "profile": args.profile, "vcpus": args.vcpus, "perturb": args.perturb}
+        args.json.write_text(json.dumps({"header": header, "kind": kind, **shape, "results": out}, indent=1))
     return 0
 
 
