@@ -1,11 +1,15 @@
-"""The project's boot spread at seeded phases, per architecture, profile, benchmark and metric.
+"""The project's boot spread at seeded phases, and its between-build part where it is measured per
+metric, per architecture, profile, vCPUs, benchmark and metric.
 
 Reads the bench/build_noise.py --seeded records below and writes
 service/kperf/stats/boot_spread.json, the table the service uses as a
 metric's boot noise where it has learned none from history
 (kperf.stats.boot_spread; docs/statistics.md, "Boot noise without
-history"). Run it again after adding a record; a test checks the table is
-what these records give.
+history"), and from the --perturb fault-path records
+service/kperf/stats/build_spread.json, the between-build part per metric on
+the shapes where a change elsewhere moves the page allocator
+(kperf.stats.build_spread). Run it again after adding a record; a test
+checks the tables are what these records give.
 
     .venv/bin/python bench/boot_spread.py [--check]
 """
@@ -17,10 +21,14 @@ import json
 import sys
 from pathlib import Path
 
+from kperf.stats import build_spread
 from kperf.stats.boot_spread import TABLE, table_of, to_json
 
 RECORDS_DIR = Path(__file__).resolve().parent / "records"
-# Per "arch/profile", the seeded records of it, oldest first (a later record's benchmark replaces an earlier's).
+# Two vCPUs on the `mm` profile: K builds of the base with a little more work per page fault, seeded boots.
+FAULT_PATH_MM_2VCPUS = "build_noise-fault-path-mm-2vcpus-2026-12-07.json"
+# Per shape (kperf.stats.boot_spread.shape_key), its seeded records, oldest first (a later record's
+# benchmark replaces an earlier's).
 RECORDS: dict[str, tuple[str, ...]] = {
     "x86_64/tiny": ("build_noise-seeded-1s-2026-11-28.json", "build_noise-seeded-1s-spawn-aim9-2026-11-28.json"),
     "arm64/tiny": (
@@ -28,27 +36,39 @@ RECORDS: dict[str, tuple[str, ...]] = {
         "build_noise-seeded-1s-arm64-spawn-pft-2026-11-30.json",
     ),
     "x86_64/mm": ("build_noise-padded-seeded-mm-2026-11-30.json",),
+    "x86_64/mm/2vcpus": (FAULT_PATH_MM_2VCPUS,),
 }
+# The same with a few pauses more per page fault instead of compiler barriers.
+FAULT_PAUSE_MM_2VCPUS = "build_noise-fault-pause-mm-2vcpus-2026-12-07.json"
+# Per shape, the --perturb fault-path and fault-pause records of it (the between-build part per metric).
+BUILD_RECORDS: dict[str, tuple[str, ...]] = {"x86_64/mm/2vcpus": (FAULT_PATH_MM_2VCPUS, FAULT_PAUSE_MM_2VCPUS)}
+
+
+def _named(records: dict[str, tuple[str, ...]]) -> dict[str, list[tuple[str, object]]]:
+    return {key: [(n, json.loads((RECORDS_DIR / n).read_text())) for n in names] for key, names in records.items()}
 
 
 def table_json() -> str:
-    named = {
-        key: [(name, json.loads((RECORDS_DIR / name).read_text())) for name in names] for key, names in RECORDS.items()
-    }
-    return to_json(table_of(named))
+    return to_json(table_of(_named(RECORDS)))
+
+
+def build_table_json() -> str:
+    return build_spread.to_json(build_spread.table_of(_named(BUILD_RECORDS)))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only say whether the stored table is up to date")
     args = parser.parse_args(argv)
-    text = table_json()
+    tables = ((TABLE, table_json()), (build_spread.TABLE, build_table_json()))
     if args.check:
-        same = TABLE.exists() and TABLE.read_text() == text
-        print(f"{TABLE}: {'up to date' if same else 'out of date: run bench/boot_spread.py'}")
-        return 0 if same else 1
-    TABLE.write_text(text)
-    print(f"wrote {TABLE}")
+        stale = [path for path, text in tables if not path.exists() or path.read_text() != text]
+        for path, _ in tables:
+            print(f"{path}: {'out of date: run bench/boot_spread.py' if path in stale else 'up to date'}")
+        return 1 if stale else 0
+    for path, text in tables:
+        path.write_text(text)
+        print(f"wrote {path}")
     return 0
 
 

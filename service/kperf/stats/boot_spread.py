@@ -39,13 +39,23 @@ from kperf.stats.builds import between_build_noise
 TABLE = Path(__file__).with_name("boot_spread.json")
 # What the method line names as the table's origin.
 PROJECT_SOURCE = "phase bench (bench/build_noise.py --seeded)"
-# bench/build_noise.py's names for the kernels that run the base's code.
+# bench/build_noise.py's names for the kernels that run the base's benchmark code: the base, its
+# padded builds (perturb-NN), its fault-path builds (perturb-fault-NN: the page allocator's module
+# runs none of what they change) and its settle phases.
 SAME_CODE = ("base",)
 SAME_CODE_PREFIXES = ("perturb-", "phase-")
 # Spreads below this (a relative sd of 1e-9: the last bits of a log) are boots that repeat.
 _ZERO = 1e-9
 
-Table = dict[str, dict[str, dict[str, NoisePrior]]]  # "arch/profile" -> benchmark -> metric -> prior
+Table = dict[str, dict[str, dict[str, NoisePrior]]]  # shape_key() -> benchmark -> metric -> prior
+
+
+def shape_key(arch: str, profile: str, vcpus: int = 1) -> str:
+    """A measured shape's key in the project's tables: "arch/profile" for one vCPU (0, the runner's
+    default, is one), "arch/profile/Nvcpus" for more: on two vCPUs the page allocator's per-CPU lists
+    are half as long and its boots spread more (docs/benchmarks.md), so one vCPU's figures say
+    nothing of two."""
+    return f"{arch}/{profile}" if vcpus <= 1 else f"{arch}/{profile}/{vcpus}vcpus"
 
 
 def spread_of_runs(runs: Mapping[str, Mapping[str, Boots]]) -> dict[str, NoisePrior]:
@@ -129,7 +139,7 @@ def spread_of_record(record: object, name: str) -> dict[str, dict[str, NoisePrio
 
 
 def table_of(records: Mapping[str, Sequence[tuple[str, object]]]) -> Table:
-    """The project's table: per "arch/profile", the spreads of its records (name, record) merged;
+    """The project's table: per shape_key(), the spreads of its records (name, record) merged;
     a benchmark measured in two records of one key takes the later one's."""
     table: Table = {}
     for key, named in records.items():
@@ -162,13 +172,13 @@ def _project_table() -> Table:
     }
 
 
-def project_spread(arch: str, profile: str, benchmark: str) -> dict[str, NoisePrior]:
-    """The project's measured boot spread per metric for a benchmark on an architecture and
-    profile; empty where the bench has not measured that combination."""
-    return dict(_project_table().get(f"{arch}/{profile}", {}).get(benchmark, {}))
+def project_spread(arch: str, profile: str, benchmark: str, vcpus: int = 1) -> dict[str, NoisePrior]:
+    """The project's measured boot spread per metric for a benchmark on an architecture, profile
+    and vCPU count; empty where the bench has not measured that combination."""
+    return dict(_project_table().get(shape_key(arch, profile, vcpus), {}).get(benchmark, {}))
 
 
-def measured_shape(arch: str, profile: str, benchmark: str) -> bool:
-    """Whether the project's phase bench measured this benchmark on this architecture and profile
-    (its metrics missing from project_spread then repeated exactly)."""
-    return benchmark in _project_table().get(f"{arch}/{profile}", {})
+def measured_shape(arch: str, profile: str, benchmark: str, vcpus: int = 1) -> bool:
+    """Whether the project's phase bench measured this benchmark on this architecture, profile and
+    vCPU count (its metrics missing from project_spread then repeated exactly)."""
+    return benchmark in _project_table().get(shape_key(arch, profile, vcpus), {})

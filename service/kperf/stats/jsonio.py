@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kperf.stats import boot_spread
+from kperf.stats import boot_spread, build_spread
 from kperf.stats.abtest import CLOCKS, MetricInput, MetricResult, NoisePrior, compare_metrics, min_effect_for_clock
 from kperf.stats.builds import measured_build_prior
 from kperf.stats.changepoints import DEFAULT_THRESHOLD, drift_window, series_change_points
@@ -87,13 +87,12 @@ class Shape:
     grid: str = ""
 
     def bench_measured(self) -> bool:
-        """Whether the project's phase bench measured this shape: its architecture, profile and
-        benchmark, the quick grid, one vCPU (0: the runner's default, one) and no NUMA nodes."""
+        """Whether the project's phase bench measured this shape: its architecture, profile,
+        benchmark and vCPUs (0: the runner's default, one), the quick grid and no NUMA nodes."""
         return (
             self.grid == PHASE_BENCH_GRID
-            and self.vcpus <= 1
             and self.numa_nodes == 0
-            and boot_spread.measured_shape(self.arch, self.profile, self.benchmark)
+            and boot_spread.measured_shape(self.arch, self.profile, self.benchmark, self.vcpus)
         )
 
 
@@ -145,9 +144,10 @@ def parse_compare(doc: Any, benchmark: str | None = None) -> tuple[dict[str, Met
 
     Base and head are one build each, so a metric without a build_noise, whose readings are all
     above 0, gets the between-build part the project measured for the shape's benchmark (the
-    largest it measured for any, with none named): two builds whose boots agree exactly still
-    differ by what builds differ by. A
-    metric without a noise gets the phase bench's boot spread where the shape is one it measured.
+    largest it measured for any, with none named), or per metric where the project measured the
+    shape's own (kperf.stats.build_spread: several vCPUs): two builds whose boots agree exactly
+    still differ by what builds differ by. A metric without a noise gets the phase bench's boot
+    spread where the shape is one it measured.
     """
     top = doc if isinstance(doc, dict) else {}
     alpha = _number("(top level)", top, "alpha", 0.05)
@@ -155,11 +155,17 @@ def parse_compare(doc: Any, benchmark: str | None = None) -> tuple[dict[str, Met
         raise FormatError("alpha must be between 0 and 1")
     top_clock = _clock("(top level)", top, None)
     shape = parse_shape(doc, benchmark)
-    spread = boot_spread.project_spread(shape.arch, shape.profile, shape.benchmark) if shape.bench_measured() else {}
+    spread = (
+        boot_spread.project_spread(shape.arch, shape.profile, shape.benchmark, shape.vcpus)
+        if shape.bench_measured()
+        else {}
+    )
     build = measured_build_prior(shape.benchmark)
+    # Per metric where the project measured the shape's between-build part (several vCPUs).
+    build_per_metric = build_spread.shape_build_priors(shape.arch, shape.profile, shape.vcpus, shape.benchmark)
 
-    def build_if(relative: bool) -> NoisePrior | None:
-        return build if relative else None
+    def build_if(name: str, relative: bool) -> NoisePrior | None:
+        return build_per_metric.get(name, build) if relative else None
 
     inputs: dict[str, MetricInput] = {}
     for name, spec in _metrics(doc).items():
@@ -183,7 +189,7 @@ def parse_compare(doc: Any, benchmark: str | None = None) -> tuple[dict[str, Met
             noise=_prior(name, spec, "noise") or spread.get(name),
             build_noise=_prior(name, spec, "build_noise")
             if spec.get("build_noise") is not None
-            else build_if(relative),
+            else build_if(name, relative),
         )
     return inputs, alpha
 

@@ -166,7 +166,7 @@ def group_look(
     priors = learned_priors(sub, mclass_id, bench, grid, clock, metrics)
     builds = learned_build_priors(mclass_id, bench, clock)
     measured, source = priors_without_history.measured_build_priors(
-        mclass_id, bench, clock, [n for n in metrics if n not in builds]
+        mclass_id, bench, clock, [n for n in metrics if n not in builds], sub.profile
     )
     boot_priors = priors_without_history.measured_boot_priors(
         sub, mclass_id, bench, grid, clock, [n for n in metrics if n not in priors]

@@ -29,7 +29,7 @@ from django.db.models import QuerySet
 from kperf import stats
 from kperf.core.models import Clock, Job, MachineClass, Submission
 from kperf.core.submissions import shape_spread
-from kperf.stats import boot_spread
+from kperf.stats import boot_spread, build_spread
 from kperf.stats import builds as stats_builds
 
 # The grid bench/build_noise.py boots: a spread measured on it says nothing of another grid's
@@ -53,22 +53,33 @@ def _record_named(mclass_name: str | None) -> stats_builds.MeasuredBuildNoise | 
 
 
 def measured_build_priors(
-    mclass_id: int, bench: str, clock: str, metrics: list[str]
+    mclass_id: int, bench: str, clock: str, metrics: list[str], profile: str = ""
 ) -> tuple[dict[str, stats.NoisePrior], str]:
     """The between-build part where the class has learned none, under the instruction clock, and
     where it comes from: the lab's own perturbed-build record for the class where it has one for
-    the benchmark (KPERF_BUILD_NOISE_RECORDS), else the project's bench figure
+    the benchmark (KPERF_BUILD_NOISE_RECORDS); else, per metric, the project's figure for the
+    comparison's shape where it measured one (kperf.stats.build_spread: several vCPUs, where a
+    change elsewhere moves the page allocator); else the project's bench figure for the benchmark
     (kperf.stats.builds.measured_build_prior), so that two single builds whose boots agree exactly
     never get an interval of zero width (docs/statistics.md, "What an interval includes"). The wall
-    clock's boots hold far more."""
+    clock's boots hold far more. `profile` is the kernels' (the submission's), else the class's."""
     if clock != Clock.INSTRUCTIONS:
         return {}, ""
     record = _lab_build_record(mclass_id)
     if record is not None and bench in record.priors:
-        prior, source = record.priors[bench], record.source
-    else:
-        prior, source = stats_builds.measured_build_prior(bench), stats_builds.MEASURED_BUILD_SOURCE
-    return {metric: prior for metric in metrics}, source
+        return {metric: record.priors[bench] for metric in metrics}, record.source
+    default = stats_builds.measured_build_prior(bench)
+    shape = MachineClass.objects.filter(pk=mclass_id).values_list("arch", "profile", "vcpus").first()
+    if shape is not None:
+        arch, class_profile, vcpus = shape
+        per_metric = build_spread.shape_build_priors(arch, profile or class_profile, vcpus, bench)
+        if per_metric and any(m in per_metric for m in metrics):
+            source = build_spread.source_for(arch, profile or class_profile, vcpus, bench)
+            others = sum(m not in per_metric for m in metrics)
+            if others:
+                source += f" ({others} of them from the {stats_builds.MEASURED_BUILD_SOURCE})"
+            return {m: per_metric.get(m, default) for m in metrics}, source
+    return {metric: default for metric in metrics}, stats_builds.MEASURED_BUILD_SOURCE
 
 
 @dataclass(frozen=True)
@@ -90,9 +101,10 @@ def measured_boot_priors(
 
     In order: the lab's own spread for the comparison's shape (kperf.core.submissions.shape_spread);
     the lab's own seeded record for the class (KPERF_BUILD_NOISE_RECORDS, for the submission's
-    profile); the project's phase bench on the class's architecture and that profile. The last two
-    only where they measured what the comparison measures: its architecture and profile, the quick
-    grid, one vCPU and no NUMA nodes. A metric none of them measured is in `boots_alone`."""
+    profile, one vCPU); the project's phase bench on the class's architecture, that profile and its
+    vCPUs. The last two only where they measured what the comparison measures: its architecture,
+    profile and vCPUs, the quick grid and no NUMA nodes. A metric none of them measured is in
+    `boots_alone`."""
     if clock != Clock.INSTRUCTIONS or not metrics:
         return BootPriors({}, "")
     own = shape_spread.submission_spread(sub, mclass_id, bench, grid, clock, metrics)
@@ -118,19 +130,20 @@ def _bench_boot_priors(
     if mclass is None:
         return {}, None
     name, arch, class_profile, vcpus, numa_nodes = mclass
-    if vcpus > 1 or numa_nodes:
+    if numa_nodes:
         return {}, None
     profile = sub.profile or class_profile
-    # The lab's own seeded record for the class first, where it measured this profile.
+    # The lab's own seeded record for the class first, where it measured this profile (on one vCPU).
     record = _record_named(name)
-    if record is not None and record.profile == profile and record.boot_spread.get(bench):
+    if vcpus <= 1 and record is not None and record.profile == profile and record.boot_spread.get(bench):
         chosen = {m: record.boot_spread[bench][m] for m in metrics if m in record.boot_spread[bench]}
         return chosen, record.source if chosen else ""
-    if not boot_spread.measured_shape(arch, profile, bench):
+    if not boot_spread.measured_shape(arch, profile, bench, vcpus):
         return {}, None
-    spread = boot_spread.project_spread(arch, profile, bench)
+    spread = boot_spread.project_spread(arch, profile, bench, vcpus)
     chosen = {m: spread[m] for m in metrics if m in spread}
-    return chosen, f"{boot_spread.PROJECT_SOURCE} on {arch} `{profile}`" if chosen else ""
+    where = f"{arch} `{profile}`" + (f" with {vcpus} vCPUs" if vcpus > 1 else "")
+    return chosen, f"{boot_spread.PROJECT_SOURCE} on {where}" if chosen else ""
 
 
 @dataclass(frozen=True)
