@@ -1,4 +1,5 @@
-"""A submission's life: validate, resolve refs, build, queue jobs, analyse.
+"""A submission's life: store it (checked as it was asked: kperf.core.submissions.request), resolve refs,
+build, queue jobs, analyse.
 
 Functions here take ids or model instances, change state inside
 transactions, and leave the queueing of follow-up Celery tasks to
@@ -8,7 +9,6 @@ transactions, and leave the queueing of follow-up Celery tasks to
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -18,14 +18,12 @@ from django.db.models import F
 from django.utils import timezone
 
 from kperf.core import benchmarks, triage
-from kperf.core.builds import apply_series, artifacts, gitops, patch_series, profiles, queue, tree_urls
+from kperf.core.builds import apply_series, artifacts, gitops, patch_series, profiles, queue
 from kperf.core.lab import sharing
-from kperf.core.lab.boot_params import BootParamsError, clean_boot_params, clean_thp
 from kperf.core.lifecycle import dispatch, owners
 from kperf.core.lifecycle.task_names import Task
 from kperf.core.mail import alerts, recipients, replies
 from kperf.core.models import (
-    Clock,
     Job,
     KernelBuild,
     MachineClass,
@@ -35,207 +33,24 @@ from kperf.core.models import (
     Tree,
 )
 from kperf.core.submissions import analysis, looks, shape_spread
-from kperf_kbuild.driver import SUPPORTED_ARCHES
+from kperf.core.submissions.request import SubmissionRequest
 
 log = logging.getLogger(__name__)
 
 
-class SubmissionError(ValueError):
-    """Bad submission input; the message says what was wrong and what to do."""
-
-    def __init__(self, message: str, field: str = "") -> None:
-        super().__init__(message)
-        self.field = field
-
-
-@dataclass
-class SubmissionRequest:
-    tree_url: str
-    head_ref: str
-    base_ref: str
-    benchmarks: list[str] = field(default_factory=lambda: ["spawn"])
-    # One grid ("grid": "quick", as before several could be asked for), or `grids`; neither: quick.
-    grid: str = ""
-    arches: list[str] = field(default_factory=lambda: ["x86_64"])
-    # The practical threshold in percent; None: each metric's default for its clock.
-    min_effect_pct: float | None = None
-    # Kernel command line words appended last, and the THP mode (kperf.core.lab.boot_params).
-    boot_params: str = ""
-    thp: str = ""
-    # A patch series instead of a branch (head_ref is then ignored): the mbox
-    # as submitted, and what kperf.core.builds.patch_series read from it once validated.
-    mbox: bytes | None = None
-    series: patch_series.Series | None = None
-    # More addresses for the result mail, besides the owner's.
-    mail_to: list[str] = field(default_factory=list)
-    # The configuration profile of both sides ("": each machine class's own; docs/kernels.md).
-    profile: str = ""
-    # The grids, each benchmark running those of them it has (kperf.core.benchmarks.runs).
-    grids: list[str] = field(default_factory=list)
-
-
-# A practical threshold outside these bounds is a typo: 0 would call any
-# difference a regression, and above 50% nothing a kernel change does would be.
-MIN_EFFECT_BOUNDS = (0.05, 50.0)
-
-
-def validate_min_effect(value: float | None) -> float | None:
-    if value is None:
-        return None
-    low, high = MIN_EFFECT_BOUNDS
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not low <= value <= high:
-        raise SubmissionError(
-            f"min_effect_pct must be a percentage from {low} to {high} (or left out for the clock's default), "
-            f"not {value!r}",
-            "min_effect_pct",
-        )
-    return float(value)
-
-
-def validate_tree(url: str) -> str:
-    """A tree URL the service may fetch (kperf.core.builds.tree_urls' policy); a refusal names `tree`."""
-    try:
-        return gitops.validate_tree_url(url, tree_urls.policy_from_settings())
-    except gitops.GitInputError as e:
-        raise SubmissionError(str(e), "tree") from None
-
-
-def validate_ref(ref: str, field: str) -> str:
-    """A branch or base as given, checked; a refusal names the field it came from."""
-    try:
-        return gitops.validate_ref(ref, field)
-    except gitops.GitInputError as e:
-        raise SubmissionError(str(e), field) from None
-
-
-def validate(req: SubmissionRequest) -> SubmissionRequest:
-    """Check everything that can be checked without git; raise SubmissionError."""
-    parsed = None
-    if req.mbox is not None:
-        if req.head_ref:
-            raise SubmissionError("give a branch or an mbox (a patch series), not both", "mbox")
-        try:
-            parsed = patch_series.parse(req.mbox, settings.KPERF_MAX_MBOX_BYTES)
-        except patch_series.SeriesError as e:
-            raise SubmissionError(str(e), "mbox") from None
-    elif not req.head_ref:
-        raise SubmissionError("give a branch to test, or a patch series (an mbox) to apply on the base", "branch")
-    # A series is usually posted against mainline: the service's default tree.
-    url = validate_tree(req.tree_url or (settings.KPERF_DEFAULT_TREE if parsed else ""))
-    head = parsed.label if parsed else validate_ref(req.head_ref, "branch")
-    base = validate_ref(req.base_ref, "base")
-    try:
-        mail_to = patch_series.clean_mail_to(list(req.mail_to))
-    except patch_series.SeriesError as e:
-        raise SubmissionError(str(e), "mail_to") from None
-    try:
-        boot_params = clean_boot_params(req.boot_params)
-        thp = clean_thp(req.thp)
-    except BootParamsError as e:
-        raise SubmissionError(str(e), e.field) from None
-    measure = validate_measurement(list(req.benchmarks), req.grid, list(req.grids), list(req.arches), req.profile)
-    return SubmissionRequest(
-        url,
-        head,
-        base,
-        measure.benchmarks,
-        arches=measure.arches,
-        min_effect_pct=validate_min_effect(req.min_effect_pct),
-        boot_params=boot_params,
-        thp=thp,
-        mbox=req.mbox,
-        series=parsed,
-        mail_to=mail_to,
-        profile=measure.profile,
-        grids=measure.grids,
-    )
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """What a submission and a tracked branch both choose, checked: the benchmarks ("all" expanded),
-    the grids, the architectures and the configuration profile."""
-
-    benchmarks: list[str]
-    grids: list[str]
-    arches: list[str]
-    profile: str
-
-
-def validate_measurement(names: list[str], grid: str, grids: list[str], arches: list[str], profile: str) -> Measurement:
-    """Check what is to be measured, alike for a submission and a tracked branch; raise SubmissionError
-    naming the field at fault."""
-    try:
-        benches = benchmarks.expand(names)
-    except benchmarks.BenchmarkChoiceError as e:
-        raise SubmissionError(str(e), "benchmarks") from None
-    chosen_grids, grid_field = _grids(grid, grids)
-    try:
-        chosen = benchmarks.check_grids(benches, chosen_grids)
-    except benchmarks.BenchmarkChoiceError as e:
-        raise SubmissionError(str(e), grid_field) from None
-    arches = _arches(arches)
-    if MachineClass.objects.filter(arch__in=arches, clock=Clock.INSTRUCTIONS).exists():
-        for name, one in chosen:
-            refusal = benchmarks.instruction_clock_refusal(name, one)
-            if refusal:
-                raise SubmissionError(refusal, grid_field)
-    try:
-        profile = profiles.clean_profile(profile)
-    except profiles.ProfileError as e:
-        raise SubmissionError(str(e), "profile") from None
-    measured = sorted({p for arch in arches for p in profiles.needed(arch, profile)})
-    for name, one in chosen:
-        refusal = benchmarks.profile_refusal(name, one, measured)
-        if refusal:
-            raise SubmissionError(refusal, "profile" if profile else grid_field)
-    return Measurement(benches, chosen_grids, arches, profile)
-
-
-def _arches(asked: list[str]) -> list[str]:
-    """The architectures asked for, repeats dropped, each one a machine class of this service runs."""
-    arches = list(dict.fromkeys(asked))
-    if not arches:
-        raise SubmissionError(f"no architecture given: choose from {', '.join(SUPPORTED_ARCHES)}", "arches")
-    for arch in arches:
-        if arch not in SUPPORTED_ARCHES:
-            raise SubmissionError(f"unknown architecture {arch!r}: choose from {', '.join(SUPPORTED_ARCHES)}", "arches")
-        if not MachineClass.objects.filter(arch=arch).exists():
-            raise SubmissionError(
-                f"no machine class runs {arch} on this service: register a runner for it "
-                "(docs/runners.md) or choose another architecture",
-                "arches",
-            )
-    return arches
-
-
-def _grids(grid: str, grids: list[str]) -> tuple[list[str], str]:
-    """The grids asked for (one as `grid` or several as `grids`), repeats dropped, and the field that
-    named them (for errors)."""
-    if grid and grids:
-        raise SubmissionError("give one grid as grid, or several as grids, not both", "grids")
-    if grid:
-        return [grid], "grid"
-    if not grids:
-        return ["quick"], "grid"
-    if not all(isinstance(g, str) and g for g in grids):
-        raise SubmissionError("grids must be a list of grid names (docs/benchmarks.md, Grids)", "grids")
-    return list(dict.fromkeys(grids)), "grids"
-
-
 def create_submission(owner: User, req: SubmissionRequest) -> Submission:
-    clean = validate(req)
+    """Store a request (checked when it was made: kperf.core.submissions.request) and queue its preparation."""
     stored: dict[str, Any] = {}
     try:
         with transaction.atomic():
-            sub = _create(owner, clean, stored)
+            sub = _create(owner, req, stored)
     except BaseException:
         # The mbox is stored last in the transaction: only a failed commit
         # (or a row update) gets here with it stored, and no row will name it.
         if stored:
             artifacts.discard(stored)
         raise
-    log.info("submission %s: %s %s vs %s queued", sub.pk, clean.tree_url, clean.head_ref, clean.base_ref)
+    log.info("submission %s: %s %s vs %s queued", sub.pk, req.tree, req.head_ref, req.base)
     return sub
 
 
@@ -244,14 +59,14 @@ def _create(owner: User, clean: SubmissionRequest, stored: dict[str, Any]) -> Su
     # Whom the result may be mailed to, counted under the owner's lock held to the commit
     # (recipients.RecipientError: nothing is stored).
     recipients.check_submission(owner, clean.mail_to)
-    tree, _ = Tree.objects.get_or_create(url=clean.tree_url)
+    tree, _ = Tree.objects.get_or_create(url=clean.tree)
     sub = Submission.objects.create(
         owner=owner,
         tree=tree,
         kind=Submission.Kind.SERIES if clean.series else Submission.Kind.BRANCH,
         mail_to=clean.mail_to,
         head_ref=clean.head_ref,
-        base_ref=clean.base_ref,
+        base_ref=clean.base,
         benchmarks=clean.benchmarks,
         grids=clean.grids,
         arches=clean.arches,

@@ -39,7 +39,7 @@ from kperf.core.models import (
     Tree,
 )
 from kperf.core.results import summaries
-from kperf.core.submissions.pipeline import (
+from kperf.core.submissions.checks import (
     SubmissionError,
     validate_measurement,
     validate_min_effect,

@@ -20,6 +20,7 @@ from kperf.core.mail import alerts
 from kperf.core.models import Alert, KernelBuild, PatchSeries, Submission, SubmissionBuild
 from kperf.core.submissions import pipeline
 from kperf.core.submissions.pipeline import prepare_submission
+from kperf.core.submissions.request import SubmissionRequest
 from kperf.core.tasks import sweeper
 from kperf_testing.mbox import b4_mbox, message_id
 
@@ -395,7 +396,7 @@ def test_a_series_postgresql_refuses_leaves_no_mbox_in_the_storage(
 
     # A storage of its own, empty: assigning STORAGES makes Django drop the storages it had opened.
     settings_dirs.STORAGES = storage_settings.storages(tmp_path / "artifacts")
-    req = pipeline.SubmissionRequest(str(small_tree), "", "master", mbox=mbox)
+    req = SubmissionRequest(tree=str(small_tree), base="master", mbox=mbox)
     with pytest.raises(IntegrityError):
         pipeline.create_submission(alice, req)
     assert not list((tmp_path / "artifacts").rglob("*.mbox"))

@@ -13,6 +13,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from kperf.core.lab.uploads import ProtocolError
+from kperf.core.submissions import request as request_schema
 from kperf.core.web.api.accounts import router as accounts_router
 from kperf.core.web.api.addresses import router as addresses_router
 from kperf.core.web.api.branches import router as branches_router
@@ -96,10 +97,23 @@ def _describe(err: Any) -> str:
     return f"{_where(loc)}: {msg}"
 
 
+# A refusal, by its pydantic error type: input of the right shape that kperf
+# will not act on, answered 400 with its code (not 422) and the field its location names.
+REFUSALS = {request_schema.REFUSED: "invalid-submission"}
+
+
 @api.exception_handler(ValidationError)
 def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
-    parts = [_describe(err) for err in exc.errors]
-    return _error(request, 422, "invalid", "; ".join(parts) or "the request body is malformed")
+    errors = list(exc.errors)
+    if errors and all(err.get("type") in REFUSALS for err in errors):
+        # The first, as a refusal always was: fixing it may change what the others would say.
+        first = errors[0]
+        field = _where(tuple(first.get("loc", ())))
+        return _error(request, 400, REFUSALS[first["type"]], str(first.get("msg")), field=field)
+    parts = [_describe(err) for err in errors]
+    where = _where(tuple(errors[0].get("loc", ()))) if errors else "body"
+    extra = {"field": where} if where != "body" else {}
+    return _error(request, 422, "invalid", "; ".join(parts) or "the request body is malformed", **extra)
 
 
 @api.exception_handler(HttpError)

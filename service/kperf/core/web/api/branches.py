@@ -9,13 +9,13 @@ from kperf.core import access
 from kperf.core.lifecycle import dispatch
 from kperf.core.lifecycle.task_names import Task
 from kperf.core.models import TrackedBranch
-from kperf.core.submissions import pipeline
+from kperf.core.submissions.checks import SubmissionError
+from kperf.core.submissions.request import BenchmarkNames
 from kperf.core.tracking import branches
 from kperf.core.web import presenters
 from kperf.core.web.api import history as history_api
 from kperf.core.web.api.auth import USER_AUTH, user_of
 from kperf.core.web.api.errors import ApiError, responses
-from kperf.core.web.api.inputs import BenchmarkNames
 from kperf.core.web.shapes import BranchDetail, BranchSeries, BranchSummary, MetricSeries, PollQueued
 
 router = Router()
@@ -69,7 +69,7 @@ def track_branch(request: HttpRequest, payload: TrackIn) -> Status[BranchSummary
     )
     try:
         branch = branches.track(user_of(request), req)
-    except pipeline.SubmissionError as e:
+    except SubmissionError as e:
         raise ApiError(400, "invalid-branch", str(e), field=e.field) from None
     except branches.AlreadyTracked as e:
         raise ApiError(409, "already-tracked", str(e)) from None

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+from typing import Any
 
 from django.http import HttpRequest
-from ninja import Router, Schema, Status
+from ninja import Router, Status
+from pydantic import Field, model_validator
 
 from kperf.core import access
 from kperf.core.builds import artifacts
@@ -14,44 +16,41 @@ from kperf.core.mail import recipients
 from kperf.core.models import Submission
 from kperf.core.results import mmtests_export
 from kperf.core.submissions import pipeline
+from kperf.core.submissions.request import SubmissionRequest, refused
 from kperf.core.web import presenters
 from kperf.core.web.api.auth import USER_AUTH, user_of
 from kperf.core.web.api.errors import ApiError, responses
-from kperf.core.web.api.inputs import BenchmarkNames, GridNames
 from kperf.core.web.shapes import MmtestsTree, SubmissionDetail, SubmissionSummary
 
 router = Router()
 
 
-class SubmissionIn(Schema):
-    # A series without a tree applies on the service's default tree (KPERF_DEFAULT_TREE).
-    tree: str = ""
-    # Either a branch, or a patch series: the mbox's text as `b4 am` or
-    # `git format-patch` writes it (docs/submitting.md, "Patch series"), or
-    # its bytes in base64 (mbox_b64), for an mbox that is not all UTF-8.
-    branch: str = ""
-    mbox: str | None = None
-    mbox_b64: str | None = None
-    base: str
-    # A list of names, or one as a string: "all" is every benchmark (docs/benchmarks.md).
-    benchmarks: BenchmarkNames = ["spawn"]
-    # One grid, or several as `grids` (["quick", "scaling"]): each benchmark runs those of them it
-    # has, a comparison per grid (docs/submitting.md, "Several grids"). Neither: quick.
-    grid: str = ""
-    grids: GridNames = []
-    arches: list[str] = ["x86_64"]
-    # Practical threshold in percent (0.05-50); leave out for each metric's default for its clock.
-    min_effect_pct: float | None = None
-    # Kernel command line words appended last to every boot's (docs/submitting.md, "Boot parameters").
-    boot_params: str = ""
-    # Transparent huge pages: always, madvise or never; empty for the kernel's default.
-    thp: str = ""
-    # Configuration profile of both kernels (docs/kernels.md): tiny, mm or distro; empty for each
-    # machine class's own.
-    profile: str = ""
-    # More addresses for the result mail, besides the submitter's (a list the series went to):
-    # each one confirmed (POST /addresses) or allowed by the operator (docs/submitting.md).
-    mail_to: list[str] = []
+class SubmissionIn(SubmissionRequest):
+    """The body of POST /submissions: the submission request (kperf.core.submissions.request, the schema the
+    web form parses into too), whose mbox may also come as its bytes in base64."""
+
+    mbox_b64: str | None = Field(
+        None,
+        description="instead of mbox, for an mbox that is not all UTF-8: the file's bytes in base64 "
+        "(`base64 -w0 FILE`)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mbox_from_base64(cls, data: Any) -> Any:
+        """mbox_b64 decoded into mbox, before the request's own checks read it."""
+        if not isinstance(data, dict) or not isinstance(data.get("mbox_b64"), str):
+            # Not a string: the field's type answers (422).
+            return data
+        if data.get("mbox") is not None:
+            raise refused("mbox", "give the mbox as mbox (text) or mbox_b64, not both")
+        try:
+            mbox = base64.b64decode(data["mbox_b64"], validate=True)
+        except (binascii.Error, ValueError):
+            raise refused(
+                "mbox_b64", "mbox_b64 is not base64: give the mbox file's bytes encoded with base64 (`base64 -w0 FILE`)"
+            ) from None
+        return {**data, "mbox": mbox}
 
 
 @router.post(
@@ -61,25 +60,10 @@ class SubmissionIn(Schema):
     response=responses(201, SubmissionDetail, 400, 401, 413, 415, 422, 429, 503),
 )
 def create_submission(request: HttpRequest, payload: SubmissionIn) -> Status[SubmissionDetail]:
-    req = pipeline.SubmissionRequest(
-        tree_url=payload.tree,
-        head_ref=payload.branch,
-        base_ref=payload.base,
-        benchmarks=payload.benchmarks,
-        grid=payload.grid,
-        grids=payload.grids,
-        arches=payload.arches,
-        min_effect_pct=payload.min_effect_pct,
-        boot_params=payload.boot_params,
-        thp=payload.thp,
-        mbox=_mbox_bytes(payload),
-        mail_to=payload.mail_to,
-        profile=payload.profile,
-    )
+    """Submit a branch or a patch series. A request the checks refuse (SubmissionRequest's) answers 400
+    `invalid-submission` naming the `field` at fault (kperf.core.web.api.on_validation_error)."""
     try:
-        sub = pipeline.create_submission(user_of(request), req)
-    except pipeline.SubmissionError as e:
-        raise ApiError(400, "invalid-submission", str(e), field=e.field) from None
+        sub = pipeline.create_submission(user_of(request), payload)
     except recipients.RecipientError as e:
         # Nothing was stored: the same request without the refused addresses goes through.
         extra = {"retry_after": e.retry_after} if e.retry_after else {}
@@ -87,23 +71,6 @@ def create_submission(request: HttpRequest, payload: SubmissionIn) -> Status[Sub
     except artifacts.ArtifactUnavailable as e:
         raise ApiError(503, "unavailable", f"the mbox could not be stored, nothing was submitted: {e}") from None
     return Status(201, presenters.submission_detail(sub))
-
-
-def _mbox_bytes(payload: SubmissionIn) -> bytes | None:
-    """The series' mbox as bytes: `mbox` (text) or `mbox_b64` (the file's bytes), at most one of them."""
-    if payload.mbox is not None and payload.mbox_b64 is not None:
-        raise ApiError(400, "invalid-submission", "give the mbox as mbox (text) or mbox_b64, not both", field="mbox")
-    if payload.mbox_b64 is None:
-        return None if payload.mbox is None else payload.mbox.encode("utf-8")
-    try:
-        return base64.b64decode(payload.mbox_b64, validate=True)
-    except (binascii.Error, ValueError):
-        raise ApiError(
-            400,
-            "invalid-submission",
-            "mbox_b64 is not base64: give the mbox file's bytes encoded with base64 (`base64 -w0 FILE`)",
-            field="mbox_b64",
-        ) from None
 
 
 @router.get(
