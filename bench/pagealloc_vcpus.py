@@ -16,10 +16,17 @@ totals, with their decimals):
 - the level against the first setting's (the mean of the boot means);
 - the /proc/vmstat deltas that differ between the settings by more than 10%.
 
+With `--seeds N` every setting is also booted at phase seeds 1..N
+(`kperf.phase_seed`, as the runner gives each boot), and reports the boots'
+spread over the seeds (per metric, the sd of the seeds' medians over their
+mean); `--against BRANCH` boots that fixture kernel at the same seeds and
+counts the metrics whose mean over the seeds differs from the base's by over
+0.5% and 1%: what a change the module never runs does to the readings.
+
 Usage (builds the base kernel once, into ~/.cache/kperf):
 
     .venv/bin/python bench/pagealloc_vcpus.py [--boots 3] [--setting 1 --setting 2 ...] [--json out.json]
-        [--save-raw DIR]
+        [--save-raw DIR] [--seeds 6 [--against memcg-charge-slower]]
 
 Results and the machine go in docs/benchmarks.md, "The page allocator on one vCPU and on two".
 """
@@ -177,6 +184,31 @@ def summarise(boots: list[BootResult]) -> dict[str, Any]:
     }
 
 
+def seeded(setting: str, seed: int) -> str:
+    """`setting` with a phase seed among its kernel words."""
+    vcpus, _, words = setting.partition(":")
+    return f"{vcpus}:{words} kperf.phase_seed={seed}".replace(": ", ":")
+
+
+def over_seeds(levels: dict[str, list[dict[str, float]]], against: str | None) -> dict[str, Any]:
+    """From {kernel: per seed, {metric: the boot's median}}: the base's spread over the seeds and,
+    with `against`, how many metrics that kernel's mean over the same seeds moves."""
+    base = levels["base"]
+    metrics = sorted(base[0])
+    sds = []
+    for m in metrics:
+        values = [b[m] for b in base]
+        sds.append(statistics.stdev(values) / statistics.fmean(values) * 100.0 if len(values) > 1 else 0.0)
+    out: dict[str, Any] = {"seeds": len(base), "spread_over_seeds_pct": _dist(sds)}
+    if against:
+        moved = []
+        for m in metrics:
+            b, h = statistics.fmean(x[m] for x in base), statistics.fmean(x[m] for x in levels[against])
+            moved.append(abs(h - b) / b * 100.0 if b else 0.0)
+        out[f"{against}_vs_base_pct"] = _dist(moved) | {"over_1pct": sum(v > 1.0 for v in moved)}
+    return out
+
+
 def _against_first(report: dict[str, Any], settings: list[str]) -> None:
     first = report["settings"][settings[0]]
     for s in settings[1:]:
@@ -204,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         "--cache", type=Path, default=Path(os.environ.get("KPERF_CACHE", Path.home() / ".cache" / "kperf"))
     )
     parser.add_argument("--profile", default="tiny", help="the base kernel's configuration profile (tiny, mm)")
+    parser.add_argument("--seeds", type=int, default=0, help="also boot each setting at phase seeds 1..N")
+    parser.add_argument("--against", help="with --seeds: a fixture branch booted at the same seeds")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--save-raw", type=Path, help="write each boot's raw output here")
     args = parser.parse_args(argv)
@@ -214,6 +248,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"base did not build: {result.error}", file=sys.stderr)
         return 1
     build = {k: Path(v) for k, v in result.artifacts.items()}
+    kernels = {"base": build}
+    if args.against:
+        other = build_fixture_kernel(tree, args.against, "x86_64", args.cache, profile=args.profile)
+        if not other.ok:
+            print(f"{args.against} did not build: {other.error}", file=sys.stderr)
+            return 1
+        kernels[args.against] = {k: Path(v) for k, v in other.artifacts.items()}
     state = args.cache / "pagealloc-vcpus"
     state.mkdir(parents=True, exist_ok=True)
     backend = QemuBackend("x86_64", state, accel="tcg")
@@ -235,6 +276,15 @@ def main(argv: list[str] | None = None) -> int:
                 name = f"vcpus-{setting.replace(':', '-').replace('=', '')}-{i}.txt"
                 (args.save_raw / name).write_text(bench_output(r))
         report["settings"][setting] = summarise(boots)
+        if args.seeds:
+            levels = {
+                name: [
+                    {m: statistics.median(v) for m, v in readings(boot(backend, k, seeded(setting, n), state)).items()}
+                    for n in range(1, args.seeds + 1)
+                ]
+                for name, k in kernels.items()
+            }
+            report["settings"][setting]["seeded"] = over_seeds(levels, args.against)
     _against_first(report, settings)
     for setting in settings:
         r = report["settings"][setting]
@@ -244,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
             f"vmstat vs first {r.get('vmstat_vs_first', '-')}; wall s {r['wall_s']}"
         )
         print(f"{'':>14}  per CPU over the run: {r['irq_per_cpu_each_boot']}; pcp {r['pcp']}")
+        if "seeded" in r:
+            print(f"{'':>14}  at phase seeds: {r['seeded']}")
     print(f"{args.boots} boots per setting, {time.monotonic() - started:.0f} s")
     if args.json:
         args.json.write_text(
