@@ -121,14 +121,14 @@ def _print_flagged(d: dict[str, Any]) -> None:
 
 def _found(d: dict[str, Any]) -> None:
     """The fixture found: every metric its patch says it `moves` a regression of the size it was made
-    for, and none of its controls (`must-not-move`) a regression.
+    for, and none of its controls (`must-not-move`) flagged either way.
 
-    Unlike tests/test_e2e.py's judge_fixture, an improvement elsewhere is printed above and not
-    failed on: on this shape the page allocator's order-4 metrics read as improvements on the
-    fixture's kernel in both submissions of one run (2026-12-07) and in neither of another, a
-    between-build effect (the fixture moves code the allocator's paths share cache lines with)
-    that intervals from boots alone do not contain. Measuring that noise for every shape is
-    issue 41's; this test is about every verdict being stored and the fixture being found."""
+    Until 2026-12-07 the page allocator's rows were the controls this failed on: order-1, order-2 or
+    order-4 rows read about 1% off on the fixture's kernel, and the neutral change's head read the
+    same against the same shared base boots. On two vCPUs the seeded phase spreads those rows by
+    0.3-2% and a change elsewhere in the kernel moves them by as much (docs/benchmarks.md, "The page
+    allocator on one vCPU and on two"); the comparisons now take both parts as measured for the shape
+    (docs/statistics.md, "Several vCPUs: the between-build part per metric")."""
     claims = read_fixture(FIXTURES_DIR / f"{FIXTURE}.patch")
     metrics = {m["metric"]: m for c in d["comparisons"] for m in c["metrics"]}
     moved = [name for name in metrics if any(fnmatch(name, p) for p in claims.moves)]
@@ -138,4 +138,4 @@ def _found(d: dict[str, Any]) -> None:
         assert m["verdict"] == "regression" and -3.5 < m["change_pct"] < -0.5, (d["id"], name, m)
     for name, m in metrics.items():
         if any(fnmatch(name, p) for p in claims.must_not_move):
-            assert m["verdict"] != "regression", (d["id"], name, m)
+            assert m["verdict"] not in ("regression", "improvement"), (d["id"], name, m)
