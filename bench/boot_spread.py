@@ -53,7 +53,7 @@ def table_json() -> str:
 
 
 def build_table_json() -> str:
-    return build_spread.to_json(build_spread.table_of(_named(BUILD_RECORDS)))
+    return to_json(build_spread.table_of(_named(BUILD_RECORDS)))
 
 
 def main(argv: list[str] | None = None) -> int:

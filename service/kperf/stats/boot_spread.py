@@ -149,7 +149,8 @@ def table_of(records: Mapping[str, Sequence[tuple[str, object]]]) -> Table:
 
 
 def to_json(table: Table) -> str:
-    """The table as stored: sd and dof per metric, rounded to what matters."""
+    """The table as stored (this module's, or kperf.stats.build_spread's): sd and dof per metric,
+    rounded to what matters."""
     plain = {
         key: {
             bench: {m: {"sd": float(f"{p.sd:.4g}"), "dof": p.dof} for m, p in sorted(per.items())}
@@ -160,9 +161,9 @@ def to_json(table: Table) -> str:
     return json.dumps(plain, indent=1, sort_keys=True) + "\n"
 
 
-@functools.cache
-def _project_table() -> Table:
-    raw = json.loads(TABLE.read_text())
+def read_table(path: Path) -> Table:
+    """A table as to_json() stored it (this module's, or kperf.stats.build_spread's)."""
+    raw = json.loads(path.read_text())
     return {
         key: {
             bench: {m: NoisePrior(float(v["sd"]), float(v["dof"])) for m, v in per.items()}
@@ -170,6 +171,11 @@ def _project_table() -> Table:
         }
         for key, benches in raw.items()
     }
+
+
+@functools.cache
+def _project_table() -> Table:
+    return read_table(TABLE)
 
 
 def project_spread(arch: str, profile: str, benchmark: str, vcpus: int = 1) -> dict[str, NoisePrior]:

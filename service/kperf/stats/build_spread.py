@@ -32,13 +32,12 @@ bench/records by bench/boot_spread.py; a test checks it is what they give.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import re
 from pathlib import Path
 
 from kperf.stats.abtest import NoisePrior
-from kperf.stats.boot_spread import shape_key
+from kperf.stats.boot_spread import read_table, shape_key
 from kperf.stats.builds import MEASURED_BUILD_FLOOR
 
 TABLE = Path(__file__).with_name("build_spread.json")
@@ -108,27 +107,9 @@ def table_of(records: dict[str, list[tuple[str, object]]]) -> Table:
     return table
 
 
-def to_json(table: Table) -> str:
-    plain = {
-        key: {
-            bench: {m: {"sd": float(f"{p.sd:.4g}"), "dof": p.dof} for m, p in sorted(per.items())}
-            for bench, per in sorted(benches.items())
-        }
-        for key, benches in sorted(table.items())
-    }
-    return json.dumps(plain, indent=1, sort_keys=True) + "\n"
-
-
 @functools.cache
 def _project_table() -> Table:
-    raw = json.loads(TABLE.read_text())
-    return {
-        key: {
-            bench: {m: NoisePrior(float(v["sd"]), float(v["dof"])) for m, v in per.items()}
-            for bench, per in benches.items()
-        }
-        for key, benches in raw.items()
-    }
+    return read_table(TABLE)
 
 
 def _vcpus_of(key: str) -> int:
