@@ -147,6 +147,14 @@ def shape_build_priors(arch: str, profile: str, vcpus: int, benchmark: str) -> d
     return dict(_project_table()[key][benchmark]) if key else {}
 
 
+def parts_for(arch: str, profile: str, vcpus: int, benchmark: str, metrics: list[str]) -> dict[str, NoisePrior]:
+    """shape_build_priors() for `metrics` by their groups: a point of a grid the records did not boot
+    (spawn's `full` grid's `spawn-vmas-200`) takes its group's part (`spawn-vmas`); a metric whose
+    group was not measured has none here."""
+    groups = {metric_group(m): p for m, p in shape_build_priors(arch, profile, vcpus, benchmark).items()}
+    return {m: groups[metric_group(m)] for m in metrics if metric_group(m) in groups}
+
+
 def source_for(arch: str, profile: str, vcpus: int, benchmark: str) -> str:
     """The method line's words for where shape_build_priors() took its figures ("" where nowhere)."""
     key = _chosen_key(arch, profile, vcpus, benchmark)

@@ -162,7 +162,8 @@ def parse_compare(doc: Any, benchmark: str | None = None) -> tuple[dict[str, Met
     )
     build = measured_build_prior(shape.benchmark)
     # Per metric where the project measured the shape's between-build part (several vCPUs).
-    build_per_metric = build_spread.shape_build_priors(shape.arch, shape.profile, shape.vcpus, shape.benchmark)
+    names = list(_metrics(doc))
+    build_per_metric = build_spread.parts_for(shape.arch, shape.profile, shape.vcpus, shape.benchmark, names)
 
     def build_if(name: str, relative: bool) -> NoisePrior | None:
         return build_per_metric.get(name, build) if relative else None

@@ -72,8 +72,8 @@ def measured_build_priors(
     shape = MachineClass.objects.filter(pk=mclass_id).values_list("arch", "profile", "vcpus").first()
     if shape is not None:
         arch, class_profile, vcpus = shape
-        per_metric = build_spread.shape_build_priors(arch, profile or class_profile, vcpus, bench)
-        if per_metric and any(m in per_metric for m in metrics):
+        per_metric = build_spread.parts_for(arch, profile or class_profile, vcpus, bench, metrics)
+        if per_metric:
             source = build_spread.source_for(arch, profile or class_profile, vcpus, bench)
             others = sum(m not in per_metric for m in metrics)
             if others:
