@@ -6,8 +6,9 @@ learned_priors and learned_build_priors). A new lab, or a machine class nobody
 tracks, has none; this module gives what was measured instead:
 
 - the between-build part: the lab's own perturbed-build record for the class
-  (KPERF_BUILD_NOISE_RECORDS), else the project's bench figure
-  (kperf.stats.builds.measured_build_prior);
+  (KPERF_BUILD_NOISE_RECORDS), else per metric the project's figure for the
+  comparison's shape where it measured one (kperf.stats.build_spread: several
+  vCPUs), else the project's bench figure (kperf.stats.builds.measured_build_prior);
 - the boot noise of the metrics whose boots spread with the seeded phase: the
   lab's own spread for the comparison's shape (kperf.core.submissions.shape_spread),
   else the project's phase bench for the class's architecture and the
