@@ -162,14 +162,14 @@ def parse_compare(doc: Any, benchmark: str | None = None) -> tuple[dict[str, Met
     )
     build = measured_build_prior(shape.benchmark)
     # Per metric where the project measured the shape's between-build part (several vCPUs).
-    names = list(_metrics(doc))
-    build_per_metric = build_spread.parts_for(shape.arch, shape.profile, shape.vcpus, shape.benchmark, names)
+    specs = _metrics(doc)
+    build_per_metric = build_spread.parts_for(shape.arch, shape.profile, shape.vcpus, shape.benchmark, list(specs))
 
     def build_if(name: str, relative: bool) -> NoisePrior | None:
         return build_per_metric.get(name, build) if relative else None
 
     inputs: dict[str, MetricInput] = {}
-    for name, spec in _metrics(doc).items():
+    for name, spec in specs.items():
         if not isinstance(spec, dict):
             raise FormatError(f"metric {name!r}: expected an object with base, head and higher_is_better")
         hib = spec.get("higher_is_better")
