@@ -36,13 +36,12 @@ bench/records by bench/boot_spread.py; a test checks it is what they give.
 from __future__ import annotations
 
 import functools
-import math
 import re
 from pathlib import Path
 
 from kperf.stats.abtest import NoisePrior
 from kperf.stats.boot_spread import read_table, shape_key
-from kperf.stats.builds import MEASURED_BUILD_FLOOR
+from kperf.stats.builds import MEASURED_BUILD_FLOOR, between_build_rows
 
 TABLE = Path(__file__).with_name("build_spread.json")
 # What the method line names as the table's origin.
@@ -75,26 +74,10 @@ def build_spread_of_record(record: object, name: str) -> dict[str, dict[str, Noi
         raise ValueError(f"{name}: no 'results' by benchmark")
     out: dict[str, dict[str, NoisePrior]] = {}
     for bench, result in results.items():
-        rows = result.get("metrics") if isinstance(result, dict) else None
-        kernels = result.get("kernels") if isinstance(result, dict) else None
-        if not isinstance(kernels, int) or kernels < 3:
-            raise ValueError(f"{name}: benchmark {bench!r} needs 'kernels' (the base and at least 2 builds)")
-        sds: dict[str, float] = {}
-        for row in rows or []:
-            try:
-                metric, sd = str(row["metric"]), float(row["between_build_pct"]) / 100.0
-            except (KeyError, TypeError, ValueError):
-                raise ValueError(f"{name}: benchmark {bench!r} has a metric row without between_build_pct") from None
-            if not math.isfinite(sd) or sd < 0.0:
-                raise ValueError(f"{name}: benchmark {bench!r}, {metric}: between_build_pct {sd * 100} is not a spread")
-            sds[metric] = sd
-        if not sds:
-            raise ValueError(f"{name}: benchmark {bench!r} has no metrics")
+        sds, dof = between_build_rows(result, name, str(bench))
         groups: dict[str, float] = {}
         for metric, sd in sds.items():
             groups[metric_group(metric)] = max(groups.get(metric_group(metric), 0.0), sd)
-        # The base and kernels - 1 builds: their spread has kernels - 2 degrees of freedom.
-        dof = float(kernels - 2)
         out[str(bench)] = {m: NoisePrior(max(groups[metric_group(m)], MEASURED_BUILD_FLOOR), dof) for m in sorted(sds)}
     return out
 

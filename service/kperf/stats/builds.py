@@ -96,6 +96,29 @@ class MeasuredBuildNoise:
     profile: str = ""
 
 
+def between_build_rows(result: object, name: str, bench: str) -> tuple[dict[str, float], float]:
+    """One benchmark's result in a `bench/build_noise.py --json` record: each metric's between-build
+    sd (a fraction, on the log scale) and the degrees of freedom of those estimates. ValueError says
+    what is missing (`name` is the record's, for messages)."""
+    rows = result.get("metrics") if isinstance(result, dict) else None
+    kernels = result.get("kernels") if isinstance(result, dict) else None
+    if not isinstance(kernels, int) or kernels < 3:
+        raise ValueError(f"{name}: benchmark {bench!r} needs 'kernels' (the base and at least 2 builds)")
+    sds: dict[str, float] = {}
+    for row in rows or []:
+        try:
+            metric, sd = str(row["metric"]), float(row["between_build_pct"]) / 100.0
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"{name}: benchmark {bench!r} has a metric row without between_build_pct") from None
+        if not math.isfinite(sd) or sd < 0.0:
+            raise ValueError(f"{name}: benchmark {bench!r}, {metric}: between_build_pct {sd * 100} is not a spread")
+        sds[metric] = sd
+    if not sds:
+        raise ValueError(f"{name}: benchmark {bench!r} has no metrics with a between_build_pct")
+    # The base and kernels - 1 perturbed builds: the spread of those builds has kernels - 2 dof.
+    return sds, float(kernels - 2)
+
+
 def build_noise_from_record(record: object, name: str) -> MeasuredBuildNoise:
     """The between-build parts of a `bench/build_noise.py --json` record: per benchmark, the largest
     sd among its metrics (never below MEASURED_BUILD_FLOOR), with the builds' degrees of freedom.
@@ -114,18 +137,8 @@ def build_noise_from_record(record: object, name: str) -> MeasuredBuildNoise:
         )
     priors: dict[str, NoisePrior] = {}
     for bench, result in record["results"].items():
-        rows = result.get("metrics") if isinstance(result, dict) else None
-        kernels = result.get("kernels") if isinstance(result, dict) else None
-        try:
-            sds = [float(row["between_build_pct"]) / 100.0 for row in rows or []]
-        except (KeyError, TypeError, ValueError):
-            sds = []
-        if not sds or not all(math.isfinite(sd) and sd >= 0.0 for sd in sds):
-            raise ValueError(f"{name}: benchmark {bench!r} has no metrics with a between_build_pct")
-        if not isinstance(kernels, int) or kernels < 3:
-            raise ValueError(f"{name}: benchmark {bench!r} needs 'kernels' (the base and at least 2 builds)")
-        # The base and kernels - 1 perturbed builds: the spread of those builds has kernels - 2 dof.
-        priors[str(bench)] = NoisePrior(max(max(sds), MEASURED_BUILD_FLOOR), float(kernels - 2))
+        sds, dof = between_build_rows(result, name, str(bench))
+        priors[str(bench)] = NoisePrior(max(max(sds.values()), MEASURED_BUILD_FLOOR), dof)
     when = f", {header.split(' on ', 1)[0].removeprefix('Measured ')}" if isinstance(header, str) else ""
     return MeasuredBuildNoise(priors, f"perturbed-build record {name}{when}")
 
