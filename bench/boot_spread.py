@@ -29,6 +29,13 @@ RECORDS_DIR = Path(__file__).resolve().parent / "records"
 FAULT_PATH_MM_2VCPUS = "build_noise-fault-path-mm-2vcpus-2026-12-07.json"
 # And with padding (code no one runs) for spawn, aim9 and pft, which the fault path would move.
 PADDED_MM_2VCPUS = "build_noise-padded-seeded-mm-2vcpus-2026-12-07.json"
+# The same shape since the page allocator's module runs alone (kmodload -s, 2026-12-07): K builds
+# with more work, or more pauses, per page fault, seeded boots, pagealloc only.
+FAULT_PATH_SOLO_MM_2VCPUS = "build_noise-fault-path-solo-mm-2vcpus-2026-12-07.json"
+FAULT_PAUSE_SOLO_MM_2VCPUS = "build_noise-fault-pause-solo-mm-2vcpus-2026-12-07.json"
+# Where kperf changed how it runs a benchmark on a shape: the record from which on its figures
+# count (the earlier records of that shape measured what kperf no longer runs).
+MEASURED_SINCE: dict[tuple[str, str], str] = {("x86_64/mm/2vcpus", "pagealloc"): FAULT_PATH_SOLO_MM_2VCPUS}
 # Per shape (kperf.stats.boot_spread.shape_key), its seeded records, oldest first (a later record's
 # benchmark replaces an earlier's).
 RECORDS: dict[str, tuple[str, ...]] = {
@@ -38,18 +45,37 @@ RECORDS: dict[str, tuple[str, ...]] = {
         "build_noise-seeded-1s-arm64-spawn-pft-2026-11-30.json",
     ),
     "x86_64/mm": ("build_noise-padded-seeded-mm-2026-11-30.json",),
-    "x86_64/mm/2vcpus": (FAULT_PATH_MM_2VCPUS, PADDED_MM_2VCPUS),
+    "x86_64/mm/2vcpus": (FAULT_PATH_MM_2VCPUS, PADDED_MM_2VCPUS, FAULT_PATH_SOLO_MM_2VCPUS),
 }
 # The same with a few pauses more per page fault instead of compiler barriers.
 FAULT_PAUSE_MM_2VCPUS = "build_noise-fault-pause-mm-2vcpus-2026-12-07.json"
 # Per shape with several vCPUs, its records of perturbed builds (the between-build part per metric).
 BUILD_RECORDS: dict[str, tuple[str, ...]] = {
-    "x86_64/mm/2vcpus": (FAULT_PATH_MM_2VCPUS, FAULT_PAUSE_MM_2VCPUS, PADDED_MM_2VCPUS)
+    "x86_64/mm/2vcpus": (
+        FAULT_PATH_MM_2VCPUS,
+        FAULT_PAUSE_MM_2VCPUS,
+        PADDED_MM_2VCPUS,
+        FAULT_PATH_SOLO_MM_2VCPUS,
+        FAULT_PAUSE_SOLO_MM_2VCPUS,
+    )
 }
 
 
 def _named(records: dict[str, tuple[str, ...]]) -> dict[str, list[tuple[str, object]]]:
-    return {key: [(n, json.loads((RECORDS_DIR / n).read_text())) for n in names] for key, names in records.items()}
+    """Per shape, its records read, each without the benchmarks a later record of the shape
+    measured again after kperf changed how it runs them (MEASURED_SINCE); a record left with none
+    is left out."""
+    out: dict[str, list[tuple[str, object]]] = {}
+    for key, names in records.items():
+        out[key] = []
+        for i, name in enumerate(names):
+            record = json.loads((RECORDS_DIR / name).read_text())
+            for (shape, bench), since in MEASURED_SINCE.items():
+                if shape == key and since in names[i + 1 :]:
+                    record.get("results", {}).pop(bench, None)
+            if record.get("results"):  # a record of nothing kperf still runs this way is left out
+                out[key].append((name, record))
+    return out
 
 
 def table_json() -> str:

@@ -57,6 +57,8 @@ BENCH = "pagealloc"
 # module, so loading the module with almost no work (order 4, one batch,
 # three rounds of one) reads a /proc file around the measurement.
 PROC_FILES = ("/proc/interrupts", "/proc/softirqs")
+# The quick grid's parameters this run changes (--inner).
+OVERRIDES: dict[str, Any] = {}
 
 
 def _read_proc(bindir: str, path: str) -> list[str]:
@@ -66,7 +68,7 @@ def _read_proc(bindir: str, path: str) -> list[str]:
 def boot(backend: QemuBackend, build: dict[str, Path], setting: str, state: Path) -> BootResult:
     vcpus, _, words = setting.partition(":")
     b = get_benchmark(BENCH)
-    params = resolve_params(BENCH, "quick")
+    params = resolve_params(BENCH, "quick", OVERRIDES)
     binaries = compile_all(b.sources(), "x86_64", state)
     for name in b.artifacts():
         binaries[name] = build[name]
@@ -134,7 +136,7 @@ def readings(result: BootResult) -> dict[str, list[float]]:
     """{metric: the boot's kept iterations}."""
     b = get_benchmark(BENCH)
     values: dict[str, list[float]] = {}
-    for sample in b.parse(bench_output(result), resolve_params(BENCH, "quick")):
+    for sample in b.parse(bench_output(result), resolve_params(BENCH, "quick", OVERRIDES)):
         values.setdefault(sample.metric, []).append(sample.value)
     return values
 
@@ -199,13 +201,20 @@ def over_seeds(levels: dict[str, list[dict[str, float]]], against: str | None) -
     for m in metrics:
         values = [b[m] for b in base]
         sds.append(statistics.stdev(values) / statistics.fmean(values) * 100.0 if len(values) > 1 else 0.0)
-    out: dict[str, Any] = {"seeds": len(base), "spread_over_seeds_pct": _dist(sds)}
+    widest = sorted(zip(sds, metrics, strict=True), reverse=True)[:12]
+    out: dict[str, Any] = {
+        "seeds": len(base),
+        "spread_over_seeds_pct": _dist(sds),
+        "widest_over_seeds_pct": {m: round(sd, 3) for sd, m in widest},
+    }
     if against:
         moved = []
         for m in metrics:
             b, h = statistics.fmean(x[m] for x in base), statistics.fmean(x[m] for x in levels[against])
             moved.append(abs(h - b) / b * 100.0 if b else 0.0)
         out[f"{against}_vs_base_pct"] = _dist(moved) | {"over_1pct": sum(v > 1.0 for v in moved)}
+        most = sorted(zip(moved, metrics, strict=True), reverse=True)[:12]
+        out[f"{against}_most_moved_pct"] = {m: round(v, 3) for v, m in most}
     return out
 
 
@@ -238,10 +247,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="tiny", help="the base kernel's configuration profile (tiny, mm)")
     parser.add_argument("--seeds", type=int, default=0, help="also boot each setting at phase seeds 1..N")
     parser.add_argument("--against", help="with --seeds: a fixture branch booted at the same seeds")
+    parser.add_argument("--inner", type=int, help="repetitions per round (default: the quick grid's)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--save-raw", type=Path, help="write each boot's raw output here")
     args = parser.parse_args(argv)
     settings: list[str] = args.setting or ["1", "2"]
+    if args.inner:
+        OVERRIDES["inner"] = args.inner
     tree = ensure_test_tree(args.cache)
     result = build_fixture_kernel(tree, "base", "x86_64", args.cache, profile=args.profile)
     if not result.ok:
@@ -263,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} at start",
         "boots": args.boots,
         "profile": args.profile,
+        "params": resolve_params(BENCH, "quick", OVERRIDES),
         "settings": {},
     }
     started = time.monotonic()

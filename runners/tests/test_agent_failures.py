@@ -377,10 +377,11 @@ def test_the_module_artifact_is_downloaded_and_put_next_to_the_binaries(
     [job] = backend.jobs
     assert job.binaries["pagealloc.ko"].read_bytes() == KERNEL
     assert {"kmodload", "pagealloc.ko"} <= set(job.binaries)
-    assert job.commands[0][:6] == [
+    assert job.commands[0][:7] == [
         "/kperf/bin/kmodload",
         "-c",
         "0",
+        "-s",
         "-o",
         "/proc/kperf_pagealloc",
         "/kperf/bin/pagealloc.ko",

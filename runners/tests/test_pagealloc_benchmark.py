@@ -54,7 +54,7 @@ def test_grids_commands_and_metrics() -> None:
     assert PAGEALLOC.grids["full"].boots == 5 and PAGEALLOC.grids["quick"].boots == 4
     assert PAGEALLOC.command(QUICK, "/kperf/bin") == [
         [
-            "/kperf/bin/kmodload", "-c", "0", "-o", "/proc/kperf_pagealloc", "/kperf/bin/pagealloc.ko",
+            "/kperf/bin/kmodload", "-c", "0", "-s", "-o", "/proc/kperf_pagealloc", "/kperf/bin/pagealloc.ko",
             "orders=0,1,2,3,4", "batch_limit_kb=4096", "outer=3", "inner=100",
         ]
     ]  # fmt: skip
@@ -335,6 +335,7 @@ def kmodload(runner_state: Path) -> Path:
         (["/nonexistent/pagealloc.ko"], "open /nonexistent/pagealloc.ko: No such file"),
         (["/dev/null", "outer"], "module parameter 'outer' is not param=value"),
         (["-c", "x", "/dev/null"], "-c wants a CPU number"),
+        (["-s", "/dev/null"], "-s keeps one CPU online: name it with -c"),
     ],
 )
 def test_kmodload_exits_non_zero_with_a_message(kmodload: Path, args: list[str], message: str) -> None:
@@ -374,12 +375,40 @@ def test_the_module_builds_with_the_kernel_and_runs_under_qemu(
     order0 = len(pagealloc_batches(0, params["batch_limit_kb"]))
     assert len(samples) == 3 * (order0 * (outer - 2) + (cases - order0) * outer)
     assert all(s.value > 0 for s in samples)
-    assert PAGEALLOC.environment(result.raw_output) == {"cycle_clock": "tsc"}
+    # kmodload ran the module alone: the guest's other CPUs, if any, went offline for it.
+    environment = PAGEALLOC.environment(result.raw_output)
+    assert environment["cycle_clock"] == "tsc"
+    assert re.fullmatch(r"none|\d+(,\d+)*", environment["offlined_cpus"])
     # Each row has its totals, and kperf's samples their decimals.
     assert result.raw_output.count("pagealloc-total: ") == cases * outer
     assert any(s.value != round(s.value) for s in samples)
     # The module's procfs file went with it: kmodload unloaded it.
     assert "kmodload: module=pagealloc cpu=0" in result.raw_output
+
+
+@pytest.mark.kernel
+@pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="needs qemu-system-x86")
+def test_on_two_vcpus_the_module_runs_alone_and_the_other_cpu_comes_back(
+    x86_64_kernel: Any,
+    runner_state: Path,
+) -> None:
+    # The pagealloc command takes the second CPU offline for its run (kmodload
+    # -s) and brings it back: a second run in the same boot finds it online
+    # and takes it down again. Little work: order 4, one batch, rounds of one.
+    build = x86_64_kernel
+    assert build.ok, build.log_tail
+    params = resolve_params("pagealloc", "quick", {"orders": [4], "batch_limit_kb": 128, "inner": 1})
+    backend = QemuBackend("x86_64", runner_state, accel="tcg")
+    binaries = compile_all(PAGEALLOC.sources(), "x86_64", runner_state)
+    binaries["pagealloc.ko"] = build.artifacts["pagealloc.ko"]
+    commands = PAGEALLOC.command(params, backend.bindir) * 2
+    timeout = backend.timeout(PAGEALLOC.expected_seconds(params), len(commands), "instructions")
+    job = BootJob(commands, binaries, timeout=timeout, clock="instructions", vcpus=2)
+    result = backend.boot(job, build.artifacts["kernel"])  # a failed command raises
+    assert len(result.commands) == 2
+    for command in result.commands:
+        assert PAGEALLOC.environment(command.output)["offlined_cpus"] == "1"
+        assert len(PAGEALLOC.rounds(command.output, params)) == params["outer"]
 
 
 def test_an_emulated_boot_waits_for_a_kernel_several_times_slower_than_expected(tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ _PAGEALLOC_TOTAL = re.compile(
     r"alloc (?P<alloc>\d+) free (?P<free>\d+)"
 )
 _PAGEALLOC_CLOCK = re.compile(r"clock: (?P<clock>\S+)")
+_KMODLOAD_SOLO = re.compile(r"kmodload: module=\S+ cpu=\d+ solo offlined=(?P<offlined>\S+) params=.*")
 _PAGEALLOC_INNER = re.compile(r"pagealloc-info: .*\binner=(?P<inner>\d+)\b.*")
 # ExtractPagealloc.pm (lines 41-49) counts the rows of each batch size, whatever
 # their order, and keeps a row from the third on: the first two rounds of each
@@ -197,6 +198,10 @@ class Pagealloc(Benchmark):
                 f"{bindir}/kmodload",
                 "-c",
                 str(self.cpu),
+                # Alone on the machine: every other CPU offline for the run
+                # (csrc/kmodload.c; docs/benchmarks.md, "The page allocator
+                # on one vCPU and on two").
+                "-s",
                 "-o",
                 PAGEALLOC_PROC,
                 f"{bindir}/pagealloc.ko",
@@ -318,11 +323,17 @@ class Pagealloc(Benchmark):
         return ["pagealloc.ko"]
 
     def environment(self, raw_output: str) -> dict[str, Any]:
+        """The module's cycle counter and, when kmodload ran it alone, the CPUs it took offline ("none" on one CPU)."""
+        found: dict[str, Any] = {}
         for line in raw_output.splitlines():
-            match = _PAGEALLOC_CLOCK.fullmatch(line.strip())
-            if match:
-                return {"cycle_clock": match["clock"]}
-        return {}
+            text = line.strip()
+            solo = _KMODLOAD_SOLO.fullmatch(text)
+            if solo and "offlined_cpus" not in found:
+                found["offlined_cpus"] = solo["offlined"]
+            clock = _PAGEALLOC_CLOCK.fullmatch(text)
+            if clock and "cycle_clock" not in found:
+                found["cycle_clock"] = clock["clock"]
+        return found
 
     def expected_seconds(self, params: Mapping[str, Any]) -> float:
         params = self.validate(params)

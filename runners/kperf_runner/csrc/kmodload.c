@@ -1,7 +1,7 @@
 /*
  * kmodload: load a benchmark module, print what it measured, unload it.
  *
- *   kmodload [-c CPU] [-o RESULT_FILE] MODULE.ko [param=value ...]
+ *   kmodload [-c CPU] [-s] [-o RESULT_FILE] MODULE.ko [param=value ...]
  *
  * The module does its work in its init function, in this process's context,
  * so pinning this process (-c) pins the measurement.  The parameters are
@@ -10,6 +10,15 @@
  * stdout, then the module is removed.  Loading uses finit_module(2), or
  * init_module(2) on kernels older than 3.8.  Static, libc only: it runs as a
  * command of kperf's initramfs.  Any failure exits non-zero with a message.
+ *
+ * -s (solo, with -c) takes every other online CPU offline for the load and
+ * brings it back after the unload.  On a machine of several CPUs the page
+ * allocator's module then runs alone: no other CPU takes pages from the
+ * buddy lists between its rounds, and the per-CPU list limits are those of
+ * one online CPU.  Without it, where the other CPUs' periodic work lands
+ * against the rounds moved the readings from boot to boot and with any change
+ * to the kernel (docs/benchmarks.md, "The page allocator on one vCPU and on
+ * two").  The CPUs taken offline are printed on kmodload's line.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -29,7 +38,7 @@
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: kmodload [-c CPU] [-o RESULT_FILE] MODULE.ko [param=value ...]\n");
+	fprintf(stderr, "usage: kmodload [-c CPU] [-s] [-o RESULT_FILE] MODULE.ko [param=value ...]\n");
 	exit(2);
 }
 
@@ -103,6 +112,79 @@ static void load(const char *path, const char *params)
 	free(image);
 }
 
+#define CPU_SYSFS "/sys/devices/system/cpu"
+
+/* Write "0" or "1" to cpuN/online; errno's message on failure, NULL on success. */
+static const char *set_online(int cpu, int online)
+{
+	char path[64];
+	int fd, err = 0;
+
+	snprintf(path, sizeof(path), CPU_SYSFS "/cpu%d/online", cpu);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return strerror(errno);
+	if (write(fd, online ? "1" : "0", 1) != 1)
+		err = errno;
+	close(fd);
+	return err ? strerror(err) : NULL;
+}
+
+/*
+ * Take every online CPU but `keep` offline; their numbers go in `off`
+ * (a CPU set) and, as text, in `list`.  A CPU whose online file cannot be
+ * opened is one the kernel cannot take down (the boot CPU on some kernels)
+ * or that is not there: only an online one that refuses is an error.
+ */
+static void go_solo(long keep, cpu_set_t *off, char *list, size_t size)
+{
+	size_t used = 0;
+
+	CPU_ZERO(off);
+	list[0] = '\0';
+	for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+		char path[64];
+
+		snprintf(path, sizeof(path), CPU_SYSFS "/cpu%d", cpu);
+		if (cpu == keep || access(path, F_OK) != 0)
+			continue;
+		const char *why = set_online(cpu, 0);
+
+		if (why) {
+			snprintf(path, sizeof(path), CPU_SYSFS "/cpu%d/online", cpu);
+			if (access(path, F_OK) != 0)
+				continue; /* no online file: this CPU cannot go offline */
+			die("-s: taking CPU %d offline: %s (does this kernel have CONFIG_HOTPLUG_CPU?)", cpu, why);
+		}
+		CPU_SET(cpu, off);
+		used += (size_t)snprintf(list + used, size - used, "%s%d", used ? "," : "", cpu);
+		if (used >= size)
+			die("-s: too many CPUs to list");
+	}
+}
+
+/*
+ * The CPUs -s took offline.  Brought back at exit, also when a failed load
+ * exits through die(): the boot's next commands run on the machine's CPUs.
+ */
+static cpu_set_t offline_here;
+
+static void back_online(void)
+{
+	for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+		const char *why;
+
+		if (!CPU_ISSET(cpu, &offline_here))
+			continue;
+		CPU_CLR(cpu, &offline_here);
+		why = set_online(cpu, 1);
+		if (why) {
+			fprintf(stderr, PROGRAM ": -s: bringing CPU %d back online: %s\n", cpu, why);
+			_exit(1);
+		}
+	}
+}
+
 static void copy_out(const char *path)
 {
 	char buf[65536];
@@ -131,9 +213,11 @@ int main(int argc, char **argv)
 	char name[256], *params;
 	size_t len = 1;
 	long cpu = -1;
-	int opt;
+	int opt, solo = 0;
+	char offlined[1024] = "";
 
-	while ((opt = getopt(argc, argv, "+c:o:h")) != -1) {
+	CPU_ZERO(&offline_here);
+	while ((opt = getopt(argc, argv, "+c:o:sh")) != -1) {
 		switch (opt) {
 		case 'c': {
 			char *end;
@@ -146,6 +230,9 @@ int main(int argc, char **argv)
 		}
 		case 'o':
 			result = optarg;
+			break;
+		case 's':
+			solo = 1;
 			break;
 		default:
 			usage();
@@ -165,14 +252,26 @@ int main(int argc, char **argv)
 			strcat(params, " ");
 		strcat(params, argv[i]);
 	}
+	if (solo && cpu < 0)
+		die("-s keeps one CPU online: name it with -c");
 	module_name(argv[optind], name, sizeof(name));
 	pin(cpu);
-	printf("kmodload: module=%s cpu=%ld params=%s\n", name, cpu, params);
+	if (solo) {
+		if (atexit(back_online) != 0)
+			die("atexit failed");
+		go_solo(cpu, &offline_here, offlined, sizeof(offlined));
+	}
+	if (solo)
+		printf("kmodload: module=%s cpu=%ld solo offlined=%s params=%s\n", name, cpu,
+		       offlined[0] ? offlined : "none", params);
+	else
+		printf("kmodload: module=%s cpu=%ld params=%s\n", name, cpu, params);
 	fflush(stdout);
 	load(argv[optind], params);
 	if (result)
 		copy_out(result);
 	if (syscall(SYS_delete_module, name, O_NONBLOCK) != 0)
 		die("unloading %s: %s", name, strerror(errno));
+	back_online();
 	return 0;
 }
