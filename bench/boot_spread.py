@@ -33,6 +33,8 @@ PADDED_MM_2VCPUS = "build_noise-padded-seeded-mm-2vcpus-2026-12-07.json"
 # with more work, or more pauses, per page fault, seeded boots, pagealloc only.
 FAULT_PATH_SOLO_MM_2VCPUS = "build_noise-fault-path-solo-mm-2vcpus-2026-12-07.json"
 FAULT_PAUSE_SOLO_MM_2VCPUS = "build_noise-fault-pause-solo-mm-2vcpus-2026-12-07.json"
+# And with pauses on every page put in the page cache (the initramfs's pages at boot).
+CACHE_PAUSE_SOLO_MM_2VCPUS = "build_noise-cache-pause-solo-mm-2vcpus-2026-12-07.json"
 # Where kperf changed how it runs a benchmark on a shape: the record from which on its figures
 # count (the earlier records of that shape measured what kperf no longer runs).
 MEASURED_SINCE: dict[tuple[str, str], str] = {("x86_64/mm/2vcpus", "pagealloc"): FAULT_PATH_SOLO_MM_2VCPUS}
@@ -57,6 +59,7 @@ BUILD_RECORDS: dict[str, tuple[str, ...]] = {
         PADDED_MM_2VCPUS,
         FAULT_PATH_SOLO_MM_2VCPUS,
         FAULT_PAUSE_SOLO_MM_2VCPUS,
+        CACHE_PAUSE_SOLO_MM_2VCPUS,
     )
 }
 

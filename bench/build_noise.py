@@ -29,7 +29,9 @@ script measures that spread directly:
 instead: build n spins 4n times more in `handle_mm_fault` (mm/memory.c), a
 few dozen instructions per page fault, like a small patch to the fault path;
 `--perturb fault-pause` spins with cpu_relax() (a pause, as a waiting loop
-does), which under TCG also ends the vCPU's turn.
+does), which under TCG also ends the vCPU's turn; `--perturb cache-pause`
+spins so at the top of every page-cache insertion (`__filemap_add_folio`,
+mm/filemap.c), which every page of the initramfs takes at boot.
 Padding moves code without changing what runs, and on the instruction clock
 that moves nothing; on two vCPUs a kernel whose faults cost a little more
 leaves the page allocator in another state when its module runs
@@ -88,6 +90,10 @@ PAD_STEP = 48
 FAULT_FILE = "mm/memory.c"
 FAULT_ANCHOR = "\tcount_vm_event(PGFAULT);\n"
 FAULT_STEP = 4
+# --perturb cache-pause: the same spin with pauses at the top of every page-cache insertion
+# (__filemap_add_folio, which charges the page to its memcg): the initramfs's pages at boot take it.
+CACHE_FILE = "mm/filemap.c"
+CACHE_ANCHOR = "\tVM_BUG_ON_FOLIO(folio_test_swapbacked(folio), folio);\n"
 # The benchmarks --perturb fault-path measures: the others run the changed path themselves.
 FAULT_PATH_BENCHMARKS = ("pagealloc",)
 # The service's KPERF_ALPHA by default.
@@ -119,13 +125,13 @@ def padding(n: int) -> str:
     )
 
 
-def fault_spin(source: str, n: int, wait: str = "barrier") -> str:
+def fault_spin(source: str, n: int, wait: str = "barrier", anchor: str = FAULT_ANCHOR) -> str:
     """mm/memory.c with build n's extra work: FAULT_STEP * n rounds of `wait` in a loop before
-    handle_mm_fault's first counter update. barrier() costs a few instructions a round;
-    cpu_relax() is x86's pause, which under TCG also ends the vCPU's turn (the fixture
-    memcg-charge-slower spins with it, as a waiting loop in a real patch would)."""
-    if source.count(FAULT_ANCHOR) != 1:
-        raise ValueError(f"{FAULT_FILE}: the anchor {FAULT_ANCHOR!r} is not there exactly once")
+    handle_mm_fault's first counter update (or before another `anchor`). barrier() costs a few
+    instructions a round; cpu_relax() is x86's pause, which under TCG also ends the vCPU's turn
+    (the fixture memcg-charge-slower spins with it, as a waiting loop in a real patch would)."""
+    if source.count(anchor) != 1:
+        raise ValueError(f"the anchor {anchor!r} is not there exactly once")
     spin = (
         f"\t{{ /* kperf bench/build_noise.py: fault-path perturbation {n}. */\n"
         f"\t\tint kperf_i;\n\t\tfor (kperf_i = 0; kperf_i < {FAULT_STEP * n}; kperf_i++)\n"
@@ -137,8 +143,12 @@ def fault_spin(source: str, n: int, wait: str = "barrier") -> str:
 def perturbed_branch(tree: Path, n: int, kind: str = "padding") -> str:
     """Make (once) branch perturb-NN (padding(n) at the end of PAD_FILE) or perturb-fault-NN
     (fault_spin(n) in FAULT_FILE) from base; its name."""
-    name = {"padding": f"perturb-{n:02d}", "fault-path": f"perturb-fault-{n:02d}"}.get(kind, f"perturb-pause-{n:02d}")
-    path = PAD_FILE if kind == "padding" else FAULT_FILE
+    name = {
+        "padding": f"perturb-{n:02d}",
+        "fault-path": f"perturb-fault-{n:02d}",
+        "cache-pause": f"perturb-cache-{n:02d}",
+    }.get(kind, f"perturb-pause-{n:02d}")
+    path = {"padding": PAD_FILE, "cache-pause": CACHE_FILE}.get(kind, FAULT_FILE)
     base = _git(tree, "rev-parse", "refs/heads/base")
     try:
         existing = _git(tree, "rev-parse", f"refs/heads/{name}")
@@ -150,7 +160,8 @@ def perturbed_branch(tree: Path, n: int, kind: str = "padding") -> str:
     if kind == "padding":
         text = original + "\n" + padding(n)
     else:
-        text = fault_spin(original + "\n", n, "barrier" if kind == "fault-path" else "cpu_relax")
+        anchor = CACHE_ANCHOR if kind == "cache-pause" else FAULT_ANCHOR
+        text = fault_spin(original + "\n", n, "barrier" if kind == "fault-path" else "cpu_relax", anchor)
     blob = _git(tree, "hash-object", "-w", "--stdin", stdin=text)
     with tempfile.TemporaryDirectory() as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
@@ -437,10 +448,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--perturb",
-        choices=("padding", "fault-path", "fault-pause"),
+        choices=("padding", "fault-path", "fault-pause", "cache-pause"),
         default="padding",
         help="what the K builds change: code no one runs (padding), a few instructions more per page "
-        "fault (fault-path), or a few pauses more per page fault (fault-pause); the last two measure the "
+        "fault (fault-path), a few pauses more per page fault (fault-pause) or per page put in the page "
+        "cache (cache-pause); all but padding measure the "
         "page allocator only",
     )
     parser.add_argument("--vcpus", type=int, default=1, help="vCPUs of every boot (default 1)")

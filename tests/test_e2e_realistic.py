@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from e2e_fixtures import own_stack, wait_final
 
+from kperf_testing.benches import load_bench
 from kperf_testing.kbuild import FIXTURES_DIR, read_fixture
 from kperf_testing.prebuild import prebuilt
 from kperf_testing.stack import RunningStack
@@ -94,6 +95,8 @@ def test_every_submission_on_mm_with_two_vcpus_and_four_benchmarks_stores_its_ve
         )
         counts = {b: sum(v == "inconclusive" for v in ms.values()) for b, ms in sorted(by_bench.items())}
         print(f"{branch} #{n} (submission {d['id']}): flagged {flags[branch, n]}; inconclusive {counts}", flush=True)
+        decided = load_bench("decided").summary(f"{branch}#{n}", d)  # issue 41's goal: >= 95% for neutral
+        print(f"  no-change {decided['no_change']} of {decided['metrics']} metrics", flush=True)
         _print_flagged(d)
     for (branch, n), d in sorted(done.items()):
         if branch == "neutral":

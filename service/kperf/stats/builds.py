@@ -96,10 +96,13 @@ class MeasuredBuildNoise:
     profile: str = ""
 
 
-def between_build_rows(result: object, name: str, bench: str) -> tuple[dict[str, float], float]:
+def between_build_rows(
+    result: object, name: str, bench: str, column: str = "between_build_pct"
+) -> tuple[dict[str, float], float]:
     """One benchmark's result in a `bench/build_noise.py --json` record: each metric's between-build
-    sd (a fraction, on the log scale) and the degrees of freedom of those estimates. ValueError says
-    what is missing (`name` is the record's, for messages)."""
+    sd (a fraction, on the log scale; or another column of the rows in percent, `largest_pct`: the
+    largest departure of a build from the base) and the degrees of freedom of those estimates.
+    ValueError says what is missing (`name` is the record's, for messages)."""
     rows = result.get("metrics") if isinstance(result, dict) else None
     kernels = result.get("kernels") if isinstance(result, dict) else None
     if not isinstance(kernels, int) or kernels < 3:
@@ -107,14 +110,14 @@ def between_build_rows(result: object, name: str, bench: str) -> tuple[dict[str,
     sds: dict[str, float] = {}
     for row in rows or []:
         try:
-            metric, sd = str(row["metric"]), float(row["between_build_pct"]) / 100.0
+            metric, sd = str(row["metric"]), float(row[column]) / 100.0
         except (KeyError, TypeError, ValueError):
-            raise ValueError(f"{name}: benchmark {bench!r} has a metric row without between_build_pct") from None
+            raise ValueError(f"{name}: benchmark {bench!r} has a metric row without {column}") from None
         if not math.isfinite(sd) or sd < 0.0:
-            raise ValueError(f"{name}: benchmark {bench!r}, {metric}: between_build_pct {sd * 100} is not a spread")
+            raise ValueError(f"{name}: benchmark {bench!r}, {metric}: {column} {sd * 100} is not a spread")
         sds[metric] = sd
     if not sds:
-        raise ValueError(f"{name}: benchmark {bench!r} has no metrics with a between_build_pct")
+        raise ValueError(f"{name}: benchmark {bench!r} has no metrics with a {column}")
     # The base and kernels - 1 perturbed builds: the spread of those builds has kernels - 2 dof.
     return sds, float(kernels - 2)
 
