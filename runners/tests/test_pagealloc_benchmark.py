@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from mmtests_tools import MMTESTS, extract, needs_mmtests, write_runs
 
-from kperf_runner.backends import Backend, BootJob
+from kperf_runner.backends import Backend, BootJob, BootResult
 from kperf_runner.backends.qemu import QemuBackend
 from kperf_runner.benchmarks import (
     Metric,
@@ -347,6 +347,19 @@ def test_kmodload_exits_non_zero_with_a_message(kmodload: Path, args: list[str],
 # -- the module, built with the fixture kernel, under QEMU ----------------------------
 
 
+def _boot(
+    build: Any, state: Path, params: dict[str, Any], runs: int = 1, clock: str = "wall", vcpus: int = 0
+) -> BootResult:
+    """One TCG boot of the fixture kernel running the pagealloc command `runs` times."""
+    backend = QemuBackend("x86_64", state, accel="tcg")
+    binaries = compile_all(PAGEALLOC.sources(), "x86_64", state)
+    binaries["pagealloc.ko"] = build.artifacts["pagealloc.ko"]
+    commands = PAGEALLOC.command(params, backend.bindir) * runs
+    timeout = backend.timeout(PAGEALLOC.expected_seconds(params), len(commands), clock)
+    job = BootJob(commands, binaries, timeout=timeout, clock=clock, vcpus=vcpus)
+    return backend.boot(job, build.artifacts["kernel"])
+
+
 @pytest.mark.kernel
 @pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="needs qemu-system-x86")
 def test_the_module_builds_with_the_kernel_and_runs_under_qemu(
@@ -360,13 +373,8 @@ def test_the_module_builds_with_the_kernel_and_runs_under_qemu(
     # No "+": the release is made without git (kperf_kbuild.sandbox.build_env).
     assert module_vermagic(module) == "6.1.192"
     params = resolve_params("pagealloc", "quick", {"inner": 50})
-    backend = QemuBackend("x86_64", runner_state, accel="tcg")
-    binaries = compile_all(PAGEALLOC.sources(), "x86_64", runner_state)
-    binaries["pagealloc.ko"] = module
-    commands = PAGEALLOC.command(params, backend.bindir)
-    timeout = backend.timeout(PAGEALLOC.expected_seconds(params), len(commands))
     started = time.monotonic()
-    result = backend.boot(BootJob(commands, binaries, timeout=timeout), build.artifacts["kernel"])
+    result = _boot(build, runner_state, params)
     print(f"pagealloc quick boot under TCG: {time.monotonic() - started:.1f} s")
     samples = PAGEALLOC.parse(result.raw_output, params)
     cases, outer = len(PAGEALLOC.metrics(params)) // 3, params["outer"]
@@ -398,13 +406,7 @@ def test_on_two_vcpus_the_module_runs_alone_and_the_other_cpu_comes_back(
     build = x86_64_kernel
     assert build.ok, build.log_tail
     params = resolve_params("pagealloc", "quick", {"orders": [4], "batch_limit_kb": 128, "inner": 1})
-    backend = QemuBackend("x86_64", runner_state, accel="tcg")
-    binaries = compile_all(PAGEALLOC.sources(), "x86_64", runner_state)
-    binaries["pagealloc.ko"] = build.artifacts["pagealloc.ko"]
-    commands = PAGEALLOC.command(params, backend.bindir) * 2
-    timeout = backend.timeout(PAGEALLOC.expected_seconds(params), len(commands), "instructions")
-    job = BootJob(commands, binaries, timeout=timeout, clock="instructions", vcpus=2)
-    result = backend.boot(job, build.artifacts["kernel"])  # a failed command raises
+    result = _boot(build, runner_state, params, runs=2, clock="instructions", vcpus=2)  # a failed command raises
     assert len(result.commands) == 2
     for command in result.commands:
         assert PAGEALLOC.environment(command.output)["offlined_cpus"] == "1"
