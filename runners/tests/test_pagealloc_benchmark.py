@@ -96,6 +96,10 @@ def test_parse_captured_module_output() -> None:
     assert all(s.value > 0 for s in samples)
     assert PAGEALLOC.environment(raw) == {"cycle_clock": "tsc"}
     assert PAGEALLOC.environment("no clock line\n") == {}
+    # Run alone (kmodload -s): the CPUs it took offline, or none on a machine of one.
+    solo = "kmodload: module=pagealloc cpu=0 solo offlined={} params=orders=0\nclock: tsc\n"
+    assert PAGEALLOC.environment(solo.format("1,2,3")) == {"cycle_clock": "tsc", "offlined_cpus": "1,2,3"}
+    assert PAGEALLOC.environment(solo.format("none"))["offlined_cpus"] == "none"
     # Every round stays in the raw output.
     assert len(PAGEALLOC.rounds(raw, QUICK)) == 3 * 40
 
