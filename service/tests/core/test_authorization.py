@@ -43,6 +43,7 @@ from kperf.core.models import (
 )
 from kperf.core.results import mmtests_import
 from kperf.core.tracking import branches
+from kperf.core.tracking.request import TrackRequest
 from kperf_runner.benchmarks import resolve_params
 
 from tests.authorization_matrix import PRINCIPALS, RAW, ROUTES, SHA, TREE, Lab, import_body
@@ -335,12 +336,12 @@ def test_the_reference_series_is_read_by_all_and_changed_by_staff(lab: Lab, no_b
 @pytest.mark.django_db
 def test_tracking_checks_the_acting_user_in_the_domain(lab: Lab) -> None:
     """The rule is branches.track's, not only the API view's."""
-    req = branches.TrackRequest(tree_url=TREE, branch="alice-branch", boots=7)
+    req = TrackRequest(tree=TREE, branch="alice-branch", boots=7)
     with pytest.raises(branches.AlreadyTracked, match="another user"):
         branches.track(lab.users["other"], req)
     assert TrackedBranch.objects.get(pk=lab.ids["branch"]).boots == 0
     assert branches.track(lab.users["owner"], req).boots == 7
-    new = branches.track(lab.users["other"], branches.TrackRequest(tree_url=TREE, branch="bob-topic"))
+    new = branches.track(lab.users["other"], TrackRequest(tree=TREE, branch="bob-topic"))
     assert new.owner == lab.users["other"]
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -47,29 +46,13 @@ from kperf.core.submissions.checks import (
     validate_tree,
 )
 from kperf.core.tracking import bisection, change_points
+from kperf.core.tracking.request import TrackRequest
 
 log = logging.getLogger(__name__)
 
 MAX_COMMITS_LIMIT = 500
 MAX_BACKFILL = 200
 SERIES_WINDOW = summaries.SERIES_WINDOW
-
-
-@dataclass
-class TrackRequest:
-    tree_url: str
-    branch: str
-    benchmarks: list[str] = field(default_factory=lambda: ["spawn"])
-    grid: str = "quick"
-    arches: list[str] = field(default_factory=lambda: ["x86_64"])
-    boots: int = 0
-    max_commits: int = 16
-    backfill: int = 0
-    notify: list[str] = field(default_factory=list)
-    bisect: bool = True
-    min_effect_pct: float | None = None
-    # The configuration profile of its commits ("": each machine class's own; docs/kernels.md).
-    profile: str = ""
 
 
 class AlreadyTracked(Exception):
@@ -102,7 +85,7 @@ def track(user: User, req: TrackRequest) -> TrackedBranch:
     changed only by its owner or staff (AlreadyTracked otherwise), and keeps
     its owner when staff change it."""
     # The same checks as a submission: URL, ref syntax, benchmarks, grid, arches, profile.
-    tree_url = validate_tree(req.tree_url)
+    tree_url = validate_tree(req.tree)
     branch_name = validate_ref(req.branch, "branch")
     if branch_name.startswith("refs/"):
         # A poll reads refs/heads/<branch> alone: a full ref name would never

@@ -10,8 +10,8 @@ from kperf.core.lifecycle import dispatch
 from kperf.core.lifecycle.task_names import Task
 from kperf.core.models import TrackedBranch
 from kperf.core.submissions.checks import SubmissionError
-from kperf.core.submissions.request import BenchmarkNames
 from kperf.core.tracking import branches
+from kperf.core.tracking.request import TrackRequest
 from kperf.core.web import presenters
 from kperf.core.web.api import history as history_api
 from kperf.core.web.api.auth import USER_AUTH, user_of
@@ -21,21 +21,8 @@ from kperf.core.web.shapes import BranchDetail, BranchSeries, BranchSummary, Met
 router = Router()
 
 
-class TrackIn(Schema):
-    tree: str
-    branch: str
-    # A list of names, or one as a string: "all" is every benchmark (docs/benchmarks.md).
-    benchmarks: BenchmarkNames = ["spawn"]
-    grid: str = "quick"
-    arches: list[str] = ["x86_64"]
-    boots: int = 0
-    max_commits: int = 16
-    backfill: int = 0
-    notify: list[str] = []
-    bisect: bool = True
-    min_effect_pct: float | None = None
-    # Configuration profile of its commits: tiny, mm or distro; empty for each machine class's own.
-    profile: str = ""
+class TrackIn(TrackRequest):
+    """The body of POST /branches: the tracked-branch request (kperf.core.tracking.request)."""
 
 
 class TrackUpdateIn(Schema):
@@ -53,22 +40,8 @@ def track_branch(request: HttpRequest, payload: TrackIn) -> Status[BranchSummary
 
     Posting a branch that is already tracked updates its settings, if the
     caller owns it or is staff (the owner stays); otherwise 409 already-tracked."""
-    req = branches.TrackRequest(
-        tree_url=payload.tree,
-        branch=payload.branch,
-        benchmarks=payload.benchmarks,
-        grid=payload.grid,
-        arches=payload.arches,
-        boots=payload.boots,
-        max_commits=payload.max_commits,
-        backfill=payload.backfill,
-        notify=payload.notify,
-        bisect=payload.bisect,
-        min_effect_pct=payload.min_effect_pct,
-        profile=payload.profile,
-    )
     try:
-        branch = branches.track(user_of(request), req)
+        branch = branches.track(user_of(request), payload)
     except SubmissionError as e:
         raise ApiError(400, "invalid-branch", str(e), field=e.field) from None
     except branches.AlreadyTracked as e:
