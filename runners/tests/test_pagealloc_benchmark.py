@@ -352,7 +352,13 @@ def test_kmodload_exits_non_zero_with_a_message(kmodload: Path, args: list[str],
 
 
 def _boot(
-    build: Any, state: Path, params: dict[str, Any], runs: int = 1, clock: str = "wall", vcpus: int = 0
+    build: Any,
+    state: Path,
+    params: dict[str, Any],
+    runs: int = 1,
+    clock: str = "wall",
+    vcpus: int = 0,
+    cmdline: str = "",
 ) -> BootResult:
     """One TCG boot of the fixture kernel running the pagealloc command `runs` times."""
     backend = QemuBackend("x86_64", state, accel="tcg")
@@ -360,7 +366,7 @@ def _boot(
     binaries["pagealloc.ko"] = build.artifacts["pagealloc.ko"]
     commands = PAGEALLOC.command(params, backend.bindir) * runs
     timeout = backend.timeout(PAGEALLOC.expected_seconds(params), len(commands), clock)
-    job = BootJob(commands, binaries, timeout=timeout, clock=clock, vcpus=vcpus)
+    job = BootJob(commands, binaries, timeout=timeout, clock=clock, vcpus=vcpus, cmdline=cmdline)
     return backend.boot(job, build.artifacts["kernel"])
 
 
@@ -415,6 +421,9 @@ def test_on_two_vcpus_the_module_runs_alone_and_the_other_cpu_comes_back(
     for command in result.commands:
         assert PAGEALLOC.environment(command.output)["offlined_cpus"] == "1"
         assert len(PAGEALLOC.rounds(command.output, params)) == params["outer"]
+    # A CPU already offline (present, never brought up: maxcpus=1) is left so, not brought online after.
+    result = _boot(build, runner_state, params, runs=2, clock="instructions", vcpus=2, cmdline="maxcpus=1")
+    assert [PAGEALLOC.environment(c.output)["offlined_cpus"] for c in result.commands] == ["none", "none"]
 
 
 def test_an_emulated_boot_waits_for_a_kernel_several_times_slower_than_expected(tmp_path: Path) -> None:

@@ -114,6 +114,12 @@ static void load(const char *path, const char *params)
 
 #define CPU_SYSFS "/sys/devices/system/cpu"
 
+/*
+ * The CPUs -s took offline.  Brought back at exit, also when a failed load
+ * exits through die(): the boot's next commands run on the machine's CPUs.
+ */
+static cpu_set_t offline_here;
+
 /* Write "0" or "1" to cpuN/online; errno's message on failure, NULL on success. */
 static const char *set_online(int cpu, int online)
 {
@@ -131,43 +137,55 @@ static const char *set_online(int cpu, int online)
 }
 
 /*
- * Take every online CPU but `keep` offline; their numbers go in `off`
- * (a CPU set) and, as text, in `list`.  A CPU whose online file cannot be
- * opened is one the kernel cannot take down (the boot CPU on some kernels)
- * or that is not there: only an online one that refuses is an error.
+ * Whether CPU `cpu` is there and online; `can_go` says whether it has an
+ * online file.  A CPU without one is one the kernel cannot take down (the
+ * boot CPU on some kernels, any CPU without CONFIG_HOTPLUG_CPU).
  */
-static void go_solo(long keep, cpu_set_t *off, char *list, size_t size)
+static int is_online(int cpu, int *can_go)
+{
+	char path[64], state = '1';
+	int fd;
+
+	snprintf(path, sizeof(path), CPU_SYSFS "/cpu%d", cpu);
+	if (access(path, F_OK) != 0)
+		return 0;
+	snprintf(path, sizeof(path), CPU_SYSFS "/cpu%d/online", cpu);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	*can_go = fd >= 0;
+	if (fd >= 0) {
+		if (read(fd, &state, 1) != 1)
+			state = '1';
+		close(fd);
+	}
+	return state != '0';
+}
+
+/*
+ * Take every online CPU but `keep` offline, into offline_here, and write
+ * their numbers as text into `list`.  A CPU already offline is left as it
+ * is (and so not brought online at exit), one without an online file stays
+ * up; an online one that refuses to go is an error.
+ */
+static void go_solo(long keep, char *list, size_t size)
 {
 	size_t used = 0;
 
-	CPU_ZERO(off);
 	list[0] = '\0';
 	for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
-		char path[64];
+		const char *why;
+		int can_go = 0;
 
-		snprintf(path, sizeof(path), CPU_SYSFS "/cpu%d", cpu);
-		if (cpu == keep || access(path, F_OK) != 0)
+		if (cpu == keep || !is_online(cpu, &can_go) || !can_go)
 			continue;
-		const char *why = set_online(cpu, 0);
-
-		if (why) {
-			snprintf(path, sizeof(path), CPU_SYSFS "/cpu%d/online", cpu);
-			if (access(path, F_OK) != 0)
-				continue; /* no online file: this CPU cannot go offline */
+		why = set_online(cpu, 0);
+		if (why)
 			die("-s: taking CPU %d offline: %s (does this kernel have CONFIG_HOTPLUG_CPU?)", cpu, why);
-		}
-		CPU_SET(cpu, off);
+		CPU_SET(cpu, &offline_here);
 		used += (size_t)snprintf(list + used, size - used, "%s%d", used ? "," : "", cpu);
 		if (used >= size)
 			die("-s: too many CPUs to list");
 	}
 }
-
-/*
- * The CPUs -s took offline.  Brought back at exit, also when a failed load
- * exits through die(): the boot's next commands run on the machine's CPUs.
- */
-static cpu_set_t offline_here;
 
 static void back_online(void)
 {
@@ -259,13 +277,12 @@ int main(int argc, char **argv)
 	if (solo) {
 		if (atexit(back_online) != 0)
 			die("atexit failed");
-		go_solo(cpu, &offline_here, offlined, sizeof(offlined));
-	}
-	if (solo)
+		go_solo(cpu, offlined, sizeof(offlined));
 		printf("kmodload: module=%s cpu=%ld solo offlined=%s params=%s\n", name, cpu,
 		       offlined[0] ? offlined : "none", params);
-	else
+	} else {
 		printf("kmodload: module=%s cpu=%ld params=%s\n", name, cpu, params);
+	}
 	fflush(stdout);
 	load(argv[optind], params);
 	if (result)
